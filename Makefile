@@ -1,0 +1,50 @@
+# Two commands: `make demo` sets everything up and runs the main job; `make test` runs the tests.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+UV_VERSION := 0.13.8
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-unit install java test-tools lock clean
+
+## demo: install everything (Java too, if missing), then run 3 epochs through real Airflow and Spark
+demo: install
+	$(VENV)/bin/falkirk-demo $(DEMO_ARGS)
+
+## test: the whole suite (unit, property, integration against real components)
+test: install test-tools
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## test-unit: the fast part only (no Airflow, Spark or S3 processes)
+test-unit: install
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements.lock pyproject.toml
+	@$(MAKE) --no-print-directory java
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV) pip install --python $(PY) -r requirements.txt -c requirements.lock -e .
+	@touch $@
+
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "Java not found: installing openjdk-17-jre-headless"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless; }
+
+# Debian's docker-compose validates docker-compose.yml in the tests (no Docker engine needed).
+test-tools:
+	@command -v docker-compose >/dev/null 2>&1 || { \
+	  echo "docker-compose not found: installing Debian's docker-compose"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends docker-compose; }
+
+## lock: regenerate requirements.lock from requirements.txt
+lock:
+	$(UV) pip compile --python $(PY) requirements.txt -o requirements.lock --no-header
+
+clean:
+	rm -rf .airflow .falkirk spark-warehouse metastore_db derby.log

@@ -1,0 +1,49 @@
+"""falkirk_orders: the first Falkirk pipeline, ingest -> aggregate -> publish.
+
+Each DAG run is one epoch (see ``EPOCHS``); each task is a Spark job run through the
+``spark_default`` connection and tagged with a fault-tolerance regime:
+
+* ``ingest``    Ephemeral: reads the epoch's orders from the source, keeps nothing durable;
+* ``aggregate`` EagerCheckpoint: running totals per customer, state and output durable every epoch;
+* ``publish``   Batch(log_outputs=True): the epoch's ranking, logged durably.
+
+Trigger a run with a logical date on the epoch grid (midnight UTC, from 2026-01-01).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from airflow.sdk import DAG
+
+from plugins.operators import RegimeSparkSubmitOperator
+from policies import Batch, EagerCheckpoint, Ephemeral, EpochClock
+
+EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+JOBS = Path(__file__).resolve().parent.parent / "spark_jobs" / "pipeline"
+
+with DAG(
+    dag_id="falkirk_orders",
+    description="Orders -> running totals per customer -> ranking, one epoch per run",
+    schedule=None,
+    start_date=EPOCHS.first,
+    catchup=False,
+    max_active_runs=1,  # epochs run in logical-date order: aggregate's state flows from one to the next
+    tags=["falkirk"],
+    default_args={"epoch_clock": EPOCHS, "conn_id": "spark_default", "retries": 0},
+    doc_md=__doc__,
+) as dag:
+    ingest = RegimeSparkSubmitOperator(
+        task_id="ingest", application=str(JOBS / "ingest.py"), regime=Ephemeral()
+    )
+    aggregate = RegimeSparkSubmitOperator(
+        task_id="aggregate",
+        application=str(JOBS / "aggregate.py"),
+        regime=EagerCheckpoint(),
+        depends_on_past=True,  # epoch t's state is built on epoch t-1's
+    )
+    publish = RegimeSparkSubmitOperator(
+        task_id="publish", application=str(JOBS / "publish.py"), regime=Batch(log_outputs=True)
+    )
+    ingest >> aggregate >> publish

@@ -1,0 +1,226 @@
+"""A real Airflow 3 deployment on one machine, and a small client for its REST API.
+
+:class:`AirflowStack` initialises an ``AIRFLOW_HOME`` (SQLite, LocalExecutor, the simple
+auth manager with fixed users) and runs the four components, api-server, scheduler,
+dag-processor and triggerer, on 127.0.0.1. :class:`AirflowClient` drives it the way a
+user's scripts would: token, trigger, wait, clear.
+
+Example::
+
+    with AirflowStack(home=Path(".airflow"), store=store) as stack:
+        client = stack.client()
+        client.wait_for_dag("falkirk_orders")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import httpx
+
+from devstack.processes import VENV_BIN, Service, ServiceError, free_port, wait_until
+from policies.store import StoreConfig
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Fixed credentials for the embedded default; change them for anything shared.
+USERS = {"admin": ("admin", "admin"), "viewer": ("viewer", "viewer")}  # name: (role, password)
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+TERMINAL_RUN_STATES = {"success", "failed"}
+
+
+@dataclass
+class AirflowStack:
+    """Airflow's components with their configuration, logs and database under ``home``."""
+
+    home: Path
+    store: StoreConfig
+    port: int | None = None
+    dags_folder: Path = PROJECT_ROOT / "dags"
+    spark_master: str = "local[2]"
+    parallelism: int = 4
+    extra_env: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        self.home = self.home.resolve()
+        self.port = self.port or free_port()
+        self.services: list[Service] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """The environment every component (and every task it runs) sees."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+                # The plugin is registered by entry point; an empty folder avoids loading it twice.
+                "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.home / "plugins"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": self.base_url,
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": "falkirk-embedded-default-jwt-secret",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, (r, _) in USERS.items()),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": self.spark_master}),
+                "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PYSPARK_PYTHON": str(VENV_BIN / "python"),
+                "PYSPARK_DRIVER_PYTHON": str(VENV_BIN / "python"),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                # Short jobs on a small machine: C1-only JIT and the serial GC start the driver
+                # JVM with about a third less CPU. Not an operator default: big jobs want C2.
+                "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+                "PYTHONUNBUFFERED": "1",
+                **self.store.env(),
+                **(self.extra_env or {}),
+            }
+        )
+        return env
+
+    def init(self) -> None:
+        """Create the home, the password file and the database (idempotent)."""
+        (self.home / "plugins").mkdir(parents=True, exist_ok=True)
+        passwords = {user: password for user, (_, password) in USERS.items()}
+        (self.home / "passwords.json").write_text(json.dumps(passwords))
+        self.airflow("db", "migrate")
+
+    def airflow(self, *args: str, timeout: float = 600, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run an ``airflow`` CLI command against this home; raises with its output on failure."""
+        proc = subprocess.run(
+            [str(VENV_BIN / "airflow"), *args], env={**self.env(), **(env or {})}, cwd=self.home,
+            capture_output=True, text=True, timeout=timeout,
+        )
+        if proc.returncode != 0:
+            raise ServiceError(f"airflow {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return proc
+
+    def start(self, timeout: float = 120) -> "AirflowStack":
+        """Start the four components and wait until the API server and the scheduler are healthy."""
+        env = self.env()
+        for name in COMPONENTS:
+            argv = [str(VENV_BIN / "airflow"), name]
+            if name == "api-server":
+                argv += ["--host", "127.0.0.1", "--port", str(self.port)]
+            self.services.append(Service(name, argv, env, self.home / "logs" / f"{name}.out", cwd=self.home).start())
+        wait_until("the Airflow API server and scheduler", self._healthy, timeout, self.services)
+        return self
+
+    def _healthy(self) -> bool:
+        health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
+        return health.get("scheduler", {}).get("status") == "healthy"
+
+    def stop(self) -> None:
+        for service in reversed(self.services):
+            service.stop()
+        self.services.clear()
+
+    def check_alive(self) -> None:
+        for service in self.services:
+            service.check_alive()
+
+    def client(self, user: str = "admin") -> "AirflowClient":
+        return AirflowClient(self.base_url, user, USERS[user][1], on_poll=self.check_alive)
+
+    def __enter__(self) -> "AirflowStack":
+        self.init()
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class AirflowClient:
+    """The REST calls the demo and the tests make, authenticated as one user."""
+
+    def __init__(self, base_url: str, username: str, password: str, on_poll: Callable[[], None] | None = None):
+        self.base_url = base_url
+        self.on_poll = on_poll or (lambda: None)
+        self.http = httpx.Client(base_url=base_url, timeout=30)
+        self.token = self._token(username, password)
+        self.http.headers["Authorization"] = f"Bearer {self.token}"
+
+    def _token(self, username: str, password: str) -> str:
+        response = httpx.post(f"{self.base_url}/auth/token", json={"username": username, "password": password}, timeout=30)
+        response.raise_for_status()
+        return response.json()["access_token"]
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise ServiceError(f"{method} {path} -> {response.status_code}: {response.text[:2000]}")
+        return response.json() if response.content else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
+        """Wait until the dag-processor has parsed ``dag_id`` (and report its import errors if any)."""
+        def parsed() -> bool:
+            self.on_poll()
+            return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
+        try:
+            wait_until(f"DAG {dag_id} to be parsed", parsed, timeout)
+        except ServiceError:
+            errors = self.request("GET", "/api/v2/importErrors")
+            raise ServiceError(f"DAG {dag_id} did not appear; import errors: {json.dumps(errors)[:3000]}") from None
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
+
+    def trigger(self, dag_id: str, run_id: str, logical_date: datetime) -> dict[str, Any]:
+        body = {"dag_run_id": run_id, "logical_date": logical_date.isoformat()}
+        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", json=body)
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: ti for ti in data["task_instances"]}
+
+    def wait_for_run(
+        self,
+        dag_id: str,
+        run_id: str,
+        timeout: float = 600,
+        progress: Callable[[str], None] | None = None,
+    ) -> str:
+        """Wait for the run to finish, reporting each task state change; returns the run's state."""
+        seen: dict[str, str | None] = {}
+        started = time.monotonic()
+
+        def finished() -> bool:
+            self.on_poll()
+            if progress is not None:
+                for task_id, ti in self.task_instances(dag_id, run_id).items():
+                    if seen.get(task_id, "-") != ti["state"]:
+                        seen[task_id] = ti["state"]
+                        progress(f"  {time.monotonic() - started:6.1f}s  {run_id}  {task_id:<10} {ti['state']}")
+            return self.dag_run(dag_id, run_id)["state"] in TERMINAL_RUN_STATES
+
+        wait_until(f"run {run_id} of {dag_id}", finished, timeout, interval=1.0)
+        return self.dag_run(dag_id, run_id)["state"]
+
+    def clear(self, dag_id: str, run_id: str, task_ids: list[str], dry_run: bool = False) -> list[dict[str, Any]]:
+        """Clear exactly ``task_ids`` of one run (not their downstream), whatever their state."""
+        body = {
+            "dry_run": dry_run, "task_ids": task_ids, "dag_run_id": run_id, "only_failed": False,
+            "include_downstream": False, "include_upstream": False, "reset_dag_runs": True,
+        }
+        return self.request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body)["task_instances"]

@@ -1,0 +1,98 @@
+"""Small helpers for starting real services as subprocesses and waiting on them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import httpx
+
+VENV_BIN = Path(sys.executable).parent
+
+
+class ServiceError(RuntimeError):
+    """A service did not start or stopped early; the message carries the end of its log."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Service:
+    """One long-running subprocess with its output in a log file, stopped as a process group."""
+
+    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None):
+        self.name = name
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.log_path = log_path
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "Service":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ServiceError(f"{self.name} exited with status {self.proc.returncode}; end of {self.log_path}:\n"
+                               + self.log_tail())
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # Children that left the group (e.g. task runners) are ended by the group kill above.
+
+
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    services: Sequence[Service] = (),
+    interval: float = 0.5,
+) -> None:
+    """Poll ``check`` until it is true; fail early if one of ``services`` died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for service in services:
+            service.check_alive()
+        try:
+            if check():
+                return
+        except (httpx.HTTPError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            tails = "".join(f"\n--- {s.name} ({s.log_path}) ---\n{s.log_tail()}" for s in services)
+            raise ServiceError(f"timed out after {timeout:.0f}s waiting for {what}{tails}")
+        time.sleep(interval)

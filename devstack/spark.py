@@ -1,0 +1,72 @@
+"""A real Spark standalone cluster on 127.0.0.1: one master and one worker, via ``spark-class``.
+
+Example::
+
+    with StandaloneSpark(work_dir) as cluster:
+        print(cluster.master_url)          # spark://127.0.0.1:PORT
+        print(cluster.completed_apps())    # names of applications that finished on it
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+
+from devstack.processes import VENV_BIN, Service, free_port, wait_until
+
+
+class StandaloneSpark:
+    """A standalone master and one worker with ``cores`` cores, both bound to loopback."""
+
+    def __init__(self, work_dir: Path, cores: int = 2, memory: str = "2g") -> None:
+        self.work_dir = work_dir
+        self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
+        self.master_url = f"spark://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_NO_DAEMONIZE": "1",
+            "PYSPARK_PYTHON": str(VENV_BIN / "python"),
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        spark_class = str(VENV_BIN / "spark-class")
+        self.master = Service(
+            "spark-master",
+            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+             "--port", str(self.port), "--webui-port", str(self.ui_port)],
+            env, work_dir / "spark-master.log",
+        )
+        self.worker = Service(
+            "spark-worker",
+            [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1",
+             "--webui-port", str(self.worker_ui_port), "--cores", str(cores), "--memory", memory,
+             "--work-dir", str(work_dir / "worker")],
+            env, work_dir / "spark-worker.log",
+        )
+
+    def status(self) -> dict:
+        """The master's JSON status (workers, running and completed applications)."""
+        return httpx.get(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5).json()
+
+    def completed_apps(self) -> list[str]:
+        return [app["name"] for app in self.status().get("completedapps", [])]
+
+    def start(self, timeout: float = 90) -> "StandaloneSpark":
+        self.master.start()
+        wait_until("the Spark master", lambda: self.status().get("status") == "ALIVE", timeout, [self.master])
+        self.worker.start()
+        wait_until("a Spark worker to register", lambda: self.status().get("aliveworkers", 0) >= 1, timeout,
+                   [self.master, self.worker])
+        return self
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.master.stop()
+
+    def __enter__(self) -> "StandaloneSpark":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,17 @@
+"""Falkirk policies: regimes, epochs, stores and the checkpoint ledger.
+
+Pure Python: nothing here imports Airflow or Spark, so the API server, the scheduler,
+a Spark driver and the tests all share it.
+"""
+
+from policies.epoch_tables import CommitKey, CommitResult, EpochTableError, commit_epoch, read_epoch
+from policies.epochs import EpochClock, EpochError
+from policies.ledger import Ledger, LedgerEntry, LedgerError, OutputRef
+from policies.regimes import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, Regime, RegimeError, Tier
+from policies.store import StoreConfig, StoreError
+
+__all__ = [
+    "Batch", "CommitKey", "CommitResult", "EagerCheckpoint", "Ephemeral", "EpochClock", "EpochError",
+    "EpochTableError", "LazyCheckpoint", "Ledger", "LedgerEntry", "LedgerError", "OutputRef", "Regime",
+    "RegimeError", "StoreConfig", "StoreError", "Tier", "commit_epoch", "read_epoch",
+]

@@ -1,0 +1,69 @@
+"""Epochs: each DAG run is one epoch, numbered by its logical date.
+
+An :class:`EpochClock` maps a run's logical date onto a grid of fixed periods. Runs are
+totally ordered by logical date, so epochs are too, which is what the rollback
+frontiers of the Falkirk Wheel need.
+
+>>> from datetime import datetime, timedelta, timezone
+>>> clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+>>> clock.epoch_of(datetime(2026, 1, 3, tzinfo=timezone.utc))
+3
+>>> clock.logical_date(3)
+datetime.datetime(2026, 1, 3, 0, 0, tzinfo=datetime.timezone.utc)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+
+class EpochError(ValueError):
+    """A logical date that is not an epoch of the clock; the message says which dates are."""
+
+
+@dataclass(frozen=True)
+class EpochClock:
+    """The grid of epochs: epoch ``first_epoch`` starts at ``first``, one every ``period``."""
+
+    first: datetime
+    period: timedelta
+    first_epoch: int = 1
+
+    def __post_init__(self) -> None:
+        if self.first.tzinfo is None:
+            raise EpochError(f"EpochClock.first={self.first!r} needs a time zone, e.g. tzinfo=timezone.utc")
+        if self.period <= timedelta(0):
+            raise EpochError(f"EpochClock.period={self.period!r} must be positive")
+
+    def epoch_of(self, logical_date: datetime | None) -> int:
+        """The epoch whose period starts at ``logical_date``.
+
+        A date between grid points is an error, not a rounding: two runs in one period
+        would otherwise share an epoch, and the second would silently do nothing.
+        """
+        if logical_date is None:
+            raise EpochError(
+                "this DAG run has no logical date; each run of a Falkirk DAG is an epoch, "
+                f"so trigger it with a logical date on the grid {self.describe()}"
+            )
+        if logical_date.tzinfo is None:
+            raise EpochError(f"logical date {logical_date!r} needs a time zone")
+        offset = logical_date - self.first
+        periods, remainder = divmod(offset, self.period)
+        if remainder or periods < 0:
+            raise EpochError(
+                f"logical date {logical_date.isoformat()} is not on the epoch grid {self.describe()}; "
+                f"trigger the run at one of those dates"
+            )
+        return self.first_epoch + periods
+
+    def logical_date(self, epoch: int) -> datetime:
+        """The logical date of ``epoch``'s run."""
+        if epoch < self.first_epoch:
+            raise EpochError(f"epoch {epoch} is before the first epoch {self.first_epoch}")
+        return self.first + (epoch - self.first_epoch) * self.period
+
+    def describe(self) -> str:
+        """A short human description, used in error messages."""
+        return f"(epoch {self.first_epoch} at {self.first.isoformat()}, one every {self.period})"

@@ -1,0 +1,63 @@
+"""The command-line contract between the Airflow operator and the job runtime.
+
+The operator renders a :class:`JobSpec` as ``spark-submit`` application arguments; the
+runtime parses them back. Keeping both directions here means the two sides cannot drift.
+
+>>> from policies.regimes import EagerCheckpoint
+>>> spec = JobSpec("orders", "aggregate", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", inputs=("ingest",))
+>>> JobSpec.parse(spec.argv()) == spec
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Sequence
+
+from policies.regimes import Regime, RegimeError
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the operator tells a job: which task, which epoch, under which regime, reading what."""
+
+    dag_id: str
+    task_id: str
+    epoch: int
+    regime: Regime
+    run_id: str
+    try_number: int = 1
+    map_index: int = -1
+    incarnation: int = 0
+    inputs: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, argv: Sequence[str] | None = None) -> "JobSpec":
+        parser = argparse.ArgumentParser(description="Run one epoch of a Falkirk task.")
+        parser.add_argument("--dag-id", required=True)
+        parser.add_argument("--task-id", required=True)
+        parser.add_argument("--epoch", required=True, type=int)
+        parser.add_argument("--regime", required=True, help="e.g. eager_checkpoint, batch(log_outputs=true)")
+        parser.add_argument("--run-id", required=True)
+        parser.add_argument("--try-number", type=int, default=1)
+        parser.add_argument("--map-index", type=int, default=-1)
+        parser.add_argument("--incarnation", type=int, default=0)
+        parser.add_argument("--input", action="append", default=[], dest="inputs",
+                            help="an upstream task whose output this job reads (repeatable)")
+        ns = parser.parse_args(argv)
+        try:
+            regime = Regime.parse(ns.regime)
+        except RegimeError as exc:
+            parser.error(f"--regime: {exc}")
+        return cls(ns.dag_id, ns.task_id, ns.epoch, regime, ns.run_id, ns.try_number, ns.map_index,
+                   ns.incarnation, tuple(ns.inputs))
+
+    def argv(self) -> list[str]:
+        """The command line that :meth:`parse` reads back."""
+        out = ["--dag-id", self.dag_id, "--task-id", self.task_id, "--epoch", str(self.epoch),
+               "--regime", self.regime.spec(), "--run-id", self.run_id, "--try-number", str(self.try_number),
+               "--map-index", str(self.map_index), "--incarnation", str(self.incarnation)]
+        for name in self.inputs:
+            out += ["--input", name]
+        return out

@@ -1,0 +1,175 @@
+"""The checkpoint ledger: one row per committed (task, epoch), in a Delta table.
+
+A ledger row is the commit point of a task's epoch. The job runtime writes the task's
+outputs and state first (each an idempotent Delta commit, see
+:mod:`policies.epoch_tables`) and appends the ledger row last, so a (task, epoch) is
+checkpointed exactly when its row exists. The row records what the Falkirk Wheel calls
+Ξ(p, f): the regime, the frontier (all epochs up to and including this one), and where
+the state and outputs were written, with their Delta versions and row counts.
+
+The ledger is append-only. Appends are idempotent per (task, epoch, incarnation): a
+second append of the same key changes nothing.
+
+>>> import tempfile
+>>> from policies.store import StoreConfig
+>>> root = tempfile.mkdtemp()
+>>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
+>>> entry = LedgerEntry(dag_id="orders", task_id="ingest", epoch=1, regime="ephemeral",
+...                     run_id="epoch-1", try_number=1)
+>>> ledger.append(entry), ledger.append(entry)
+(True, False)
+>>> [(e.task_id, e.epoch) for e in ledger.entries("orders")]
+[('ingest', 1)]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+
+from policies.epoch_tables import CommitKey, append_once, open_table
+from policies.regimes import Regime, RegimeError
+from policies.store import StoreConfig
+
+SCHEMA = pa.schema(
+    [
+        pa.field("dag_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("map_index", pa.int32(), nullable=False),
+        pa.field("epoch", pa.int64(), nullable=False),
+        pa.field("incarnation", pa.int32(), nullable=False),
+        pa.field("regime", pa.string(), nullable=False),
+        # The frontier this checkpoint restores to: every epoch <= `epoch` (spec §1.3 notation).
+        pa.field("frontier", pa.string(), nullable=False),
+        pa.field("state_uri", pa.string()),
+        pa.field("state_tier", pa.string()),
+        pa.field("state_version", pa.int64()),
+        pa.field("state_rows", pa.int64()),
+        # JSON list of {"name", "uri", "tier", "version", "rows"}, one per output table.
+        pa.field("outputs", pa.string(), nullable=False),
+        pa.field("output_rows", pa.int64(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("try_number", pa.int32(), nullable=False),
+        pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+class LedgerError(ValueError):
+    """A ledger row that is malformed; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    """Where one output table of a (task, epoch) was committed."""
+
+    name: str
+    uri: str
+    tier: str
+    version: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One checkpoint of one task: the metadata of its (task, epoch) commit."""
+
+    dag_id: str
+    task_id: str
+    epoch: int
+    regime: str
+    run_id: str
+    try_number: int
+    map_index: int = -1
+    incarnation: int = 0
+    state_uri: str | None = None
+    state_tier: str | None = None
+    state_version: int | None = None
+    state_rows: int | None = None
+    outputs: tuple[OutputRef, ...] = ()
+    committed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    def __post_init__(self) -> None:
+        for name in ("dag_id", "task_id", "run_id"):
+            if not getattr(self, name):
+                raise LedgerError(f"ledger entry: {name} is empty")
+        if not isinstance(self.epoch, int) or self.epoch < 0:
+            raise LedgerError(f"ledger entry: epoch={self.epoch!r} must be a whole number >= 0")
+        try:
+            Regime.parse(self.regime)
+        except RegimeError as exc:
+            raise LedgerError(f"ledger entry: regime: {exc}") from exc
+
+    @property
+    def key(self) -> CommitKey:
+        return CommitKey(self.dag_id, self.task_id, self.epoch, self.map_index, self.incarnation)
+
+    @property
+    def frontier(self) -> dict[str, int]:
+        """The checkpoint's frontier in scenario-file notation: all epochs through this one."""
+        return {"through": self.epoch}
+
+    @property
+    def output_rows(self) -> int:
+        return sum(o.rows for o in self.outputs)
+
+    def to_row(self) -> dict[str, Any]:
+        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        row["outputs"] = json.dumps([asdict(o) for o in self.outputs], sort_keys=True)
+        row["frontier"] = json.dumps(self.frontier)
+        row["output_rows"] = self.output_rows
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "LedgerEntry":
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in row.items() if k in names}
+        values["outputs"] = tuple(OutputRef(**o) for o in json.loads(row["outputs"]))
+        return cls(**values)
+
+
+class Ledger:
+    """The ledger table of a store. Reads and appends go through delta-rs; no JVM."""
+
+    def __init__(self, store: StoreConfig) -> None:
+        self.store = store
+        self.uri = store.ledger_uri
+
+    def append(self, entry: LedgerEntry) -> bool:
+        """Record ``entry``; ``False`` when that (task, epoch, incarnation) is already recorded."""
+        table = pa.Table.from_pylist([entry.to_row()], schema=SCHEMA)
+        return append_once(self.uri, table, entry.key, self.store.options_for(self.uri)).applied
+
+    def entries(self, dag_id: str | None = None) -> list[LedgerEntry]:
+        """The ledger's rows (of one DAG if given), ordered by epoch, then task and map index."""
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        if table is None:
+            return []
+        filters = [("dag_id", "=", dag_id)] if dag_id else None
+        rows = table.to_pyarrow_table(filters=filters).to_pylist()
+        seen: dict[tuple, LedgerEntry] = {}
+        # Two racing attempts may both append before either sees the other: keep the first.
+        for row in sorted(rows, key=lambda r: r["committed_at"]):
+            entry = LedgerEntry.from_row(row)
+            seen.setdefault((entry.key.app_id, entry.incarnation), entry)
+        return sorted(seen.values(), key=lambda e: (e.dag_id, e.epoch, e.task_id, e.map_index, e.incarnation))
+
+    def latest(self, dag_id: str, task_id: str, before_epoch: int, map_index: int = -1) -> LedgerEntry | None:
+        """The checkpoint of ``task_id`` with the greatest epoch below ``before_epoch``."""
+        candidates = [
+            e for e in self.entries(dag_id)
+            if e.task_id == task_id and e.map_index == map_index and e.epoch < before_epoch
+        ]
+        return max(candidates, key=lambda e: (e.epoch, e.incarnation), default=None)
+
+    def find(self, dag_id: str, task_id: str, epoch: int, map_index: int = -1) -> LedgerEntry | None:
+        """The (latest incarnation's) checkpoint of ``task_id`` at exactly ``epoch``."""
+        matches = [
+            e for e in self.entries(dag_id)
+            if e.task_id == task_id and e.map_index == map_index and e.epoch == epoch
+        ]
+        return max(matches, key=lambda e: e.incarnation, default=None)

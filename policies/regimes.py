@@ -1,0 +1,189 @@
+"""Fault-tolerance regimes: what a task persists each epoch, and where.
+
+A regime is a small immutable policy object attached to a task. It answers two
+questions the job runtime asks at commit time, and nothing else:
+
+* where do this epoch's outputs go (the durable store, or the volatile scratch tier)?
+* does this task keep state across epochs, and is this epoch's state durable?
+
+The regimes follow the Falkirk Wheel's Figure 1 (see ``ARCHITECTURE.md`` §3):
+
+>>> EagerCheckpoint().output_tier(epoch=3), EagerCheckpoint().state_tier(epoch=3)
+(<Tier.DURABLE: 'durable'>, <Tier.DURABLE: 'durable'>)
+>>> LazyCheckpoint(every=2).state_tier(epoch=3), LazyCheckpoint(every=2).state_tier(epoch=4)
+(<Tier.SCRATCH: 'scratch'>, <Tier.DURABLE: 'durable'>)
+>>> Batch(log_outputs=True).output_tier(epoch=1), Ephemeral().state_tier(epoch=1) is None
+(<Tier.DURABLE: 'durable'>, True)
+
+Regimes round-trip through a short text form, used on ``spark-submit`` command lines
+and in ledger rows:
+
+>>> Regime.parse("lazy_checkpoint(every=5)")
+LazyCheckpoint(every=5, log_outputs=False)
+>>> Regime.parse(Batch(log_outputs=True).spec())
+Batch(log_outputs=True)
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+
+class Tier(str, enum.Enum):
+    """Where a table lives: the durable store survives worker loss, scratch does not."""
+
+    DURABLE = "durable"
+    SCRATCH = "scratch"
+
+
+class RegimeError(ValueError):
+    """A regime was written or configured wrongly; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Base class of the four regimes. Use a subclass; see the module docstring."""
+
+    name: ClassVar[str] = ""
+    keeps_state: ClassVar[bool] = False
+
+    def output_tier(self, epoch: int) -> Tier:
+        """The tier that receives this task's outputs for ``epoch``."""
+        raise NotImplementedError
+
+    def state_tier(self, epoch: int) -> Tier | None:
+        """The tier that receives this task's state after ``epoch``; ``None`` if stateless."""
+        return None
+
+    def spec(self) -> str:
+        """The text form, e.g. ``batch(log_outputs=true)``; :meth:`parse` reads it back."""
+        args = ", ".join(f"{k}={_format_value(v)}" for k, v in self._args().items())
+        return f"{self.name}({args})" if args else self.name
+
+    def _args(self) -> dict[str, object]:
+        return {}
+
+    @staticmethod
+    def parse(text: str) -> "Regime":
+        """Read a regime from its text form (see :meth:`spec`).
+
+        >>> Regime.parse("eager_checkpoint")
+        EagerCheckpoint()
+        >>> Regime.parse("batch(logs=true)")
+        Traceback (most recent call last):
+        ...
+        policies.regimes.RegimeError: regime 'batch': unknown argument 'logs'; batch takes: log_outputs
+        """
+        match = re.fullmatch(r"\s*([a-z_]+)\s*(?:\((.*)\))?\s*", text or "")
+        if not match:
+            raise RegimeError(f"regime {text!r} is not of the form name or name(arg=value, ...)")
+        name, arg_text = match.group(1), match.group(2)
+        cls = _REGIMES.get(name)
+        if cls is None:
+            raise RegimeError(f"unknown regime {name!r}; choose one of: {', '.join(sorted(_REGIMES))}")
+        kwargs: dict[str, object] = {}
+        allowed = [f.name for f in fields(cls)]
+        for part in filter(None, (p.strip() for p in (arg_text or "").split(","))):
+            key, sep, value = part.partition("=")
+            key = key.strip()
+            if not sep:
+                raise RegimeError(f"regime {name!r}: argument {part!r} must be written as name=value")
+            if key not in allowed:
+                taken = ", ".join(allowed) or "no arguments"
+                raise RegimeError(f"regime {name!r}: unknown argument {key!r}; {name} takes: {taken}")
+            kwargs[key] = _parse_value(value.strip())
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Ephemeral(Regime):
+    """Persists nothing: outputs live in scratch, the source keeps inputs until acknowledged."""
+
+    name: ClassVar[str] = "ephemeral"
+
+    def output_tier(self, epoch: int) -> Tier:
+        return Tier.SCRATCH
+
+
+@dataclass(frozen=True)
+class Batch(Regime):
+    """Stateless; with ``log_outputs=True`` its outputs are durable, a firewall for upstream."""
+
+    log_outputs: bool = False
+    name: ClassVar[str] = "batch"
+
+    def __post_init__(self) -> None:
+        _require_bool(self.name, "log_outputs", self.log_outputs)
+
+    def output_tier(self, epoch: int) -> Tier:
+        return Tier.DURABLE if self.log_outputs else Tier.SCRATCH
+
+    def _args(self) -> dict[str, object]:
+        return {"log_outputs": self.log_outputs}
+
+
+@dataclass(frozen=True)
+class LazyCheckpoint(Regime):
+    """Keeps state; saves it durably every ``every`` epochs and to scratch in between."""
+
+    every: int = 1
+    log_outputs: bool = False
+    name: ClassVar[str] = "lazy_checkpoint"
+    keeps_state: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
+            raise RegimeError(
+                f"lazy_checkpoint: every={self.every!r} must be a whole number of epochs >= 1"
+            )
+        _require_bool(self.name, "log_outputs", self.log_outputs)
+
+    def output_tier(self, epoch: int) -> Tier:
+        return Tier.DURABLE if self.log_outputs else Tier.SCRATCH
+
+    def state_tier(self, epoch: int) -> Tier:
+        return Tier.DURABLE if epoch % self.every == 0 else Tier.SCRATCH
+
+    def _args(self) -> dict[str, object]:
+        return {"every": self.every, "log_outputs": self.log_outputs}
+
+
+@dataclass(frozen=True)
+class EagerCheckpoint(Regime):
+    """Keeps state; saves state and outputs durably every epoch, before the epoch is done."""
+
+    name: ClassVar[str] = "eager_checkpoint"
+    keeps_state: ClassVar[bool] = True
+
+    def output_tier(self, epoch: int) -> Tier:
+        return Tier.DURABLE
+
+    def state_tier(self, epoch: int) -> Tier:
+        return Tier.DURABLE
+
+
+_REGIMES: dict[str, type[Regime]] = {
+    cls.name: cls for cls in (Ephemeral, Batch, LazyCheckpoint, EagerCheckpoint)
+}
+
+
+def _require_bool(regime: str, field: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise RegimeError(f"{regime}: {field}={value!r} must be true or false")
+
+
+def _format_value(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _parse_value(text: str) -> object:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text

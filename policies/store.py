@@ -1,0 +1,108 @@
+"""Where the project's Delta tables live: a durable root and a scratch root.
+
+The durable root is a local path or an ``s3://`` URI (AWS S3, MinIO, any S3-compatible
+server); the scratch root is a local directory standing for a worker's volatile disk.
+Both come from the environment so that Airflow components, ``spark-submit``'ed drivers
+and tests agree on them:
+
+* ``FALKIRK_STORE_URI``: the durable root (required).
+* ``FALKIRK_SCRATCH_URI``: the scratch root (default: ``<durable root>/../scratch`` for a
+  local durable root; required when the durable root is remote).
+* for ``s3://``: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+  ``AWS_REGION`` and ``AWS_ALLOW_HTTP`` as delta-rs reads them.
+
+>>> store = StoreConfig(durable_uri="/data/falkirk", scratch_uri="/tmp/falkirk-scratch")
+>>> store.table_uri(Tier.DURABLE, "orders", "aggregate", "state")
+'/data/falkirk/orders/aggregate/state'
+>>> store.ledger_uri
+'/data/falkirk/_falkirk/ledger'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from policies.regimes import Tier
+
+STORE_ENV = "FALKIRK_STORE_URI"
+SCRATCH_ENV = "FALKIRK_SCRATCH_URI"
+_S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ALLOW_HTTP")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+class StoreError(ValueError):
+    """The store is configured wrongly; the message names the setting and the fix."""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """The durable and scratch roots and the options delta-rs needs to reach them."""
+
+    durable_uri: str
+    scratch_uri: str
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, uri in (("durable_uri", self.durable_uri), ("scratch_uri", self.scratch_uri)):
+            if not uri:
+                raise StoreError(f"StoreConfig.{name} is empty; give a local path or an s3:// URI")
+            if "://" in uri and not uri.startswith(("s3://", "file://")):
+                raise StoreError(f"StoreConfig.{name}={uri!r}: only local paths and s3:// URIs are supported")
+        object.__setattr__(self, "durable_uri", _normalise(self.durable_uri))
+        object.__setattr__(self, "scratch_uri", _normalise(self.scratch_uri))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "StoreConfig":
+        """Read the configuration from ``FALKIRK_*`` and ``AWS_*`` environment variables."""
+        env = os.environ if environ is None else environ
+        durable = env.get(STORE_ENV, "").strip()
+        if not durable:
+            raise StoreError(
+                f"{STORE_ENV} is not set: set it to a local directory or an s3:// URI for the durable store"
+            )
+        scratch = env.get(SCRATCH_ENV, "").strip()
+        if not scratch:
+            if _is_remote(durable):
+                raise StoreError(f"{SCRATCH_ENV} is not set: with a remote {STORE_ENV}, name a local scratch directory")
+            scratch = str(Path(durable).parent / "scratch")
+        options = {k: env[k] for k in _S3_ENV if env.get(k)} if _is_remote(durable) else {}
+        return cls(durable_uri=durable, scratch_uri=scratch, storage_options=options)
+
+    def env(self) -> dict[str, str]:
+        """The environment variables that reproduce this configuration in another process."""
+        return {STORE_ENV: self.durable_uri, SCRATCH_ENV: self.scratch_uri, **self.storage_options}
+
+    def root(self, tier: Tier) -> str:
+        return self.durable_uri if tier is Tier.DURABLE else self.scratch_uri
+
+    def table_uri(self, tier: Tier, dag_id: str, task_id: str, table: str) -> str:
+        """The URI of one of a task's tables (``output``, ``state``) in ``tier``."""
+        for label, part in (("dag_id", dag_id), ("task_id", task_id), ("table", table)):
+            if not _NAME.fullmatch(part):
+                raise StoreError(f"{label}={part!r} cannot name a table: use letters, digits, '_', '-' and '.'")
+        return f"{self.root(tier)}/{dag_id}/{task_id}/{table}"
+
+    @property
+    def ledger_uri(self) -> str:
+        """The ledger table, always in the durable store."""
+        return f"{self.durable_uri}/_falkirk/ledger"
+
+    def options_for(self, uri: str) -> dict[str, str] | None:
+        """delta-rs ``storage_options`` for ``uri`` (``None`` for local paths)."""
+        return dict(self.storage_options) if _is_remote(uri) and self.storage_options else None
+
+
+def _is_remote(uri: str) -> bool:
+    return uri.startswith("s3://")
+
+
+def _normalise(uri: str) -> str:
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    if _is_remote(uri):
+        return uri.rstrip("/")
+    return str(Path(uri).expanduser().resolve())

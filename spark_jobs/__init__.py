@@ -1,0 +1,1 @@
+"""Spark jobs and the job runtime. Imports ``policies``; never ``plugins``."""

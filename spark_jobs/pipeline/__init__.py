@@ -1,0 +1,1 @@
+"""The demo pipeline: ingest (Ephemeral) -> aggregate (EagerCheckpoint) -> publish (Batch, logged)."""

@@ -1,0 +1,32 @@
+"""(f) docker-compose.yml validates (Debian's docker-compose parses and resolves it) and
+declares the multi-machine shape: Postgres-backed Airflow, Spark master and worker, MinIO."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compose_file_validates_and_declares_the_services() -> None:
+    docker_compose = shutil.which("docker-compose")
+    assert docker_compose, "docker-compose is missing: `make test` installs it (Debian package docker-compose)"
+    proc = subprocess.run([docker_compose, "-f", str(ROOT / "docker-compose.yml"), "config"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    services = yaml.safe_load(proc.stdout)["services"]
+    assert {"postgres", "minio", "minio-create-bucket", "airflow-init", "airflow-api-server", "airflow-scheduler",
+            "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker"} <= set(services)
+    for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
+        env = services[name]["environment"]
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql")
+        assert env["FALKIRK_STORE_URI"] == "s3://falkirk/store"
+        assert env["AWS_ENDPOINT_URL"] == "http://minio:9000"
+        assert "spark://spark-master:7077" in env["AIRFLOW_CONN_SPARK_DEFAULT"]
+        assert any(str(v).endswith(":/opt/falkirk:rw") or "/opt/falkirk" in str(v) for v in services[name]["volumes"])
+    assert "mc mb --ignore-existing local/falkirk" in str(services["minio-create-bucket"]["entrypoint"])
+    assert "spark://spark-master:7077" in " ".join(services["spark-worker"]["command"])

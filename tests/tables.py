@@ -1,0 +1,35 @@
+"""Reading the project's Delta tables back in tests (through delta-rs, as the plugin does)."""
+
+from __future__ import annotations
+
+from policies.regimes import Tier
+from policies.store import StoreConfig
+from deltalake import DeltaTable
+
+DAG_ID = "falkirk_orders"
+# table -> tier of the demo pipeline's regimes
+TABLES = {
+    "ingest/output": Tier.SCRATCH,
+    "aggregate/output": Tier.DURABLE,
+    "aggregate/state": Tier.DURABLE,
+    "publish/output": Tier.DURABLE,
+}
+
+
+def table_rows(store: StoreConfig, name: str) -> list[dict]:
+    task, table = name.split("/")
+    uri = store.table_uri(TABLES[name], DAG_ID, task, table)
+    return DeltaTable(uri, storage_options=store.options_for(uri)).to_pyarrow_table().to_pylist()
+
+
+def snapshot(store: StoreConfig) -> dict[str, tuple[int, list[tuple]]]:
+    """Every table's Delta version and exact content, the ledger included."""
+    from tests.oracle import canonical
+
+    uris = {name: store.table_uri(tier, DAG_ID, *name.split("/")) for name, tier in TABLES.items()}
+    uris["ledger"] = store.ledger_uri
+    out = {}
+    for name, uri in uris.items():
+        dt = DeltaTable(uri, storage_options=store.options_for(uri))
+        out[name] = (dt.version(), canonical(dt.to_pyarrow_table().to_pylist()))
+    return out

@@ -1,0 +1,38 @@
+"""The import arrows of ARCHITECTURE.md §4: dags -> plugins -> policies <- spark_jobs."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported_roots(folder: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            for name in names:
+                found.setdefault(name.split(".")[0], set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+@pytest.mark.parametrize("folder, forbidden", [
+    ("policies", {"airflow", "pyspark", "plugins", "spark_jobs", "dags", "devstack"}),
+    ("spark_jobs", {"plugins", "airflow", "dags", "devstack"}),
+    ("plugins", {"spark_jobs", "pyspark", "dags", "devstack"}),
+])
+def test_layers_do_not_import_across(folder: str, forbidden: set[str]) -> None:
+    roots = imported_roots(folder)
+    assert not {k: v for k, v in roots.items() if k in forbidden}
+
+
+def test_the_checker_sees_imports() -> None:  # guards against a checker that finds nothing
+    assert "pyspark" in imported_roots("spark_jobs") and "airflow" in imported_roots("plugins")

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from policies import CommitKey, EpochTableError, Ledger, LedgerEntry, LedgerError, OutputRef, StoreConfig, StoreError, Tier, commit_epoch, read_epoch
+
+
+def test_store_config_from_env(tmp_path: Path) -> None:
+    store = StoreConfig.from_env({"FALKIRK_STORE_URI": str(tmp_path / "store")})
+    assert store.scratch_uri == str(tmp_path / "scratch") and store.storage_options == {}
+    s3 = StoreConfig.from_env({"FALKIRK_STORE_URI": "s3://b/p/", "FALKIRK_SCRATCH_URI": str(tmp_path),
+                               "AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_REGION": "x", "HOME": "/"})
+    assert s3.durable_uri == "s3://b/p" and s3.storage_options == {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_REGION": "x"}
+    assert s3.table_uri(Tier.DURABLE, "d", "t", "state") == "s3://b/p/d/t/state"
+    assert s3.options_for(s3.table_uri(Tier.SCRATCH, "d", "t", "output")) is None
+    assert StoreConfig.from_env(s3.env()) == s3
+
+
+@pytest.mark.parametrize("env, message", [
+    ({}, "FALKIRK_STORE_URI is not set"),
+    ({"FALKIRK_STORE_URI": "s3://b"}, "FALKIRK_SCRATCH_URI is not set"),
+    ({"FALKIRK_STORE_URI": "gs://b", "FALKIRK_SCRATCH_URI": "/tmp"}, "only local paths and s3:// URIs"),
+])
+def test_store_config_errors_name_the_setting(env: dict, message: str) -> None:
+    with pytest.raises(StoreError, match=message):
+        StoreConfig.from_env(env)
+
+
+def test_table_names_are_checked(tmp_path: Path) -> None:
+    store = StoreConfig(str(tmp_path / "a"), str(tmp_path / "b"))
+    with pytest.raises(StoreError, match="task_id='../x' cannot name a table"):
+        store.table_uri(Tier.DURABLE, "d", "../x", "output")
+
+
+def test_commit_epoch_replaces_one_epoch_once(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    first = commit_epoch(uri, pa.table({"epoch": [1, 1], "v": [1, 2]}), CommitKey("d", "t", 1))
+    second = commit_epoch(uri, pa.table({"epoch": [2], "v": [3]}), CommitKey("d", "t", 2))
+    again = commit_epoch(uri, pa.table({"epoch": [1], "v": [99]}), CommitKey("d", "t", 1))
+    assert (first.applied, second.applied, again.applied) == (True, True, False)
+    assert (again.version, again.rows) == (1, 2)
+    assert DeltaTable(uri).version() == 1
+    assert read_epoch(uri, 1).column("v").to_pylist() == [1, 2]
+    # A new incarnation (after a rollback) replaces exactly that epoch's rows, atomically.
+    redo = commit_epoch(uri, pa.table({"epoch": [1], "v": [7]}), CommitKey("d", "t", 1, incarnation=1))
+    assert redo.applied and redo.version == 2
+    assert sorted(DeltaTable(uri).to_pyarrow_table().column("v").to_pylist()) == [3, 7]
+
+
+@pytest.mark.parametrize("rows, message", [
+    (pa.table({"v": [1]}), "rows have no 'epoch' column"),
+    (pa.table({"epoch": [1, 2], "v": [1, 2]}), "must be 1 in every row; found [1, 2]"),
+    (pa.table({"epoch": ["1"], "v": [1]}), "it must be an integer type"),
+])
+def test_bad_rows_are_rejected_and_change_nothing(tmp_path: Path, rows: pa.Table, message: str) -> None:
+    uri = str(tmp_path / "t")
+    commit_epoch(uri, pa.table({"epoch": [1], "v": [5]}), CommitKey("d", "t", 1, incarnation=0))
+    with pytest.raises(EpochTableError) as err:
+        commit_epoch(uri, rows, CommitKey("d", "t", 1, incarnation=1))
+    assert message in str(err.value)
+    assert DeltaTable(uri).version() == 0 and read_epoch(uri, 1).column("v").to_pylist() == [5]
+
+
+def test_ledger_appends_once_per_key_and_finds_checkpoints(tmp_path: Path) -> None:
+    ledger = Ledger(StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch")))
+    out = (OutputRef("output", "/x", "durable", 0, 3),)
+    entries = [LedgerEntry(dag_id="d", task_id="agg", epoch=e, regime="eager_checkpoint", run_id=f"r{e}",
+                           try_number=1, state_uri="/s", state_tier="durable", state_version=e, state_rows=2,
+                           outputs=out) for e in (1, 2, 4)]
+    assert [ledger.append(e) for e in entries] == [True, True, True]
+    assert ledger.append(entries[1]) is False
+    got = ledger.entries("d")
+    assert got == entries and got[0].output_rows == 3 and got[0].frontier == {"through": 1}
+    assert ledger.latest("d", "agg", before_epoch=4) == entries[1]
+    assert ledger.latest("d", "agg", before_epoch=1) is None
+    assert ledger.find("d", "agg", 4) == entries[2] and ledger.find("d", "agg", 3) is None
+    assert ledger.entries("other") == []
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"regime": "eager"}, "ledger entry: regime: unknown regime 'eager'"),
+    ({"epoch": -1}, "epoch=-1 must be a whole number >= 0"),
+    ({"run_id": ""}, "run_id is empty"),
+])
+def test_malformed_ledger_entries_are_refused(kwargs: dict, message: str) -> None:
+    base = dict(dag_id="d", task_id="t", epoch=1, regime="batch", run_id="r", try_number=1)
+    with pytest.raises(LedgerError, match=message):
+        LedgerEntry(**{**base, **kwargs})
