@@ -27,7 +27,8 @@ install: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt requirements.lock pyproject.toml
 	@$(MAKE) --no-print-directory java
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	@$(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip >/dev/null
+	$(PY) -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	$(UV) pip install --python $(PY) -r requirements.txt -c requirements.lock -e .
 	@touch $@
 

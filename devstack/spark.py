@@ -70,3 +70,28 @@ class StandaloneSpark:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def spark_submit(
+    application: Path,
+    args: list[str],
+    env: dict[str, str],
+    master: str = "local[2]",
+    timeout: float = 300,
+) -> "subprocess.CompletedProcess[str]":
+    """Run one job with the venv's ``spark-submit``, as the operator would; its output (the
+    JVM's and the Python driver's, interleaved) is in the result's ``stdout``."""
+    import subprocess
+
+    full_env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": str(VENV_BIN / "python"),
+        "PYSPARK_DRIVER_PYTHON": str(VENV_BIN / "python"),
+        "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        **env,
+    }
+    argv = [str(VENV_BIN / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.sql.shuffle.partitions=4", str(application), *args]
+    return subprocess.run(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)

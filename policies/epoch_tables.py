@@ -24,10 +24,11 @@ False
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 EPOCH = "epoch"
@@ -138,7 +139,45 @@ def read_epoch(uri: str, epoch: int, storage_options: dict[str, str] | None = No
     table = open_table(uri, storage_options)
     if table is None:
         raise EpochTableError(f"no Delta table at {uri}: has the task that writes it run for epoch {epoch}?")
-    return table.to_pyarrow_table(filters=[(EPOCH, "=", int(epoch))])
+    return scan(table, where={EPOCH: int(epoch)})
+
+
+def scan(table: DeltaTable, where: Mapping[str, int | str] | None = None,
+         columns: Sequence[str] | None = None) -> pa.Table:
+    """The rows of ``table`` whose columns equal the values in ``where`` (all rows if empty).
+
+    Reads go through delta-rs's own query engine rather than pyarrow's dataset scanner:
+    the scanner's C++ thread pool can abort the process at exit (``terminate called
+    without an active exception``, apache/arrow#34314), which a job or CLI must not do.
+    """
+    select = ", ".join(_quote_name(c) for c in columns) if columns else "*"
+    sql = f"SELECT {select} FROM t"
+    if where:
+        sql += " WHERE " + " AND ".join(f"{_quote_name(k)} = {_literal(v)}" for k, v in where.items())
+    rows = pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
+    return _without_view_types(rows)
+
+
+def _without_view_types(rows: pa.Table) -> pa.Table:
+    """Cast string/binary *view* columns (what delta-rs's engine returns) to the plain types
+    that Spark's Arrow conversion and most consumers accept."""
+    plain = {pa.types.is_string_view: pa.string(), pa.types.is_binary_view: pa.binary()}
+    fields = []
+    for f in rows.schema:
+        target = next((t for test, t in plain.items() if test(f.type)), None)
+        fields.append(f.with_type(target) if target is not None else f)
+    schema = pa.schema(fields, metadata=rows.schema.metadata)
+    return rows if schema.equals(rows.schema) else rows.cast(schema)
+
+
+def _quote_name(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: int | str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"scan: filter value {value!r} must be an int or a str")
+    return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
 
 
 def open_table(uri: str, storage_options: dict[str, str] | None = None) -> DeltaTable | None:
@@ -150,7 +189,7 @@ def open_table(uri: str, storage_options: dict[str, str] | None = None) -> Delta
 
 
 def _count_epoch(table: DeltaTable, epoch: int) -> int:
-    return table.to_pyarrow_table(columns=[EPOCH], filters=[(EPOCH, "=", int(epoch))]).num_rows
+    return scan(table, where={EPOCH: int(epoch)}, columns=[EPOCH]).num_rows
 
 
 def _check_rows(rows: pa.Table, epoch: int) -> None:

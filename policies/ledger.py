@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from policies.epoch_tables import CommitKey, append_once, open_table
+from policies.epoch_tables import CommitKey, append_once, open_table, scan
 from policies.regimes import Regime, RegimeError
 from policies.store import StoreConfig
 
@@ -149,8 +149,7 @@ class Ledger:
         table = open_table(self.uri, self.store.options_for(self.uri))
         if table is None:
             return []
-        filters = [("dag_id", "=", dag_id)] if dag_id else None
-        rows = table.to_pyarrow_table(filters=filters).to_pylist()
+        rows = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pylist()
         seen: dict[tuple, LedgerEntry] = {}
         # Two racing attempts may both append before either sees the other: keep the first.
         for row in sorted(rows, key=lambda r: r["committed_at"]):

@@ -39,6 +39,7 @@ from policies.epoch_tables import EPOCH, CommitKey, CommitResult, commit_epoch, 
 from policies.ledger import Ledger, LedgerEntry, OutputRef
 from policies.job_spec import JobSpec
 from policies.store import StoreConfig
+from spark_jobs.faults import crash_point
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
     from pyspark.sql import DataFrame, SparkSession
@@ -140,6 +141,7 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
                        f"drop it or use a checkpoint regime")
     key = CommitKey(args.dag_id, args.task_id, args.epoch, args.map_index, args.incarnation)
 
+    crash_point(args.task_id, args.epoch, "before-commit")
     outputs = []
     for name, frame in sorted(result.outputs.items()):
         tier = regime.output_tier(args.epoch)
@@ -147,6 +149,7 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
         outputs.append(OutputRef(name, written.uri, tier.value, written.version, written.rows))
         _say(f"  output {name!r} -> {tier.value} {written.uri} (v{written.version}, {written.rows} rows"
              + ("" if written.applied else ", already there") + ")")
+    crash_point(args.task_id, args.epoch, "after-outputs")
 
     state = None
     state_tier = regime.state_tier(args.epoch)
@@ -155,6 +158,7 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
         state = _commit_frame(store, uri, result.state, key)
         _say(f"  state -> {state_tier.value} {uri} (v{state.version}, {state.rows} rows"
              + ("" if state.applied else ", already there") + ")")
+    crash_point(args.task_id, args.epoch, "after-state")
 
     entry = LedgerEntry(
         dag_id=args.dag_id, task_id=args.task_id, epoch=args.epoch, regime=regime.spec(), run_id=args.run_id,

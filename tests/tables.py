@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from deltalake import DeltaTable
+
+from policies.epoch_tables import scan
 from policies.regimes import Tier
 from policies.store import StoreConfig
-from deltalake import DeltaTable
 
 DAG_ID = "falkirk_orders"
 # table -> tier of the demo pipeline's regimes
@@ -19,7 +21,7 @@ TABLES = {
 def table_rows(store: StoreConfig, name: str) -> list[dict]:
     task, table = name.split("/")
     uri = store.table_uri(TABLES[name], DAG_ID, task, table)
-    return DeltaTable(uri, storage_options=store.options_for(uri)).to_pyarrow_table().to_pylist()
+    return scan(DeltaTable(uri, storage_options=store.options_for(uri))).to_pylist()
 
 
 def snapshot(store: StoreConfig) -> dict[str, tuple[int, list[tuple]]]:
@@ -31,5 +33,5 @@ def snapshot(store: StoreConfig) -> dict[str, tuple[int, list[tuple]]]:
     out = {}
     for name, uri in uris.items():
         dt = DeltaTable(uri, storage_options=store.options_for(uri))
-        out[name] = (dt.version(), canonical(dt.to_pyarrow_table().to_pylist()))
+        out[name] = (dt.version(), canonical(scan(dt).to_pylist()))
     return out

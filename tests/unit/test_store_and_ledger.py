@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from policies.epoch_tables import scan
 from policies import CommitKey, EpochTableError, Ledger, LedgerEntry, LedgerError, OutputRef, StoreConfig, StoreError, Tier, commit_epoch, read_epoch
 
 
@@ -48,7 +49,7 @@ def test_commit_epoch_replaces_one_epoch_once(tmp_path: Path) -> None:
     # A new incarnation (after a rollback) replaces exactly that epoch's rows, atomically.
     redo = commit_epoch(uri, pa.table({"epoch": [1], "v": [7]}), CommitKey("d", "t", 1, incarnation=1))
     assert redo.applied and redo.version == 2
-    assert sorted(DeltaTable(uri).to_pyarrow_table().column("v").to_pylist()) == [3, 7]
+    assert sorted(scan(DeltaTable(uri)).column("v").to_pylist()) == [3, 7]
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -90,3 +91,26 @@ def test_malformed_ledger_entries_are_refused(kwargs: dict, message: str) -> Non
     base = dict(dag_id="d", task_id="t", epoch=1, regime="batch", run_id="r", try_number=1)
     with pytest.raises(LedgerError, match=message):
         LedgerEntry(**{**base, **kwargs})
+
+
+def test_reading_tables_never_aborts_the_process_at_exit(tmp_path: Path) -> None:
+    """pyarrow's dataset scanner aborted about half of such processes at exit; reads must not."""
+    import subprocess
+    import sys
+
+    store = StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch"))
+    Ledger(store).append(LedgerEntry(dag_id="d", task_id="t", epoch=1, regime="batch", run_id="r", try_number=1))
+    commit_epoch(str(tmp_path / "t"), pa.table({"epoch": [1] * 50, "v": list(range(50))}), CommitKey("d", "t", 1))
+    code = (
+        "import sys; from policies import Ledger, StoreConfig, read_epoch\n"
+        f"assert len(Ledger(StoreConfig({store.durable_uri!r}, {store.scratch_uri!r})).entries('d')) == 1\n"
+        f"assert read_epoch({str(tmp_path / 't')!r}, 1).num_rows == 50\n"
+    )
+    codes = [subprocess.run([sys.executable, "-c", code], capture_output=True).returncode for _ in range(6)]
+    assert codes == [0] * 6
+
+
+def test_reads_return_plain_arrow_types(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    commit_epoch(uri, pa.table({"epoch": [1], "s": ["x"], "b": [b"y"]}), CommitKey("d", "t", 1))
+    assert read_epoch(uri, 1).schema.types == [pa.int64(), pa.string(), pa.binary()]

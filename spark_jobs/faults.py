@@ -1,0 +1,48 @@
+"""Deterministic failure injection: make a job die at a named point of its commit.
+
+For tests and recovery drills. The runtime calls :func:`crash_point` between its
+commits; when ``FALKIRK_CRASH_AT`` names this task, epoch and step, the process ends at
+once with exit status :data:`CRASH_EXIT_CODE`, with no cleanup, as a worker that loses
+power mid-commit would.
+
+``FALKIRK_CRASH_AT`` holds ``task_id:epoch:step`` entries separated by commas, where
+``step`` is one of :data:`STEPS`:
+
+>>> crash_requested("aggregate", 2, "after-outputs", "ingest:1:before-commit,aggregate:2:after-outputs")
+True
+>>> crash_requested("aggregate", 3, "after-outputs", "aggregate:2:after-outputs")
+False
+>>> crash_requested("aggregate", 2, "halfway", "aggregate:2:halfway")
+Traceback (most recent call last):
+...
+ValueError: FALKIRK_CRASH_AT: unknown step 'halfway' in 'aggregate:2:halfway'; steps are before-commit, after-outputs, after-state
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+CRASH_ENV = "FALKIRK_CRASH_AT"
+CRASH_EXIT_CODE = 86
+STEPS = ("before-commit", "after-outputs", "after-state")
+
+
+def crash_requested(task_id: str, epoch: int, step: str, setting: str | None) -> bool:
+    """Whether ``setting`` (the value of ``FALKIRK_CRASH_AT``) asks for a crash here."""
+    for entry in filter(None, (e.strip() for e in (setting or "").split(","))):
+        parts = entry.split(":")
+        if len(parts) != 3 or not parts[1].lstrip("-").isdigit():
+            raise ValueError(f"{CRASH_ENV}: {entry!r} is not task_id:epoch:step")
+        if parts[2] not in STEPS:
+            raise ValueError(f"{CRASH_ENV}: unknown step {parts[2]!r} in {entry!r}; steps are {', '.join(STEPS)}")
+        if (parts[0], int(parts[1]), parts[2]) == (task_id, epoch, step):
+            return True
+    return False
+
+
+def crash_point(task_id: str, epoch: int, step: str) -> None:
+    """End the process here if ``FALKIRK_CRASH_AT`` asks for it."""
+    if crash_requested(task_id, epoch, step, os.environ.get(CRASH_ENV)):
+        print(f"[falkirk] injected crash: {task_id} epoch {epoch} at {step}", file=sys.stderr, flush=True)
+        os._exit(CRASH_EXIT_CODE)
