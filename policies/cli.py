@@ -1,0 +1,48 @@
+"""The ``falkirk`` command line.
+
+``falkirk solve SCENARIO.json`` prints the answer to a rollback scenario as JSON on
+stdout and exits 0. An invalid scenario prints one line naming the offending field on
+stderr, nothing on stdout, and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from policies.scenario import ScenarioError, load_scenario
+
+EXIT_INVALID = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="falkirk", description="Falkirk Wheel rollback recovery tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    solve = sub.add_parser("solve", help="answer a rollback scenario (falkirk-scenario/1) as JSON")
+    solve.add_argument("scenario", help="path to the scenario file, or - for standard input")
+    args = parser.parse_args(argv)
+
+    try:
+        text = sys.stdin.read() if args.scenario == "-" else open(args.scenario, encoding="utf-8").read()
+    except OSError as exc:
+        print(f"{args.scenario}: cannot read: {exc.strerror}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        print(f"(file): not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        scenario = load_scenario(doc)
+    except ScenarioError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INVALID
+    json.dump(scenario.answer(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

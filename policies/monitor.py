@@ -1,0 +1,76 @@
+"""The monitor: low-watermarks and what they let the system forget (spec §4.1–§4.2).
+
+The low-watermark of p is the frontier the solver chooses when **no** processor offers ⊤:
+p will never roll back further, whatever fails. When it rises to f:
+
+* p may drop Ξ(p, f′) and S(p, f′) for every checkpoint f′ ⊊ f (f itself is kept);
+* each sender on an input edge d of p may trim from L(d, ·) the messages at times in f;
+* an input processor acknowledges the external inputs it ingested at times in f.
+
+In the example, i discards what it sends (D̄ = f), so it waits for o to acknowledge.
+:class:`Monitor` keeps the chains and updates the watermarks incrementally as
+checkpoints are reported.
+
+>>> from policies.times import EPOCH
+>>> from policies.graph import Edge, Graph, Processor
+>>> from policies.metadata import Chain, Checkpoint
+>>> g = Graph([Processor("i", EPOCH), Processor("o", EPOCH)], [Edge("e", "i", "o")])
+>>> m = Monitor(g, {"i": Chain(EPOCH, [Checkpoint(0, N=0, D={"e": 0}), Checkpoint(2, N=0, D={"e": 2})]),
+...                 "o": Chain(EPOCH, [Checkpoint(0, M={"e": 0}, N=0)])}, notifications=False)
+>>> m.watermarks()
+{'i': 0, 'o': 0}
+>>> m.report("o", Checkpoint(2, M={"e": 2}, N=0))   # o acknowledged epochs < 2: both rise
+{'i': 2, 'o': 2}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from policies.graph import Graph
+from policies.metadata import Chain, Checkpoint
+from policies.solver import Solution, Solver
+from policies.times import Bound
+
+
+def low_watermarks(graph: Graph, chains: Mapping[str, Chain], notifications: bool = True) -> Solution:
+    """The greatest consistent frontiers with no ⊤ anywhere (persisted checkpoints only)."""
+    return Solver(graph, {p: c.without_top() for p, c in chains.items()}, notifications).solve()
+
+
+@dataclass(frozen=True)
+class Garbage:
+    """What a set of low-watermarks makes collectable."""
+
+    drop_checkpoints: Mapping[str, list[int]]  # per processor, indexes into F*(p) below the watermark
+    trim_logs: Mapping[str, Bound]  # per edge: its log may drop messages at times (receiver's domain) in this frontier
+    acknowledge: Mapping[str, Bound]  # per input processor (no input edges): inputs at these times are done
+
+
+def garbage(graph: Graph, solution: Solution) -> Garbage:
+    """The checkpoints, log entries and inputs that the low-watermarks in ``solution`` release."""
+    drop = {pid: list(range(solution.index[pid])) for pid in graph.ids()}
+    trim = {e.id: solution.bound(e.dst) for e in graph.edges}
+    ack = {pid: solution.bound(pid) for pid in graph.ids() if not graph.in_edges(pid)}
+    return Garbage(drop, trim, ack)
+
+
+class Monitor:
+    """Low-watermarks kept up to date as processors report persisted checkpoints."""
+
+    def __init__(self, graph: Graph, chains: Mapping[str, Chain], notifications: bool = True) -> None:
+        self.graph = graph
+        self.solver = Solver(graph, {p: c.without_top() for p, c in chains.items()}, notifications)
+        self.solution = self.solver.solve()
+
+    def watermarks(self) -> dict[str, Bound]:
+        return {pid: self.solution.bound(pid) for pid in self.graph.ids()}
+
+    def report(self, pid: str, checkpoint: Checkpoint) -> dict[str, Bound]:
+        """Record Ξ(pid, f) once storage has acknowledged it; returns the new low-watermarks."""
+        self.solution = self.solver.add_checkpoint(pid, checkpoint)
+        return self.watermarks()
+
+    def garbage(self) -> Garbage:
+        return garbage(self.graph, self.solution)

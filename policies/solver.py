@@ -1,0 +1,226 @@
+"""The consistent-rollback solver: the Figure 6 fixed point of the Falkirk Wheel (spec §2).
+
+Given every processor's F*(p) (a :class:`~policies.metadata.Chain`), choose f(p) ∈ F*(p)
+and a notification frontier f_n(p) so that
+
+* C2: D̄(e, f(p)) ⊆ f(dst e) for every output edge e of p;
+* C3: M̄(d, f(p)) ⊆ φ(d)(f(src d)) for every input edge d;
+* C4 (when notifications are on): f_n(p) ⊆ f(p), N̄(p, f(p)) ⊆ f_n(p) and
+  f_n(p) ⊆ φ(d)(f_n(src d)) for every input edge d.
+
+The answer is the **greatest** such choice. It exists and is unique because every
+constraint has the form monotone(x) ⊆ monotone(y) over chains, and descending from the
+top reaches it in any visiting order. This module iterates with a worklist: a processor
+is revisited only when a neighbour's f or f_n changed, so the work follows the damage.
+
+Incremental updates reuse the previous answer:
+
+* :meth:`Solver.fail` (a processor loses ⊤): the new answer lies below the old one, so
+  descending from the old answer is exact;
+* :meth:`Solver.add_checkpoint`: the new answer lies above the old one, and only
+  processors linked to the new checkpoint's processor through processors that can rise
+  may change; those restart from the top of their chains and the rest keep their values.
+
+>>> from policies.graph import Edge, Graph, Processor
+>>> from policies.metadata import Chain, Checkpoint
+>>> from policies.times import EPOCH, INF
+>>> g = Graph([Processor("u", EPOCH), Processor("v", EPOCH, failed=True)], [Edge("e", "u", "v")])
+>>> chains = {
+...     "u": Chain(EPOCH, [Checkpoint(0, N=0, D={"e": 0}), Checkpoint(2, N=0, D={"e": 1}),
+...                        Checkpoint(INF, N=0, D={"e": 3})]),
+...     "v": Chain(EPOCH, [Checkpoint(0, M={"e": 0}, N=0), Checkpoint(2, M={"e": 2}, N=0)], failed=True),
+... }
+>>> answer = Solver(g, chains, notifications=False).solve()
+>>> answer.index, answer.bound("u"), answer.bound("v")
+({'u': 1, 'v': 1}, 2, 2)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from policies.graph import Edge, Graph
+from policies.metadata import Chain, Checkpoint
+from policies.projections import Projection, Recorded, make_projection
+from policies.times import Bound
+
+
+class SolverError(ValueError):
+    """A problem the solver cannot take as given; the message names the processor or edge."""
+
+
+@dataclass(frozen=True)
+class Solution:
+    """The greatest consistent frontiers: an index into each F*(p), and f_n(p)."""
+
+    index: Mapping[str, int]
+    notification: Mapping[str, Bound]
+    chains: Mapping[str, Chain]
+    visits: int = 0
+
+    def bound(self, pid: str) -> Bound:
+        """The bound of f(pid)."""
+        return self.chains[pid][self.index[pid]].f
+
+    def checkpoint(self, pid: str) -> Checkpoint:
+        return self.chains[pid][self.index[pid]]
+
+
+class Solver:
+    """Holds one rollback problem and its current answer; see the module docstring."""
+
+    def __init__(self, graph: Graph, chains: Mapping[str, Chain], notifications: bool = True) -> None:
+        self.graph = graph
+        self.notifications = notifications
+        self.chains: dict[str, Chain] = {}
+        for p in graph.processors:
+            if p.id not in chains:
+                raise SolverError(f"processor {p.id!r} has no checkpoint chain")
+            self.chains[p.id] = chains[p.id]
+        self.phi: dict[str, Projection] = {}
+        for e in graph.edges:
+            src, dst = graph.processor(e.src).domain, graph.processor(e.dst).domain
+            phi = make_projection(e.phi, src, dst)
+            if isinstance(phi, Recorded):
+                self._record(phi, e)
+            self.phi[e.id] = phi
+        self._in = {pid: graph.in_edges(pid) for pid in graph.ids()}
+        self._out = {pid: graph.out_edges(pid) for pid in graph.ids()}
+        self._domain = {p.id: p.domain for p in graph.processors}
+        self.index: dict[str, int] = {}
+        self.fn: dict[str, Bound] = {}
+        self.visits = 0
+
+    def _record(self, phi: Recorded, edge: Edge) -> None:
+        phi.at, phi.values = [], []
+        for i, c in enumerate(self.chains[edge.src]):
+            if c.f == phi.src.top:
+                continue  # φ(⊤) = ⊤ whatever was stored
+            if edge.id not in c.phi:
+                raise SolverError(f"processor {edge.src!r} checkpoint {i}: edge {edge.id!r} is recorded "
+                                  f"but its φ value is missing")
+            phi.record(c.f, c.phi[edge.id])
+
+    # -- the fixed point --------------------------------------------------------------
+
+    def solve(self, order: Iterable[str] | None = None) -> Solution:
+        """Solve from the top of every chain, visiting processors first in ``order``."""
+        for pid, chain in self.chains.items():
+            self.index[pid] = len(chain) - 1
+            self.fn[pid] = chain[-1].f if self.notifications else self._domain[pid].empty
+        self.visits = 0
+        return self._run(list(order) if order is not None else self.graph.ids())
+
+    def fail(self, pid: str) -> Solution:
+        """``pid`` has failed: it keeps only its persisted checkpoints. Updates the answer incrementally."""
+        self._require_solved()
+        chain = self.chains[pid]
+        if chain.has_top:
+            self.chains[pid] = chain = chain.without_top()
+        chain.failed = True
+        top = len(chain) - 1
+        if self.index[pid] > top:
+            self.index[pid] = top
+            if self.notifications:
+                dom = self._domain[pid]
+                self.fn[pid] = dom.meet(self.fn[pid], chain[top].f)
+        return self._run([pid, *self.graph.neighbours(pid)])
+
+    def add_checkpoint(self, pid: str, checkpoint: Checkpoint) -> Solution:
+        """``pid`` persisted a new (largest) checkpoint. Updates the answer incrementally."""
+        self._require_solved()
+        self.chains[pid].append(checkpoint)
+        for e in self._out[pid]:
+            phi = self.phi[e.id]
+            if isinstance(phi, Recorded):
+                self._record(phi, e)
+        # Only processors that can rise may change, and they are linked to pid through
+        # processors that can rise (a processor at the top of its chain stays put and
+        # carries no change across). Raise those to their tops and descend again.
+        region, todo = {pid}, [pid]
+        while todo:
+            for q in self.graph.neighbours(todo.pop()):
+                if q not in region and self.index[q] < len(self.chains[q]) - 1:
+                    region.add(q)
+                    todo.append(q)
+        for q in region:
+            chain = self.chains[q]
+            self.index[q] = len(chain) - 1
+            if self.notifications:
+                self.fn[q] = chain[-1].f
+        self.visits = 0
+        frontier = set(region)
+        for q in region:
+            frontier.update(self.graph.neighbours(q))
+        return self._run([q for q in self.graph.ids() if q in frontier])
+
+    def _require_solved(self) -> None:
+        if not self.index:
+            raise SolverError("call solve() before an incremental update")
+
+    def _run(self, start: list[str]) -> Solution:
+        queue = deque(start)
+        queued = set(start)
+        while queue:
+            pid = queue.popleft()
+            queued.discard(pid)
+            self.visits += 1
+            f_changed, fn_changed = self._visit(pid)
+            if f_changed:
+                # C2 of upstream processors reads f(pid); C3 of downstream ones reads φ(f(pid)).
+                wake = [e.src for e in self._in[pid]] + [e.dst for e in self._out[pid]]
+            elif fn_changed:
+                wake = [e.dst for e in self._out[pid]]  # C4 downstream reads φ(f_n(pid))
+            else:
+                continue
+            for q in wake:
+                if q not in queued:
+                    queued.add(q)
+                    queue.append(q)
+        return Solution(dict(self.index), dict(self.fn), dict(self.chains), self.visits)
+
+    def _visit(self, pid: str) -> tuple[bool, bool]:
+        chain = self.chains[pid]
+        dom = self._domain[pid]
+        i = self.index[pid]
+        while i > 0 and not self._consistent(pid, chain[i]):
+            i -= 1
+        gn = dom.empty
+        if self.notifications:
+            gn = dom.meet(chain[i].f, self.fn[pid])
+            for d in self._in[pid]:
+                gn = dom.meet(gn, self.phi[d.id].apply(self.fn[d.src]))
+        f_changed = i != self.index[pid]
+        fn_changed = gn != self.fn[pid]
+        self.index[pid] = i
+        self.fn[pid] = gn
+        return f_changed, fn_changed
+
+    def _consistent(self, pid: str, g: Checkpoint) -> bool:
+        """C2, C3 and the necessary part of C4 for candidate ``g`` of ``pid``."""
+        for e in self._out[pid]:  # C2
+            bar = g.D.get(e.id)
+            if bar is not None:
+                dst = self._domain[e.dst]
+                if not dst.subset(bar, self.chains[e.dst][self.index[e.dst]].f):
+                    return False
+        dom = self._domain[pid]
+        for d in self._in[pid]:
+            phi = self.phi[d.id]
+            bar = g.M.get(d.id)
+            if bar is not None:  # C3
+                upstream = self.chains[d.src][self.index[d.src]].f
+                if not dom.subset(bar, phi.apply(upstream)):
+                    return False
+            if self.notifications and g.N is not None:  # C4
+                if not dom.subset(g.N, phi.apply(self.fn[d.src])):
+                    return False
+        return True
+
+
+def solve(graph: Graph, chains: Mapping[str, Chain], notifications: bool = True,
+          order: Iterable[str] | None = None) -> Solution:
+    """The greatest consistent frontiers of a rollback problem (a one-shot :class:`Solver`)."""
+    return Solver(graph, chains, notifications).solve(order)
