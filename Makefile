@@ -7,8 +7,9 @@ UV_VERSION := 0.13.8
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: demo test test-unit install java test-tools lock clean
+.PHONY: demo test test-unit bench install java test-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run 3 epochs through real Airflow and Spark
 demo: install
@@ -21,6 +22,10 @@ test: install test-tools
 ## test-unit: the fast part only (no Airflow, Spark or S3 processes)
 test-unit: install
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+## bench: the rollback solver benchmark (full solves vs incremental updates, 10 to 10,000 processors)
+bench: install
+	$(PY) -m benchmarks.solver_bench $(BENCH_ARGS)
 
 install: $(VENV)/.installed
 

@@ -37,7 +37,7 @@ Incremental updates reuse the previous answer:
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -89,7 +89,13 @@ class Solver:
         self._in = {pid: graph.in_edges(pid) for pid in graph.ids()}
         self._out = {pid: graph.out_edges(pid) for pid in graph.ids()}
         self._domain = {p.id: p.domain for p in graph.processors}
+        # Hot-loop views: per processor, (edge, receiver, receiver's ⊆) for C2 and
+        # (edge, sender, φ or None for identity) for C3/C4.
+        self._c2 = {pid: [(e.id, e.dst, self._domain[e.dst].subset) for e in self._out[pid]] for pid in graph.ids()}
+        self._c34 = {pid: [(e.id, e.src, None if e.phi == "identity" else self.phi[e.id].apply)
+                           for e in self._in[pid]] for pid in graph.ids()}
         self.index: dict[str, int] = {}
+        self.f: dict[str, Bound] = {}  # the bound of the chosen checkpoint, kept with index
         self.fn: dict[str, Bound] = {}
         self.visits = 0
 
@@ -108,7 +114,7 @@ class Solver:
     def solve(self, order: Iterable[str] | None = None) -> Solution:
         """Solve from the top of every chain, visiting processors first in ``order``."""
         for pid, chain in self.chains.items():
-            self.index[pid] = len(chain) - 1
+            self._choose(pid, len(chain) - 1)
             self.fn[pid] = chain[-1].f if self.notifications else self._domain[pid].empty
         self.visits = 0
         return self._run(list(order) if order is not None else self.graph.ids())
@@ -122,7 +128,7 @@ class Solver:
         chain.failed = True
         top = len(chain) - 1
         if self.index[pid] > top:
-            self.index[pid] = top
+            self._choose(pid, top)
             if self.notifications:
                 dom = self._domain[pid]
                 self.fn[pid] = dom.meet(self.fn[pid], chain[top].f)
@@ -131,40 +137,60 @@ class Solver:
     def add_checkpoint(self, pid: str, checkpoint: Checkpoint) -> Solution:
         """``pid`` persisted a new (largest) checkpoint. Updates the answer incrementally."""
         self._require_solved()
-        self.chains[pid].append(checkpoint)
+        chain = self.chains[pid]
+        at_top = chain.has_top and self.index[pid] == len(chain) - 1
+        chain.append(checkpoint)
+        if at_top:
+            self._choose(pid, self.index[pid] + 1)  # the new checkpoint went in below ⊤
         for e in self._out[pid]:
             phi = self.phi[e.id]
             if isinstance(phi, Recorded):
                 self._record(phi, e)
-        # Only processors that can rise may change, and they are linked to pid through
-        # processors that can rise (a processor at the top of its chain stays put and
-        # carries no change across). Raise those to their tops and descend again.
+        if self.index[pid] == len(chain) - 1 and not self._can_rise(pid):
+            return self._solution()  # pid keeps ⊤: nothing can change
+        # Only processors that can rise may change, and a rise travels only through
+        # constraints: from r downstream to q (C3, C4 read φ(f(r)), φ(f_n(r))) if q's f or
+        # f_n can rise, and upstream to q (C2 reads f(r)) if q's f can rise. Raise that
+        # region to the tops of its chains and descend again; the rest keep their values.
         region, todo = {pid}, [pid]
         while todo:
-            for q in self.graph.neighbours(todo.pop()):
-                if q not in region and self.index[q] < len(self.chains[q]) - 1:
+            r = todo.pop()
+            reach = [(e.dst, self._can_rise(e.dst)) for e in self._out[r]]
+            reach += [(e.src, self.index[e.src] < len(self.chains[e.src]) - 1) for e in self._in[r]]
+            for q, may_rise in reach:
+                if may_rise and q not in region:
                     region.add(q)
                     todo.append(q)
         for q in region:
-            chain = self.chains[q]
-            self.index[q] = len(chain) - 1
+            top = self.chains[q]
+            self._choose(q, len(top) - 1)
             if self.notifications:
-                self.fn[q] = chain[-1].f
+                self.fn[q] = top[-1].f
         self.visits = 0
         frontier = set(region)
         for q in region:
             frontier.update(self.graph.neighbours(q))
         return self._run([q for q in self.graph.ids() if q in frontier])
 
+    def _can_rise(self, pid: str) -> bool:
+        chain = self.chains[pid]
+        i = self.index[pid]
+        return i < len(chain) - 1 or (self.notifications and self.fn[pid] != chain[i].f)
+
     def _require_solved(self) -> None:
         if not self.index:
             raise SolverError("call solve() before an incremental update")
 
     def _run(self, start: list[str]) -> Solution:
-        queue = deque(start)
+        # Any visiting order reaches the same answer; visiting the processors that sit
+        # lowest first lets the tightest constraints spread once instead of in many
+        # small steps (a heap keyed by the epoch part of the current frontier).
+        heap = [(self._rank(pid), n, pid) for n, pid in enumerate(start)]
+        heapq.heapify(heap)
         queued = set(start)
-        while queue:
-            pid = queue.popleft()
+        tick = len(heap)
+        while heap:
+            _, _, pid = heapq.heappop(heap)
             queued.discard(pid)
             self.visits += 1
             f_changed, fn_changed = self._visit(pid)
@@ -178,45 +204,70 @@ class Solver:
             for q in wake:
                 if q not in queued:
                     queued.add(q)
-                    queue.append(q)
+                    tick += 1
+                    heapq.heappush(heap, (self._rank(q), tick, q))
+        return self._solution()
+
+    def _solution(self) -> Solution:
         return Solution(dict(self.index), dict(self.fn), dict(self.chains), self.visits)
 
+    def _rank(self, pid: str) -> float:
+        """A visiting priority: the epoch part of f(pid) (a heuristic; never affects the answer)."""
+        b = self.f[pid]
+        if isinstance(b, tuple):
+            return b[0] if self._domain[pid].kind == "lex" else min(b)
+        return b
+
+    def _choose(self, pid: str, i: int) -> None:
+        self.index[pid] = i
+        self.f[pid] = self.chains[pid][i].f
+
     def _visit(self, pid: str) -> tuple[bool, bool]:
-        chain = self.chains[pid]
+        chain = self.chains[pid].checkpoints
         dom = self._domain[pid]
         i = self.index[pid]
-        while i > 0 and not self._consistent(pid, chain[i]):
-            i -= 1
+        if i > 0 and not self._consistent(pid, chain[i]):
+            # Metadata never shrinks along a chain, so the consistent candidates below the
+            # current one form a prefix (∅ always passes): bisect for its last element.
+            lo, hi = 0, i - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._consistent(pid, chain[mid]):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            i = lo
         gn = dom.empty
         if self.notifications:
-            gn = dom.meet(chain[i].f, self.fn[pid])
-            for d in self._in[pid]:
-                gn = dom.meet(gn, self.phi[d.id].apply(self.fn[d.src]))
+            fn = self.fn
+            gn = dom.meet(chain[i].f, fn[pid])
+            for _, src, phi in self._c34[pid]:
+                gn = dom.meet(gn, fn[src] if phi is None else phi(fn[src]))
         f_changed = i != self.index[pid]
         fn_changed = gn != self.fn[pid]
-        self.index[pid] = i
+        if f_changed:
+            self._choose(pid, i)
         self.fn[pid] = gn
         return f_changed, fn_changed
 
     def _consistent(self, pid: str, g: Checkpoint) -> bool:
         """C2, C3 and the necessary part of C4 for candidate ``g`` of ``pid``."""
-        for e in self._out[pid]:  # C2
-            bar = g.D.get(e.id)
-            if bar is not None:
-                dst = self._domain[e.dst]
-                if not dst.subset(bar, self.chains[e.dst][self.index[e.dst]].f):
-                    return False
-        dom = self._domain[pid]
-        for d in self._in[pid]:
-            phi = self.phi[d.id]
-            bar = g.M.get(d.id)
-            if bar is not None:  # C3
-                upstream = self.chains[d.src][self.index[d.src]].f
-                if not dom.subset(bar, phi.apply(upstream)):
-                    return False
-            if self.notifications and g.N is not None:  # C4
-                if not dom.subset(g.N, phi.apply(self.fn[d.src])):
-                    return False
+        f = self.f
+        bars = g.D
+        for eid, dst, subset in self._c2[pid]:  # C2: D̄(e, g) ⊆ f(dst e)
+            bar = bars.get(eid)
+            if bar is not None and not subset(bar, f[dst]):
+                return False
+        subset = self._domain[pid].subset
+        bars = g.M
+        n_bar = g.N if self.notifications else None
+        fn = self.fn
+        for eid, src, phi in self._c34[pid]:
+            bar = bars.get(eid)
+            if bar is not None and not subset(bar, f[src] if phi is None else phi(f[src])):  # C3
+                return False
+            if n_bar is not None and not subset(n_bar, fn[src] if phi is None else phi(fn[src])):  # C4
+                return False
         return True
 
 

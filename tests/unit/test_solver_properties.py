@@ -193,7 +193,7 @@ def phis_of(solver: Solver):
 
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
