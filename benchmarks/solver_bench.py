@@ -3,6 +3,10 @@
 Graphs are layered DAGs of epoch processors (each with 1–3 inputs from the previous
 layer), optionally with loops (back edges to an earlier layer), 10 to 100 persisted
 checkpoints per processor, and 1% failed. Live processors offer ⊤ with exact metadata.
+By default each processor checkpoints every k-th epoch (k in 1, 2, 5, 10: 10 to 100
+checkpoints over 100 epochs), as the regimes do, lagging up to 9 epochs behind;
+``--uncoordinated`` draws checkpoint epochs at random instead, which rolls almost every
+processor back to ∅ (the domino effect of spec S1a), the solver's worst case.
 About a third of the processors log their outputs (D̄ = ∅), the rest discard (D̄ = f).
 
 For each size it reports the median time of a full solve, of an incremental update for
@@ -38,7 +42,8 @@ class Case:
     logs: dict[str, bool]
 
 
-def make_case(n: int, loops: bool, rng: random.Random, checkpoints: tuple[int, int] = (10, 100)) -> Case:
+def make_case(n: int, loops: bool, rng: random.Random, checkpoints: tuple[int, int] = (10, 100),
+              aligned: bool = True) -> Case:
     width = max(1, int(n ** 0.5))
     ids = [f"p{i}" for i in range(n)]
     layers = [ids[i:i + width] for i in range(0, n, width)]
@@ -56,8 +61,13 @@ def make_case(n: int, loops: bool, rng: random.Random, checkpoints: tuple[int, i
     logs = {p: rng.random() < 0.35 for p in ids}
     chains = {}
     for p in ids:
-        count = rng.randint(*checkpoints)
-        epochs = sorted(rng.sample(range(1, LATEST), min(count, LATEST - 1)))
+        if aligned:  # every k-th epoch, as the regimes checkpoint; a processor may lag a little
+            every = rng.choice([k for k in (1, 2, 5, 10) if checkpoints[0] <= 100 // k <= checkpoints[1]] or [1])
+            done = 100 - rng.randint(0, 9)
+            epochs = list(range(every, done + 1, every))
+        else:  # uncoordinated: random epochs (the domino case of spec S1a)
+            count = rng.randint(*checkpoints)
+            epochs = sorted(rng.sample(range(1, LATEST), min(count, LATEST - 1)))
         ins = [e.id for e in graph.in_edges(p)]
         outs = [e.id for e in graph.out_edges(p)]
         cps = [Checkpoint(0, dict.fromkeys(ins, 0), 0, dict.fromkeys(outs, 0))]
@@ -81,8 +91,8 @@ def timed(fn):
 
 
 def bench_size(n: int, loops: bool, repeat: int, check: bool, rng: random.Random,
-               checkpoints: tuple[int, int] = (10, 100)) -> dict[str, float]:
-    case = make_case(n, loops, rng, checkpoints)
+               checkpoints: tuple[int, int] = (10, 100), aligned: bool = True) -> dict[str, float]:
+    case = make_case(n, loops, rng, checkpoints, aligned)
     full_times = []
     for _ in range(repeat):
         seconds, _ = timed(lambda: Solver(case.graph, case.chains).solve())
@@ -102,7 +112,7 @@ def bench_size(n: int, loops: bool, repeat: int, check: bool, rng: random.Random
         pid = rng.choice(case.graph.ids())
         chain = solver.chains[pid]
         last = chain.without_top()[len(chain.without_top()) - 1].f
-        if last + 1 >= LATEST:
+        if last + 1 >= LATEST or (chain.has_top and last + 1 > 100):
             continue
         ins = [e.id for e in case.graph.in_edges(pid)]
         outs = [e.id for e in case.graph.out_edges(pid)]
@@ -132,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--checkpoints", type=int, nargs=2, default=[10, 100], metavar=("MIN", "MAX"),
                         help="persisted checkpoints per processor (default 10 100)")
+    parser.add_argument("--uncoordinated", action="store_true",
+                        help="checkpoint at random epochs instead of every k-th (the domino worst case)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     header = (f"{'graph':<6} {'processors':>10} {'edges':>7} {'checkpoints':>11} {'full solve':>11} "
@@ -141,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     for loops in (False, True):
         for n in args.sizes:
             print(f"  ... {'loops' if loops else 'DAG'} n={n}", end="\r", file=sys.stderr, flush=True)
-            r = bench_size(n, loops, args.repeat, n <= args.check_upto, rng, tuple(args.checkpoints))
+            r = bench_size(n, loops, args.repeat, n <= args.check_upto, rng, tuple(args.checkpoints),
+                           not args.uncoordinated)
             print(f"{'loops' if loops else 'DAG':<6} {n:>10} {r['edges']:>7} {r['checkpoints']:>11} "
                   f"{r['full'] * 1e3:>9.1f}ms {r['fail'] * 1e3:>8.2f}ms {r['add'] * 1e3:>10.2f}ms "
                   f"{r['fail'] / r['full']:>13.4f} {r['add'] / r['full']:>16.4f}", flush=True)

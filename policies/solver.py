@@ -116,7 +116,6 @@ class Solver:
         for pid, chain in self.chains.items():
             self._choose(pid, len(chain) - 1)
             self.fn[pid] = chain[-1].f if self.notifications else self._domain[pid].empty
-        self.visits = 0
         return self._run(list(order) if order is not None else self.graph.ids())
 
     def fail(self, pid: str) -> Solution:
@@ -148,17 +147,15 @@ class Solver:
                 self._record(phi, e)
         if self.index[pid] == len(chain) - 1 and not self._can_rise(pid):
             return self._solution()  # pid keeps ⊤: nothing can change
-        # Only processors that can rise may change, and a rise travels only through
-        # constraints: from r downstream to q (C3, C4 read φ(f(r)), φ(f_n(r))) if q's f or
-        # f_n can rise, and upstream to q (C2 reads f(r)) if q's f can rise. Raise that
-        # region to the tops of its chains and descend again; the rest keep their values.
+        # Only processors that rise can change, and they are linked to pid through others
+        # that rise. Grow the region from pid, leaving out every processor proven unable
+        # to rise (see _stuck); then raise the region to its tops and descend again while
+        # the rest keep their values.
+        proofs: dict[str, bool] = {}
         region, todo = {pid}, [pid]
         while todo:
-            r = todo.pop()
-            reach = [(e.dst, self._can_rise(e.dst)) for e in self._out[r]]
-            reach += [(e.src, self.index[e.src] < len(self.chains[e.src]) - 1) for e in self._in[r]]
-            for q, may_rise in reach:
-                if may_rise and q not in region:
+            for q in self.graph.neighbours(todo.pop()):
+                if q not in region and not self._stuck(q, pid, proofs, set()):
                     region.add(q)
                     todo.append(q)
         for q in region:
@@ -166,11 +163,55 @@ class Solver:
             self._choose(q, len(top) - 1)
             if self.notifications:
                 self.fn[q] = top[-1].f
-        self.visits = 0
         frontier = set(region)
         for q in region:
             frontier.update(self.graph.neighbours(q))
         return self._run([q for q in self.graph.ids() if q in frontier])
+
+    def _stuck(self, q: str, source: str, proofs: dict[str, bool], path: set[str]) -> bool:
+        """Whether q provably keeps its f and f_n after ``source`` gains a checkpoint.
+
+        q's f cannot rise if its next candidate fails a constraint against a neighbour that
+        is itself stuck (that neighbour keeps its value, so the constraint keeps failing, and
+        consistency only gets harder up the chain). q's f_n cannot rise if it equals f, or
+        if a sender that binds it (φ(f_n(src)) = f_n(q), in a totally ordered domain) is stuck.
+        Proofs are memoised; a processor on the current proof path counts as not stuck.
+        """
+        if q in proofs:
+            return proofs[q]
+        if q == source or q in path or len(path) > 200:  # a proof cut short is just "not proven"
+            return False
+        path.add(q)
+        chain = self.chains[q]
+        i = self.index[q]
+        f_stuck = i == len(chain) - 1 or any(
+            self._stuck(r, source, proofs, path) for r in self._blockers(q, chain[i + 1]))
+        fn_stuck = True
+        if f_stuck and self.notifications and self.fn[q] != self.f[q]:
+            fn_stuck = False
+            if self._domain[q].kind != "seq":
+                for _, src, phi in self._c34[q]:
+                    bound = self.fn[src] if phi is None else phi(self.fn[src])
+                    if bound == self.fn[q] and self._stuck(src, source, proofs, path):
+                        fn_stuck = True
+                        break
+        path.discard(q)
+        proofs[q] = f_stuck and fn_stuck
+        return proofs[q]
+
+    def _blockers(self, pid: str, g: Checkpoint) -> list[str]:
+        """The neighbours against which candidate ``g`` of ``pid`` fails a constraint."""
+        f, fn = self.f, self.fn
+        out = [dst for eid, dst, subset in self._c2[pid]
+               if g.D.get(eid) is not None and not subset(g.D[eid], f[dst])]
+        subset = self._domain[pid].subset
+        for eid, src, phi in self._c34[pid]:
+            bar = g.M.get(eid)
+            if bar is not None and not subset(bar, f[src] if phi is None else phi(f[src])):
+                out.append(src)
+            elif self.notifications and g.N is not None and not subset(g.N, fn[src] if phi is None else phi(fn[src])):
+                out.append(src)
+        return out
 
     def _can_rise(self, pid: str) -> bool:
         chain = self.chains[pid]
@@ -185,6 +226,7 @@ class Solver:
         # Any visiting order reaches the same answer; visiting the processors that sit
         # lowest first lets the tightest constraints spread once instead of in many
         # small steps (a heap keyed by the epoch part of the current frontier).
+        self.visits = 0  # per operation: a full solve or one incremental update
         heap = [(self._rank(pid), n, pid) for n, pid in enumerate(start)]
         heapq.heapify(heap)
         queued = set(start)

@@ -293,3 +293,35 @@ def test_generator_covers_what_the_properties_claim() -> None:
     assert kinds == {"identity", "ingress", "egress", "feedback", "recorded", "empty"}
     assert domains == {"epoch", "lex", "seq"} and switches == {True, False}
     assert cycles > 20 and failures > 100
+
+
+def test_incremental_updates_visit_a_small_part_of_a_large_graph() -> None:
+    """'Does not redo the whole graph': on 2,000 processors with aligned checkpoints, a new
+    failure, and the median new checkpoint, visit far fewer processors than a full solve."""
+    from benchmarks.solver_bench import LATEST, checkpoint_at, make_case
+
+    rng = random.Random(7)
+    case = make_case(2000, loops=True, rng=rng)
+    solver = Solver(case.graph, case.chains)
+    full_visits = solver.solve().visits
+    assert full_visits >= 2000
+    live = [p for p in case.graph.ids() if case.chains[p].has_top]
+    for victim in rng.sample(live, 5):
+        answer = solver.fail(victim)
+        assert answer.visits < full_visits / 20
+    add_visits = []
+    for pid in rng.sample(case.graph.ids(), 40):
+        persisted = solver.chains[pid].without_top()
+        last = persisted[len(persisted) - 1].f
+        if last + 1 > 100:
+            continue
+        ins = [e.id for e in case.graph.in_edges(pid)]
+        outs = [e.id for e in case.graph.out_edges(pid)]
+        answer = solver.add_checkpoint(pid, checkpoint_at(last + 1, ins, outs, case.logs[pid]))
+        add_visits.append(answer.visits)
+    # A checkpoint can legitimately let a large region rise; the typical one touches little.
+    assert len(add_visits) >= 10
+    assert sorted(add_visits)[len(add_visits) // 2] < full_visits / 20, add_visits
+    again = Solver(case.graph, solver.chains).solve()
+    assert (again.index, again.notification) == (answer.index, answer.notification)
+    assert LATEST > 100
