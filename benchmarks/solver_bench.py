@@ -112,7 +112,7 @@ def bench_size(n: int, loops: bool, repeat: int, check: bool, rng: random.Random
         pid = rng.choice(case.graph.ids())
         chain = solver.chains[pid]
         last = chain.without_top()[len(chain.without_top()) - 1].f
-        if last + 1 >= LATEST or (chain.has_top and last + 1 > 100):
+        if last + 1 >= LATEST:  # a new checkpoint stays below ⊤'s metadata
             continue
         ins = [e.id for e in case.graph.in_edges(pid)]
         outs = [e.id for e in case.graph.out_edges(pid)]

@@ -35,7 +35,14 @@ from policies.times import Bound
 
 
 def low_watermarks(graph: Graph, chains: Mapping[str, Chain], notifications: bool = True) -> Solution:
-    """The greatest consistent frontiers with no ⊤ anywhere (persisted checkpoints only)."""
+    """The greatest consistent frontiers with no ⊤ anywhere (persisted checkpoints only).
+
+    >>> from policies.times import EPOCH, INF
+    >>> from policies.graph import Graph, Processor
+    >>> g = Graph([Processor("p", EPOCH)], [])
+    >>> low_watermarks(g, {"p": Chain(EPOCH, [Checkpoint(0, N=0), Checkpoint(3, N=3), Checkpoint(INF, N=5)])}).bound("p")
+    3
+    """
     return Solver(graph, {p: c.without_top() for p, c in chains.items()}, notifications).solve()
 
 
@@ -49,7 +56,17 @@ class Garbage:
 
 
 def garbage(graph: Graph, solution: Solution) -> Garbage:
-    """The checkpoints, log entries and inputs that the low-watermarks in ``solution`` release."""
+    """The checkpoints, log entries and inputs that the low-watermarks in ``solution`` release.
+
+    >>> from policies.times import EPOCH
+    >>> from policies.graph import Edge, Graph, Processor
+    >>> g = Graph([Processor("i", EPOCH), Processor("o", EPOCH)], [Edge("e", "i", "o")])
+    >>> chains = {"i": Chain(EPOCH, [Checkpoint(0, N=0, D={"e": 0}), Checkpoint(2, N=0, D={"e": 0})]),
+    ...           "o": Chain(EPOCH, [Checkpoint(0, M={"e": 0}, N=0), Checkpoint(1, M={"e": 1}, N=0)])}
+    >>> gc = garbage(g, low_watermarks(g, chains, notifications=False))
+    >>> gc.drop_checkpoints, gc.trim_logs, gc.acknowledge
+    ({'i': [0], 'o': [0]}, {'e': 1}, {'i': 2})
+    """
     drop = {pid: list(range(solution.index[pid])) for pid in graph.ids()}
     trim = {e.id: solution.bound(e.dst) for e in graph.edges}
     ack = {pid: solution.bound(pid) for pid in graph.ids() if not graph.in_edges(pid)}

@@ -78,7 +78,19 @@ def reset(
     logs: Mapping[str, Sequence[Message]],
     queued: Mapping[str, Sequence[Message]] | None = None,
 ) -> ResetPlan:
-    """The reset of spec §2.4 with the channel rule of §4.4 (``queued``: what each receiver held)."""
+    """The reset of spec §2.4 with the channel rule of §4.4 (``queued``: what each receiver held).
+
+    >>> from policies.times import EPOCH, INF
+    >>> from policies.graph import Edge, Graph, Processor
+    >>> from policies.metadata import Chain, Checkpoint
+    >>> from policies.solver import solve
+    >>> g = Graph([Processor("u", EPOCH), Processor("v", EPOCH, failed=True)], [Edge("e", "u", "v")])
+    >>> chains = {"u": Chain(EPOCH, [Checkpoint(0, N=0, D={"e": 0}), Checkpoint(INF, N=0, D={"e": 0})]),
+    ...           "v": Chain(EPOCH, [Checkpoint(0, M={"e": 0}, N=0), Checkpoint(2, M={"e": 2}, N=0)], failed=True)}
+    >>> plan = reset(g, solve(g, chains), {"e": [Message("e", s, time=s, cause=s) for s in range(4)]})
+    >>> plan.restore["u"].action, plan.restore["v"], [m.time for m in plan.queues["e"]]
+    ('keep', Restore(action='load', index=1), [2, 3])
+    """
     frontiers = {pid: solution.bound(pid) for pid in graph.ids()}
     restore, kept = {}, {}
     for p in graph.processors:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from policies.graph import Edge, Graph
 from policies.metadata import Chain, Checkpoint
@@ -166,7 +166,7 @@ class Solver:
         frontier = set(region)
         for q in region:
             frontier.update(self.graph.neighbours(q))
-        return self._run([q for q in self.graph.ids() if q in frontier])
+        return self._run(sorted(frontier))  # sorted: a deterministic order, without a scan of the graph
 
     def _stuck(self, q: str, source: str, proofs: dict[str, bool], path: set[str]) -> bool:
         """Whether q provably keeps its f and f_n after ``source`` gains a checkpoint.
@@ -199,19 +199,20 @@ class Solver:
         proofs[q] = f_stuck and fn_stuck
         return proofs[q]
 
-    def _blockers(self, pid: str, g: Checkpoint) -> list[str]:
-        """The neighbours against which candidate ``g`` of ``pid`` fails a constraint."""
+    def _blockers(self, pid: str, g: Checkpoint) -> Iterator[str]:
+        """The neighbours against which candidate ``g`` of ``pid`` fails a constraint (lazily)."""
         f, fn = self.f, self.fn
-        out = [dst for eid, dst, subset in self._c2[pid]
-               if g.D.get(eid) is not None and not subset(g.D[eid], f[dst])]
+        for eid, dst, subset in self._c2[pid]:
+            bar = g.D.get(eid)
+            if bar is not None and not subset(bar, f[dst]):
+                yield dst
         subset = self._domain[pid].subset
         for eid, src, phi in self._c34[pid]:
             bar = g.M.get(eid)
             if bar is not None and not subset(bar, f[src] if phi is None else phi(f[src])):
-                out.append(src)
+                yield src
             elif self.notifications and g.N is not None and not subset(g.N, fn[src] if phi is None else phi(fn[src])):
-                out.append(src)
-        return out
+                yield src
 
     def _can_rise(self, pid: str) -> bool:
         chain = self.chains[pid]
