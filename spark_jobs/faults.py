@@ -2,8 +2,9 @@
 
 For tests and recovery drills. The runtime calls :func:`crash_point` between its
 commits; when ``FALKIRK_CRASH_AT`` names this task, epoch and step, the process ends at
-once with exit status :data:`CRASH_EXIT_CODE`, with no cleanup, as a worker that loses
-power mid-commit would.
+once, killed by SIGKILL with no cleanup, as a worker that loses power mid-commit would.
+(``after-files`` is the point between the executors writing an epoch's data files and
+the driver's Delta commit that makes them visible.)
 
 ``FALKIRK_CRASH_AT`` holds ``task_id:epoch:step`` entries separated by commas, where
 ``step`` is one of :data:`STEPS`:
@@ -15,17 +16,17 @@ False
 >>> crash_requested("aggregate", 2, "halfway", "aggregate:2:halfway")
 Traceback (most recent call last):
 ...
-ValueError: FALKIRK_CRASH_AT: unknown step 'halfway' in 'aggregate:2:halfway'; steps are before-commit, after-outputs, after-state
+ValueError: FALKIRK_CRASH_AT: unknown step 'halfway' in 'aggregate:2:halfway'; steps are before-commit, after-files, after-outputs, after-state
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 CRASH_ENV = "FALKIRK_CRASH_AT"
-CRASH_EXIT_CODE = 86
-STEPS = ("before-commit", "after-outputs", "after-state")
+STEPS = ("before-commit", "after-files", "after-outputs", "after-state")
 
 
 def crash_requested(task_id: str, epoch: int, step: str, setting: str | None) -> bool:
@@ -45,4 +46,4 @@ def crash_point(task_id: str, epoch: int, step: str) -> None:
     """End the process here if ``FALKIRK_CRASH_AT`` asks for it."""
     if crash_requested(task_id, epoch, step, os.environ.get(CRASH_ENV)):
         print(f"[falkirk] injected crash: {task_id} epoch {epoch} at {step}", file=sys.stderr, flush=True)
-        os._exit(CRASH_EXIT_CODE)
+        os.kill(os.getpid(), signal.SIGKILL)

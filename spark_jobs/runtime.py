@@ -10,9 +10,9 @@ and commits in a fixed order that makes a crash at any point safe to retry:
 3. the ledger row: the commit point. Until it exists the epoch is not checkpointed,
    and a re-run repeats only the steps whose Delta commits are missing.
 
-Tables are written from the driver with ``deltalake`` (delta-rs): Spark computes,
-``DataFrame.toArrow()`` brings the epoch's rows to the driver, and one Delta commit per
-table makes them visible atomically. No Delta jars are needed on the cluster.
+Tables are written without Delta's Spark jars: the executors write an epoch's Parquet
+files in parallel, and one delta-rs commit on the driver per table makes them visible
+atomically (:mod:`spark_jobs.delta_sink`); no epoch is collected to the driver.
 
 A job module looks like this (see ``spark_jobs/pipeline/`` for real ones)::
 
@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import pyarrow as pa
 
-from policies.epoch_tables import EPOCH, CommitKey, CommitResult, commit_epoch, read_epoch
+from policies.epoch_tables import EPOCH, CommitKey, CommitResult, read_epoch
 from policies.ledger import Ledger, LedgerEntry, OutputRef
 from policies.job_spec import JobSpec
 from policies.store import StoreConfig
+from spark_jobs.delta_sink import commit_frame
 from spark_jobs.faults import crash_point
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
@@ -172,11 +173,8 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
 
 
 def _commit_frame(store: StoreConfig, uri: str, frame: "DataFrame", key: CommitKey) -> CommitResult:
-    table = frame.toArrow()
-    if EPOCH in table.column_names:
-        table = table.drop_columns([EPOCH])
-    table = table.append_column(EPOCH, pa.array([key.epoch] * table.num_rows, pa.int64()))
-    return commit_epoch(uri, table, key, store.options_for(uri))
+    # Executors write the files, the driver commits them (see spark_jobs.delta_sink).
+    return commit_frame(frame, uri, key, store.options_for(uri))
 
 
 def _spark_session() -> "SparkSession":
