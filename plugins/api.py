@@ -16,7 +16,9 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException
 
+from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.models.serialized_dag import SerializedDagModel
 from policies.ledger import Ledger, LedgerEntry
 from policies.store import StoreConfig, StoreError
 
@@ -45,6 +47,16 @@ def dag_ledger(dag_id: str) -> dict[str, Any]:
     """Every checkpoint recorded for ``dag_id``, ordered by epoch and task."""
     entries = _ledger().entries(dag_id)
     return {"dag_id": dag_id, "total_entries": len(entries), "entries": [_entry_json(e) for e in entries]}
+
+
+@app.get("/api/v1/dags/{dag_id}/regimes", dependencies=[Depends(requires_access_dag("GET"))])
+def dag_regimes(dag_id: str, session: SessionDep) -> dict[str, Any]:
+    """Each task's fault-tolerance regime, read from the serialized DAG (no DAG file is imported)."""
+    dag = SerializedDagModel.get_dag(dag_id, session=session)
+    if dag is None:
+        raise HTTPException(status_code=404, detail=f"DAG {dag_id!r} is not in the metadata database")
+    tasks = [{"task_id": t.task_id, "regime": getattr(t, "falkirk_regime", None)} for t in dag.tasks]
+    return {"dag_id": dag_id, "tasks": sorted(tasks, key=lambda t: t["task_id"])}
 
 
 def _entry_json(entry: LedgerEntry) -> dict[str, Any]:

@@ -74,6 +74,13 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         )
         self.regime = regime
         self.epoch_clock = epoch_clock
+        # The regime's text form, serialized with the DAG: the API server reads it from the
+        # serialized DAG without importing DAG files (see regime_of).
+        self.falkirk_regime = regime.spec()
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        return frozenset(super().get_serialized_fields() | {"falkirk_regime"})
 
     def job_spec(self, context: Mapping[str, Any]) -> JobSpec:
         """The job's command line for this task instance."""
@@ -97,6 +104,12 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         if self.name == "arrow-spark":  # the provider's default application name
             self.name = f"falkirk:{spec.dag_id}.{spec.task_id}:epoch-{spec.epoch}"
         super().execute(context)
+
+
+def regime_of(task: Any) -> Regime | None:
+    """The regime of a task, live or deserialized from the DAG table; ``None`` if it has none."""
+    spec = getattr(task, "falkirk_regime", None)
+    return Regime.parse(spec) if isinstance(spec, str) and spec else None
 
 
 def _python_env() -> dict[str, str]:
