@@ -10,8 +10,8 @@ The regimes follow the Falkirk Wheel's Figure 1 (see ``ARCHITECTURE.md`` §3):
 
 >>> EagerCheckpoint().output_tier(epoch=3), EagerCheckpoint().state_tier(epoch=3)
 (<Tier.DURABLE: 'durable'>, <Tier.DURABLE: 'durable'>)
->>> LazyCheckpoint(every=2).state_tier(epoch=3), LazyCheckpoint(every=2).state_tier(epoch=4)
-(<Tier.SCRATCH: 'scratch'>, <Tier.DURABLE: 'durable'>)
+>>> LazyCheckpoint(every=2).state_tiers(epoch=3), LazyCheckpoint(every=2).state_tiers(epoch=4)
+((<Tier.SCRATCH: 'scratch'>,), (<Tier.SCRATCH: 'scratch'>, <Tier.DURABLE: 'durable'>))
 >>> Batch(log_outputs=True).output_tier(epoch=1), Ephemeral().state_tier(epoch=1) is None
 (<Tier.DURABLE: 'durable'>, True)
 
@@ -54,9 +54,14 @@ class Regime:
         """The tier that receives this task's outputs for ``epoch``."""
         raise NotImplementedError
 
+    def state_tiers(self, epoch: int) -> tuple[Tier, ...]:
+        """Every tier that receives this task's state after ``epoch`` (none if stateless)."""
+        return ()
+
     def state_tier(self, epoch: int) -> Tier | None:
-        """The tier that receives this task's state after ``epoch``; ``None`` if stateless."""
-        return None
+        """The most durable tier holding the state after ``epoch``: where the checkpoint restores from."""
+        tiers = self.state_tiers(epoch)
+        return tiers[-1] if tiers else None
 
     def spec(self) -> str:
         """The text form, e.g. ``batch(log_outputs=true)``; :meth:`parse` reads it back."""
@@ -127,7 +132,7 @@ class Batch(Regime):
 
 @dataclass(frozen=True)
 class LazyCheckpoint(Regime):
-    """Keeps state; saves it durably every ``every`` epochs and to scratch in between."""
+    """Keeps state; saves it to scratch every epoch, and durably as well every ``every`` epochs."""
 
     every: int = 1
     log_outputs: bool = False
@@ -144,8 +149,8 @@ class LazyCheckpoint(Regime):
     def output_tier(self, epoch: int) -> Tier:
         return Tier.DURABLE if self.log_outputs else Tier.SCRATCH
 
-    def state_tier(self, epoch: int) -> Tier:
-        return Tier.DURABLE if epoch % self.every == 0 else Tier.SCRATCH
+    def state_tiers(self, epoch: int) -> tuple[Tier, ...]:
+        return (Tier.SCRATCH, Tier.DURABLE) if epoch % self.every == 0 else (Tier.SCRATCH,)
 
     def _args(self) -> dict[str, object]:
         return {"every": self.every, "log_outputs": self.log_outputs}
@@ -161,8 +166,8 @@ class EagerCheckpoint(Regime):
     def output_tier(self, epoch: int) -> Tier:
         return Tier.DURABLE
 
-    def state_tier(self, epoch: int) -> Tier:
-        return Tier.DURABLE
+    def state_tiers(self, epoch: int) -> tuple[Tier, ...]:
+        return (Tier.DURABLE,)
 
 
 _REGIMES: dict[str, type[Regime]] = {

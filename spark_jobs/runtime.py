@@ -154,11 +154,12 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
 
     state = None
     state_tier = regime.state_tier(args.epoch)
-    if state_tier is not None and result.state is not None:
-        uri = store.table_uri(state_tier, args.dag_id, args.task_id, "state")
-        state = _commit_frame(store, uri, result.state, key)
-        _say(f"  state -> {state_tier.value} {uri} (v{state.version}, {state.rows} rows"
-             + ("" if state.applied else ", already there") + ")")
+    if result.state is not None:
+        for tier in regime.state_tiers(args.epoch):  # scratch first, the durable copy (if any) last
+            uri = store.table_uri(tier, args.dag_id, args.task_id, "state")
+            state = _commit_frame(store, uri, result.state, key)
+            _say(f"  state -> {tier.value} {uri} (v{state.version}, {state.rows} rows"
+                 + ("" if state.applied else ", already there") + ")")
     crash_point(args.task_id, args.epoch, "after-state")
 
     entry = LedgerEntry(

@@ -21,6 +21,8 @@ def test_regimes_route_outputs_and_state_to_tiers() -> None:
     assert [Batch().output_tier(1), Batch(log_outputs=True).output_tier(1)] == [Tier.SCRATCH, Tier.DURABLE]
     lazy = LazyCheckpoint(every=3)
     assert [lazy.state_tier(e) for e in range(1, 7)] == [Tier.SCRATCH, Tier.SCRATCH, Tier.DURABLE] * 2
+    assert [lazy.state_tiers(e) for e in (2, 3)] == [(Tier.SCRATCH,), (Tier.SCRATCH, Tier.DURABLE)]
+    assert Ephemeral().state_tiers(1) == () and EagerCheckpoint().state_tiers(1) == (Tier.DURABLE,)
     assert (EagerCheckpoint().output_tier(5), EagerCheckpoint().state_tier(5)) == (Tier.DURABLE, Tier.DURABLE)
     assert [r.keeps_state for r in (Ephemeral(), Batch(), lazy, EagerCheckpoint())] == [False, False, True, True]
 
