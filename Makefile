@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test test-unit bench install java test-tools lock clean
+.PHONY: demo test test-unit bench bench-ledger install java test-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run 3 epochs through real Airflow and Spark
 demo: install
@@ -26,6 +26,10 @@ test-unit: install
 ## bench: the rollback solver benchmark (full solves vs incremental updates, 10 to 10,000 processors)
 bench: install
 	$(PY) -m benchmarks.solver_bench $(BENCH_ARGS)
+
+## bench-ledger: reading the ledger of 100 tasks x 1,000 epochs
+bench-ledger: install
+	$(PY) -m benchmarks.ledger_bench
 
 install: $(VENV)/.installed
 

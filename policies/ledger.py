@@ -126,10 +126,12 @@ class LedgerEntry:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "LedgerEntry":
-        names = {f.name for f in fields(cls)}
-        values = {k: v for k, v in row.items() if k in names}
+        values = {k: row[k] for k in _ENTRY_FIELDS if k in row}
         values["outputs"] = tuple(OutputRef(**o) for o in json.loads(row["outputs"]))
         return cls(**values)
+
+
+_ENTRY_FIELDS = tuple(f.name for f in fields(LedgerEntry))
 
 
 class Ledger:
@@ -144,31 +146,38 @@ class Ledger:
         table = pa.Table.from_pylist([entry.to_row()], schema=SCHEMA)
         return append_once(self.uri, table, entry.key, self.store.options_for(self.uri)).applied
 
-    def entries(self, dag_id: str | None = None) -> list[LedgerEntry]:
-        """The ledger's rows (of one DAG if given), ordered by epoch, then task and map index."""
+    def read(self, dag_id: str | None = None, task_id: str | None = None, map_index: int | None = None) -> pa.Table:
+        """The ledger's rows (filtered by DAG, task, map index if given) as an Arrow table.
+
+        >>> Ledger(StoreConfig("/nonexistent/store", "/nonexistent/scratch")).read().num_rows
+        0
+        """
         table = open_table(self.uri, self.store.options_for(self.uri))
         if table is None:
-            return []
-        rows = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pylist()
+            return SCHEMA.empty_table()
+        where = {k: v for k, v in (("dag_id", dag_id), ("task_id", task_id), ("map_index", map_index)) if v is not None}
+        return scan(table, where=where or None)
+
+    def entries(self, dag_id: str | None = None, task_id: str | None = None,
+                map_index: int | None = None) -> list[LedgerEntry]:
+        """The ledger's rows (filtered as in :meth:`read`), ordered by epoch, then task and map index."""
+        cols = self.read(dag_id, task_id, map_index).to_pydict()
+        names = [n for n in _ENTRY_FIELDS if n in cols]
         seen: dict[tuple, LedgerEntry] = {}
         # Two racing attempts may both append before either sees the other: keep the first.
-        for row in sorted(rows, key=lambda r: r["committed_at"]):
+        for i in sorted(range(len(cols["dag_id"])), key=cols["committed_at"].__getitem__):
+            row = {n: cols[n][i] for n in names}
+            row["outputs"] = cols["outputs"][i]
             entry = LedgerEntry.from_row(row)
             seen.setdefault((entry.key.app_id, entry.incarnation), entry)
         return sorted(seen.values(), key=lambda e: (e.dag_id, e.epoch, e.task_id, e.map_index, e.incarnation))
 
     def latest(self, dag_id: str, task_id: str, before_epoch: int, map_index: int = -1) -> LedgerEntry | None:
         """The checkpoint of ``task_id`` with the greatest epoch below ``before_epoch``."""
-        candidates = [
-            e for e in self.entries(dag_id)
-            if e.task_id == task_id and e.map_index == map_index and e.epoch < before_epoch
-        ]
+        candidates = [e for e in self.entries(dag_id, task_id, map_index) if e.epoch < before_epoch]
         return max(candidates, key=lambda e: (e.epoch, e.incarnation), default=None)
 
     def find(self, dag_id: str, task_id: str, epoch: int, map_index: int = -1) -> LedgerEntry | None:
         """The (latest incarnation's) checkpoint of ``task_id`` at exactly ``epoch``."""
-        matches = [
-            e for e in self.entries(dag_id)
-            if e.task_id == task_id and e.map_index == map_index and e.epoch == epoch
-        ]
+        matches = [e for e in self.entries(dag_id, task_id, map_index) if e.epoch == epoch]
         return max(matches, key=lambda e: e.incarnation, default=None)

@@ -27,6 +27,7 @@ Batch(log_outputs=True)
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass, fields
 from typing import ClassVar
@@ -72,6 +73,7 @@ class Regime:
         return {}
 
     @staticmethod
+    @functools.lru_cache(maxsize=256)  # regimes are immutable; ledgers repeat a few texts many times
     def parse(text: str) -> "Regime":
         """Read a regime from its text form (see :meth:`spec`).
 
