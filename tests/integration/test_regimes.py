@@ -1,5 +1,6 @@
 """Each regime, for several epochs of a real Spark job: exactly what the durable tier, the
-scratch tier and the ledger hold after every epoch.
+scratch tier and the ledger hold after every epoch, with the durable tier on a local path
+and on an S3-compatible server.
 
 The job runs through the runtime's own context and commit (``EpochContext``, ``commit``)
 in one local Spark session, so the executors write the files and the driver commits them
@@ -22,6 +23,25 @@ from spark_jobs.runtime import EpochContext, EpochResult, commit
 
 DAG = "regimes"
 EPOCHS = [1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory):
+    from devstack.s3 import MotoS3
+
+    with MotoS3(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreConfig:
+    """The durable tier on a local path, or on an S3-compatible server (moto_server subprocess)."""
+    if request.param == "local":
+        return StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
+    s3 = request.getfixturevalue("s3")
+    bucket = f"regimes-{abs(hash(request.node.nodeid)) % 10**8}"
+    s3.create_bucket(bucket)
+    return StoreConfig(f"s3://{bucket}/store", str(tmp_path / "scratch"), s3.storage_options())
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +105,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("task, regime, out_tier, state_tiers", CASES, ids=[c[0] for c in CASES])
-def test_regime_persists_exactly_what_it_promises(spark, tmp_path: Path, task: str, regime: Regime,
+def test_regime_persists_exactly_what_it_promises(spark, store: StoreConfig, task: str, regime: Regime,
                                                   out_tier: Tier, state_tiers: list[tuple[Tier, ...]]) -> None:
-    store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
     ledger = Ledger(store)
     running = regime.keeps_state
     for epoch in EPOCHS:
