@@ -72,13 +72,19 @@ class Domain(ABC):
     def describe(self) -> str:
         return self.kind
 
+    def _key(self) -> tuple:
+        """What makes two domains the same (their kind and parameters)."""
+        return (self.kind,)
 
-class EpochDomain(Domain):
-    """Integer epochs ``t >= 0`` in their natural order; a frontier is ``{t : t < bound}``."""
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Domain) and other._key() == self._key()
 
-    kind = "epoch"
-    empty = 0
-    top = INF
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class TotallyOrdered(Domain):
+    """A domain whose bounds compare with ``<=`` (epochs, lexicographic tuples)."""
 
     def subset(self, a: Bound, b: Bound) -> bool:
         return a <= b
@@ -89,23 +95,25 @@ class EpochDomain(Domain):
     def join(self, a: Bound, b: Bound) -> Bound:
         return a if a >= b else b
 
+
+class EpochDomain(TotallyOrdered):
+    """Integer epochs ``t >= 0`` in their natural order; a frontier is ``{t : t < bound}``."""
+
+    kind = "epoch"
+    empty = 0
+    top = INF
+
     def contains(self, bound: Bound, time: Any) -> bool:
         return time < bound
 
     def down(self, times: Iterable[Any]) -> Bound:
         return max((t + 1 for t in times), default=self.empty)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, EpochDomain)
-
-    def __hash__(self) -> int:
-        return hash(self.kind)
-
     def __repr__(self) -> str:
         return "EPOCH"
 
 
-class LexDomain(Domain):
+class LexDomain(TotallyOrdered):
     """Tuples of ``length`` integers (e.g. ``(epoch, iteration)``) in lexicographic order."""
 
     kind = "lex"
@@ -116,15 +124,6 @@ class LexDomain(Domain):
         self.length = length
         self.empty = (0,) * length
         self.top = (INF,)
-
-    def subset(self, a: Bound, b: Bound) -> bool:
-        return a <= b
-
-    def meet(self, a: Bound, b: Bound) -> Bound:
-        return a if a <= b else b
-
-    def join(self, a: Bound, b: Bound) -> Bound:
-        return a if a >= b else b
 
     def contains(self, bound: Bound, time: Any) -> bool:
         return tuple(time) < bound
@@ -141,11 +140,8 @@ class LexDomain(Domain):
     def describe(self) -> str:
         return f"lex (tuples of length {self.length})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, LexDomain) and other.length == self.length
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.length))
+    def _key(self) -> tuple:
+        return (self.kind, self.length)
 
     def __repr__(self) -> str:
         return f"LexDomain({self.length})"
@@ -196,11 +192,8 @@ class SeqDomain(Domain):
     def describe(self) -> str:
         return f"seq (input edges {list(self.edges)})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SeqDomain) and other.edges == self.edges
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.edges))
+    def _key(self) -> tuple:
+        return (self.kind, self.edges)
 
     def __repr__(self) -> str:
         return f"SeqDomain({self.edges!r})"
