@@ -54,6 +54,10 @@ def spark():
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
     yield session
     session.stop()
+    # py4j logs from a finalizer at interpreter exit, after pytest has closed its streams.
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def totals_job(ctx: EpochContext) -> EpochResult:
