@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 import httpx
 
-from devstack.processes import VENV_BIN, Service, ServiceError, free_port, wait_until
+from devstack.processes import VENV_BIN, Service, ServiceError, free_port, local_spark_env, wait_until
 from policies.store import StoreConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -82,13 +82,8 @@ class AirflowStack:
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": self.spark_master}),
-                "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-                "PYSPARK_PYTHON": str(VENV_BIN / "python"),
-                "PYSPARK_DRIVER_PYTHON": str(VENV_BIN / "python"),
-                "SPARK_LOCAL_IP": "127.0.0.1",
-                # Short jobs on a small machine: C1-only JIT and the serial GC start the driver
-                # JVM with about a third less CPU. Not an operator default: big jobs want C2.
-                "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+                # Not operator defaults: a cluster's jobs want their own JVM flags and hosts.
+                **local_spark_env(),
                 "PYTHONUNBUFFERED": "1",
                 **self.store.env(),
                 **(self.extra_env or {}),

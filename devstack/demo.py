@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from devstack.airflow import PROJECT_ROOT, AirflowClient, AirflowStack
+from devstack.report import epoch_table
 from policies.epochs import EpochClock
 from policies.ledger import Ledger
 from policies.store import StoreConfig
@@ -87,19 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         stack.stop()
     print()
     print(f"Ledger of {DAG_ID} ({store.ledger_uri}):")
-    print(epoch_table_for(store))
+    print(epoch_table(Ledger(store), DAG_ID, TASKS))
     failed = {e: s for e, s in states.items() if s != "success"}
     print(f"\n{len(states) - len(failed)} of {args.epochs} epochs succeeded in {time.monotonic() - started:.0f}s")
     if failed or len(states) != args.epochs:
         print(f"failed epochs: {failed}; task logs are under {stack.home / 'logs'}", file=sys.stderr)
         return 1
     return 0
-
-
-def epoch_table_for(store: StoreConfig) -> str:
-    from devstack.report import epoch_table
-
-    return epoch_table(Ledger(store), DAG_ID, TASKS)
 
 
 if __name__ == "__main__":

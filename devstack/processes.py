@@ -16,6 +16,18 @@ import httpx
 VENV_BIN = Path(sys.executable).parent
 
 
+def local_spark_env() -> dict[str, str]:
+    """Environment for Spark processes on this machine: the venv's Python and tools, loopback,
+    and JVM flags that start short jobs with less CPU (C1-only JIT, serial GC)."""
+    return {
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYSPARK_PYTHON": str(VENV_BIN / "python"),
+        "PYSPARK_DRIVER_PYTHON": str(VENV_BIN / "python"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    }
+
+
 class ServiceError(RuntimeError):
     """A service did not start or stopped early; the message carries the end of its log."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from devstack.processes import VENV_BIN, Service, free_port, wait_until
+from devstack.processes import VENV_BIN, Service, free_port, local_spark_env, wait_until
 
 
 class StandaloneSpark:
@@ -24,13 +24,7 @@ class StandaloneSpark:
         self.work_dir = work_dir
         self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_NO_DAEMONIZE": "1",
-            "PYSPARK_PYTHON": str(VENV_BIN / "python"),
-            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        }
+        env = {**os.environ, **local_spark_env(), "SPARK_NO_DAEMONIZE": "1"}
         spark_class = str(VENV_BIN / "spark-class")
         self.master = Service(
             "spark-master",
@@ -83,14 +77,7 @@ def spark_submit(
     JVM's and the Python driver's, interleaved) is in the result's ``stdout``."""
     import subprocess
 
-    full_env = {
-        **os.environ,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": str(VENV_BIN / "python"),
-        "PYSPARK_DRIVER_PYTHON": str(VENV_BIN / "python"),
-        "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-        **env,
-    }
+    full_env = {**os.environ, **local_spark_env(), **env}
     argv = [str(VENV_BIN / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false",
             "--conf", "spark.sql.shuffle.partitions=4", str(application), *args]
     return subprocess.run(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -68,10 +68,16 @@ class CommitResult:
     applied: bool
 
 
-def committed_version(uri: str, key: CommitKey, storage_options: dict[str, str] | None = None) -> int | None:
-    """The incarnation of ``key``'s (task, epoch) recorded in the table, or ``None``."""
-    table = open_table(uri, storage_options)
-    return None if table is None else table.transaction_version(key.app_id)
+def already_committed(table: DeltaTable | None, key: CommitKey) -> bool:
+    """Whether ``table`` already records this incarnation (or a later one) of ``key``'s (task, epoch).
+
+    delta-rs records app transactions but does not skip a duplicate by itself: every
+    committer checks here first.
+    """
+    if table is None:
+        return False
+    recorded = table.transaction_version(key.app_id)
+    return recorded is not None and recorded >= key.incarnation
 
 
 def commit_epoch(
@@ -112,12 +118,10 @@ def _write_once(
     partition_by: list[str] | None,
 ) -> CommitResult:
     table = open_table(uri, storage_options)
-    if table is not None:
-        recorded = table.transaction_version(key.app_id)
-        if recorded is not None and recorded >= key.incarnation:
-            # Skipped: report the rows already there (for a shared append-only table, none of ours).
-            existing = _count_epoch(table, key.epoch) if predicate else 0
-            return CommitResult(uri, table.version(), existing, applied=False)
+    if already_committed(table, key):
+        # Skipped: report the rows already there (for a shared append-only table, none of ours).
+        existing = count_epoch(table, key.epoch) if predicate else 0
+        return CommitResult(uri, table.version(), existing, applied=False)
     write_deltalake(
         table if table is not None else uri,
         rows,
@@ -188,7 +192,8 @@ def open_table(uri: str, storage_options: dict[str, str] | None = None) -> Delta
         return None
 
 
-def _count_epoch(table: DeltaTable, epoch: int) -> int:
+def count_epoch(table: DeltaTable, epoch: int) -> int:
+    """How many rows ``table`` holds for ``epoch``."""
     return scan(table, where={EPOCH: int(epoch)}, columns=[EPOCH]).num_rows
 
 

@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
-
 from policies.times import Domain
 
 
@@ -82,20 +80,3 @@ class Graph:
         """Processors joined to ``pid`` by an edge either way (the only ones its constraints mention)."""
         seen = dict.fromkeys([e.src for e in self._in[pid]] + [e.dst for e in self._out[pid]])
         return tuple(seen)
-
-    def edge(self, eid: str) -> Edge:
-        for e in self.edges:
-            if e.id == eid:
-                return e
-        raise KeyError(eid)
-
-
-def connected(graph: Graph, start: Iterable[str]) -> set[str]:
-    """The processors joined to ``start`` by edges in either direction."""
-    todo, seen = list(start), set(start)
-    while todo:
-        for q in graph.neighbours(todo.pop()):
-            if q not in seen:
-                seen.add(q)
-                todo.append(q)
-    return seen

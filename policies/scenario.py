@@ -87,27 +87,18 @@ def load_scenario(doc: Any) -> Scenario:
     ids: dict[str, int] = {}
     for i, p in enumerate(procs):
         path = f"processors[{i}]"
-        _require(isinstance(p, dict), path, "must be an object")
-        _unknown_keys(p, PROCESSOR_KEYS, path)
-        pid = p.get("id")
-        _require(isinstance(pid, str) and pid != "", f"{path}.id", "is required (a non-empty string)")
-        _require(pid not in ids, f"{path}.id", f"duplicate processor id {pid!r}")
-        ids[pid] = i
+        ids[_new_id(p, path, PROCESSOR_KEYS, "processor", ids)] = i
         _require(p.get("domain") in ("epoch", "lex", "seq"), f"{path}.domain", 'must be "epoch", "lex" or "seq"')
         _require(isinstance(p.get("failed", False), bool), f"{path}.failed", "must be true or false")
         _require(isinstance(p.get("checkpoints"), list) and p["checkpoints"], f"{path}.checkpoints",
                  "must be a non-empty list, starting with {\"frontier\": \"empty\"}")
 
     edges: list[Edge] = []
-    edge_ids: set[str] = set()
+    edge_ids: dict[str, int] = {}
     for j, e in enumerate(edges_doc):
         path = f"edges[{j}]"
-        _require(isinstance(e, dict), path, "must be an object")
-        _unknown_keys(e, EDGE_KEYS, path)
-        eid = e.get("id")
-        _require(isinstance(eid, str) and eid != "", f"{path}.id", "is required (a non-empty string)")
-        _require(eid not in edge_ids, f"{path}.id", f"duplicate edge id {eid!r}")
-        edge_ids.add(eid)
+        eid = _new_id(e, path, EDGE_KEYS, "edge", edge_ids)
+        edge_ids[eid] = j
         for end in ("src", "dst"):
             _require(e.get(end) in ids, f"{path}.{end}", f"unknown processor {e.get(end)!r}")
         _require(e.get("phi") in projection_kinds(), f"{path}.phi",
@@ -252,6 +243,16 @@ def _domains(procs: list[dict], edges: list[Edge], ids: Mapping[str, int]) -> di
         else:
             domains[p["id"]] = SeqDomain([e.id for e in edges if e.dst == p["id"]])
     return domains
+
+
+def _new_id(obj: Any, path: str, keys: set[str], kind: str, seen: Mapping[str, int]) -> str:
+    """Check one processor or edge object (its keys, its id, that the id is new); return the id."""
+    _require(isinstance(obj, dict), path, "must be an object")
+    _unknown_keys(obj, keys, path)
+    oid = obj.get("id")
+    _require(isinstance(oid, str) and oid != "", f"{path}.id", "is required (a non-empty string)")
+    _require(oid not in seen, f"{path}.id", f"duplicate {kind} id {oid!r}")
+    return oid
 
 
 def _bound(value: Any, dom: Domain, path: str) -> Bound:

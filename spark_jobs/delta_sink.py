@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from policies.epoch_tables import EPOCH, CommitKey, CommitResult, open_table, scan
+from policies.epoch_tables import EPOCH, CommitKey, CommitResult, already_committed, count_epoch, open_table
 from spark_jobs.faults import crash_point
 
 if TYPE_CHECKING:
@@ -38,11 +38,8 @@ def commit_frame(frame: "DataFrame", uri: str, key: CommitKey,
                  storage_options: dict[str, str] | None = None) -> CommitResult:
     """Replace epoch ``key.epoch`` of the table at ``uri`` with ``frame``'s rows, at most once per key."""
     table = open_table(uri, storage_options)
-    if table is not None:
-        recorded = table.transaction_version(key.app_id)
-        if recorded is not None and recorded >= key.incarnation:
-            rows = scan(table, where={EPOCH: key.epoch}, columns=[EPOCH]).num_rows
-            return CommitResult(uri, table.version(), rows, applied=False)
+    if already_committed(table, key):
+        return CommitResult(uri, table.version(), count_epoch(table, key.epoch), applied=False)
 
     data = frame.drop(EPOCH) if EPOCH in frame.columns else frame
     schema = data.limit(0).toArrow().schema  # Spark's Arrow types, fixed on the driver
