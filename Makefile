@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test test-unit bench bench-ledger install java test-tools lock clean
+.PHONY: demo test test-unit bench bench-ledger bench-regimes install java test-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run 3 epochs through real Airflow and Spark
 demo: install
@@ -30,6 +30,10 @@ bench: install
 ## bench-ledger: reading the ledger of 100 tasks x 1,000 epochs
 bench-ledger: install
 	$(PY) -m benchmarks.ledger_bench
+
+## bench-regimes: one Spark job over 1M rows per epoch, each regime's per-epoch time as a ratio to no fault tolerance
+bench-regimes: install
+	$(PY) -m benchmarks.regime_bench $(BENCH_ARGS)
 
 install: $(VENV)/.installed
 

@@ -49,9 +49,14 @@ SCHEMA = pa.schema(
         pa.field("state_tier", pa.string()),
         pa.field("state_version", pa.int64()),
         pa.field("state_rows", pa.int64()),
-        # JSON list of {"name", "uri", "tier", "version", "rows"}, one per output table.
+        # JSON list of {"name", "uri", "tier", "version", "rows", "discarded_through"}, one per output
+        # table; "discarded_through" is D̄ as committed: the last epoch whose rows were not logged.
         pa.field("outputs", pa.string(), nullable=False),
         pa.field("output_rows", pa.int64(), nullable=False),
+        # JSON list of {"task_id", "output", "through"}: M̄ per input, the last epoch consumed.
+        pa.field("inputs", pa.string(), nullable=False),
+        # N̄: the last epoch whose completion this task acted on (null: none).
+        pa.field("notified_through", pa.int64()),
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("try_number", pa.int32(), nullable=False),
         pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
@@ -72,6 +77,18 @@ class OutputRef:
     tier: str
     version: int
     rows: int
+    # D̄ as of this commit: the last epoch (<= this one) whose rows of this output went
+    # only to scratch, i.e. were not logged; None when every epoch so far was logged.
+    discarded_through: int | None = None
+
+
+@dataclass(frozen=True)
+class InputRef:
+    """M̄ for one input: the last epoch of ``task_id``'s ``output`` this task has consumed."""
+
+    task_id: str
+    output: str
+    through: int
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,8 @@ class LedgerEntry:
     state_version: int | None = None
     state_rows: int | None = None
     outputs: tuple[OutputRef, ...] = ()
+    inputs: tuple[InputRef, ...] = ()
+    notified_through: int | None = None
     committed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     def __post_init__(self) -> None:
@@ -120,6 +139,7 @@ class LedgerEntry:
     def to_row(self) -> dict[str, Any]:
         row = {f.name: getattr(self, f.name) for f in fields(self)}
         row["outputs"] = json.dumps([asdict(o) for o in self.outputs], sort_keys=True)
+        row["inputs"] = json.dumps([asdict(i) for i in self.inputs], sort_keys=True)
         row["frontier"] = json.dumps(self.frontier)
         row["output_rows"] = self.output_rows
         return row
@@ -128,6 +148,7 @@ class LedgerEntry:
     def from_row(cls, row: dict[str, Any]) -> "LedgerEntry":
         values = {k: row[k] for k in _ENTRY_FIELDS if k in row}
         values["outputs"] = tuple(OutputRef(**o) for o in json.loads(row["outputs"]))
+        values["inputs"] = tuple(InputRef(**i) for i in json.loads(row.get("inputs") or "[]"))
         return cls(**values)
 
 
@@ -167,7 +188,6 @@ class Ledger:
         # Two racing attempts may both append before either sees the other: keep the first.
         for i in sorted(range(len(cols["dag_id"])), key=cols["committed_at"].__getitem__):
             row = {n: cols[n][i] for n in names}
-            row["outputs"] = cols["outputs"][i]
             entry = LedgerEntry.from_row(row)
             seen.setdefault((entry.key.app_id, entry.incarnation), entry)
         return sorted(seen.values(), key=lambda e: (e.dag_id, e.epoch, e.task_id, e.map_index, e.incarnation))

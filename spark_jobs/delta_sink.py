@@ -1,4 +1,9 @@
-"""Write one epoch of a Spark DataFrame into a Delta table: files on the executors, one commit on the driver.
+"""One epoch of a Delta table as a Spark DataFrame: files on the executors, one commit on the driver.
+
+Writing is two steps, so that a job can write all its tables' files at once and still
+commit them in a fixed order: :func:`stage` and :func:`publish` (:func:`commit_frame`
+does both). Reading (:func:`read_frame`) is the mirror image: the driver reads only the
+Delta log and the executors read the files.
 
 No epoch is collected to the driver. Each executor writes its partition as a Parquet file
 into the table's ``epoch=<t>/`` directory (with pyarrow, to a local path or S3-compatible
@@ -17,54 +22,145 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 from urllib.parse import urlparse
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from policies.epoch_tables import EPOCH, CommitKey, CommitResult, already_committed, count_epoch, open_table
-from spark_jobs.faults import crash_point
+from policies.epoch_tables import (EPOCH, CommitKey, CommitResult, EpochTableError, already_committed, count_epoch,
+                                   open_table, scan)
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 FILES_SCHEMA = "path string, size long, rows long"
+
+
+@dataclass(frozen=True)
+class StagedFiles:
+    """An epoch's data files, written by the executors and not yet visible to any reader."""
+
+    uri: str
+    key: CommitKey
+    schema: pa.Schema  # with the epoch column
+    files: tuple[tuple[str, int, int], ...]  # (path relative to the table, size, rows)
+    storage_options: dict[str, str] | None
+    done: CommitResult | None = None  # set when the table already holds this commit
+
+    @property
+    def rows(self) -> int:
+        return sum(f[2] for f in self.files)
 
 
 def commit_frame(frame: "DataFrame", uri: str, key: CommitKey,
                  storage_options: dict[str, str] | None = None) -> CommitResult:
     """Replace epoch ``key.epoch`` of the table at ``uri`` with ``frame``'s rows, at most once per key."""
+    return publish(stage(frame, uri, key, storage_options))
+
+
+def stage(frame: "DataFrame", uri: str, key: CommitKey,
+          storage_options: dict[str, str] | None = None) -> StagedFiles:
+    """Have the executors write ``frame`` as this epoch's data files (skipped if already committed)."""
     table = open_table(uri, storage_options)
     if already_committed(table, key):
-        return CommitResult(uri, table.version(), count_epoch(table, key.epoch), applied=False)
+        done = CommitResult(uri, table.version(), count_epoch(table, key.epoch), applied=False)
+        return StagedFiles(uri, key, pa.schema([]), (), storage_options, done)
+    from pyspark.sql.pandas.types import to_arrow_schema
 
     data = frame.drop(EPOCH) if EPOCH in frame.columns else frame
-    schema = data.limit(0).toArrow().schema  # Spark's Arrow types, fixed on the driver
+    schema = to_arrow_schema(data.schema)  # Spark's Arrow types, fixed on the driver
     files = data.mapInArrow(_file_writer(uri, key.epoch, schema, storage_options), FILES_SCHEMA).collect()
-    crash_point(key.task_id, key.epoch, "after-files")
+    return StagedFiles(uri, key, schema.append(pa.field(EPOCH, pa.int64())),
+                       tuple((f.path, f.size, f.rows) for f in files), storage_options)
 
+
+def publish(staged: StagedFiles) -> CommitResult:
+    """Make staged files visible in one Delta commit on the driver, unless the key is already there.
+
+    The check is repeated here, against the table as it is now, so that an attempt that
+    staged its files before another attempt committed (a zombie) changes nothing. A
+    commit racing this one is caught by Delta's own conflict check (both replace the same
+    partition), and the later of the two fails instead of applying twice.
+    """
+    if staged.done is not None:
+        return staged.done
+    uri, key, options = staged.uri, staged.key, staged.storage_options
+    table = open_table(uri, options)
+    if already_committed(table, key):
+        return CommitResult(uri, table.version(), count_epoch(table, key.epoch), applied=False)
     now = int(time.time() * 1000)
-    actions = [
-        AddAction(f.path, f.size, {EPOCH: str(key.epoch)}, now, True, json.dumps({"numRecords": f.rows}))
-        for f in files
-    ]
-    full_schema = schema.append(pa.field(EPOCH, pa.int64()))
+    actions = [AddAction(path, size, {EPOCH: str(key.epoch)}, now, True, json.dumps({"numRecords": rows}))
+               for path, size, rows in staged.files]
     props = CommitProperties(
         app_transactions=[Transaction(key.app_id, key.incarnation)],
         custom_metadata={"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)},
     )
     if table is None:
-        create_table_with_add_actions(uri, Schema.from_arrow(full_schema), actions, mode="error",
-                                      partition_by=[EPOCH], storage_options=storage_options,
-                                      commit_properties=props)
+        create_table_with_add_actions(uri, Schema.from_arrow(staged.schema), actions, mode="error",
+                                      partition_by=[EPOCH], storage_options=options, commit_properties=props)
+        table = DeltaTable(uri, storage_options=options)
     else:
-        table.create_write_transaction(actions, mode="overwrite", schema=full_schema, partition_by=[EPOCH],
+        table.create_write_transaction(actions, mode="overwrite", schema=staged.schema, partition_by=[EPOCH],
                                        partition_filters=[(EPOCH, "=", str(key.epoch))], commit_properties=props)
-    after = DeltaTable(uri, storage_options=storage_options)
-    return CommitResult(uri, after.version(), sum(f.rows for f in files), applied=True)
+        table.update_incremental()
+    return CommitResult(uri, table.version(), staged.rows, applied=True)
+
+
+DRIVER_READ_MAX_BYTES = 16 * 1024 * 1024
+
+
+def read_frame(spark: "SparkSession", uri: str, epoch: int,
+               storage_options: dict[str, str] | None = None,
+               driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES) -> "DataFrame":
+    """Epoch ``epoch`` of the Delta table at ``uri`` as a DataFrame, without its ``epoch`` column.
+
+    The driver reads only the Delta log: which files make up the epoch, their sizes, the
+    schema. The data is read in parallel by the executors: with Spark's own Parquet
+    reader for a local path, and with pyarrow for ``s3://`` (Spark's S3A connector needs
+    jars that are not installed). A remote epoch smaller than ``driver_read_max_bytes``
+    (a typical state table) is read on the driver in one request instead, which is
+    cheaper than a Spark job.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    table = open_table(uri, storage_options)
+    if table is None:
+        raise EpochTableError(f"no Delta table at {uri}: has the task that writes it run for epoch {epoch}?")
+    schema = pa.schema([f for f in pa.schema(table.schema().to_arrow()) if f.name != EPOCH])
+    spark_schema = from_arrow_schema(schema)
+    files = table.file_uris(file_pruning_predicate=[(EPOCH, "=", str(int(epoch)))])
+    if not files:
+        return spark.createDataFrame([], spark_schema)
+    if not uri.startswith("s3://"):
+        return spark.read.schema(spark_schema).parquet(*files)
+    actions = pa.table(table.get_add_actions(flatten=True))
+    size = pc.sum(actions.filter(pc.equal(actions.column(f"partition.{EPOCH}"), int(epoch)))
+                  .column("size_bytes")).as_py() or 0
+    if size <= driver_read_max_bytes:
+        return spark.createDataFrame(scan(table, where={EPOCH: int(epoch)}).drop_columns([EPOCH]).cast(schema))
+    n = min(len(files), spark.sparkContext.defaultParallelism)
+    paths = spark.createDataFrame(spark.sparkContext.parallelize([(f,) for f in files], n), "path string")
+    return paths.mapInArrow(_file_reader(uri, schema, storage_options), spark_schema)
+
+
+def _file_reader(uri: str, schema: pa.Schema, storage_options: dict[str, str] | None):
+    """The function each executor runs over its share of an epoch's file paths."""
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        fs, _ = _filesystem(uri, storage_options)
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                located = path[len("s3://"):] if path.startswith("s3://") else path.removeprefix("file://")
+                for part in pq.ParquetFile(fs.open_input_file(located)).iter_batches():
+                    yield pa.RecordBatch.from_arrays([part.column(f.name).cast(f.type) for f in schema],
+                                                     schema=schema)
+
+    return read
 
 
 def _file_writer(uri: str, epoch: int, schema: pa.Schema, storage_options: dict[str, str] | None):

@@ -30,16 +30,16 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-import pyarrow as pa
-
-from policies.epoch_tables import EPOCH, CommitKey, CommitResult, read_epoch
-from policies.ledger import Ledger, LedgerEntry, OutputRef
+from policies.epoch_tables import CommitKey, EpochTableError
 from policies.job_spec import JobSpec
+from policies.ledger import InputRef, Ledger, LedgerEntry, OutputRef
+from policies.regimes import Tier
 from policies.store import StoreConfig
-from spark_jobs.delta_sink import commit_frame
+from spark_jobs.delta_sink import publish, read_frame, stage
 from spark_jobs.faults import crash_point
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
@@ -60,49 +60,72 @@ class EpochResult:
 
 @dataclass
 class EpochContext:
-    """The epoch a job is running, with readers for its inputs and its previous state."""
+    """The epoch a job is running, with readers for its inputs and its previous state.
+
+    The context remembers what the job read (the last epoch of each input), which becomes
+    M̄ in the ledger row: recovery then knows exactly which upstream epochs this
+    checkpoint depends on.
+    """
 
     args: JobSpec
     store: StoreConfig
     ledger: Ledger
     spark: "SparkSession"
+    consumed: dict[tuple[str, str], int] = field(default_factory=dict)
+    _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
 
     @property
     def epoch(self) -> int:
         return self.args.epoch
 
-    def read_input(self, task_id: str | None = None, output: str = "output") -> "DataFrame":
-        """This epoch's rows of an upstream task's output, as the upstream's ledger row locates them."""
+    def read_input(self, task_id: str | None = None, output: str = "output", epoch: int | None = None) -> "DataFrame":
+        """Rows of an upstream task's output for this epoch (or an earlier ``epoch``), read by the executors."""
         if task_id is None:
             if len(self.args.inputs) != 1:
                 raise JobError(f"{self.args.task_id}: name the input to read; this task reads {list(self.args.inputs)}")
             task_id = self.args.inputs[0]
-        entry = self.ledger.find(self.args.dag_id, task_id, self.epoch)
+        epoch = self.epoch if epoch is None else epoch
+        if epoch > self.epoch:
+            raise JobError(f"{self.args.task_id}: cannot read epoch {epoch} of {task_id!r} while running epoch "
+                           f"{self.epoch}; a task reads its own epoch or earlier ones")
+        entry = self.ledger.find(self.args.dag_id, task_id, epoch)
         if entry is None:
             raise JobError(
-                f"{self.args.task_id}: upstream task {task_id!r} has no checkpoint for epoch {self.epoch}; "
+                f"{self.args.task_id}: upstream task {task_id!r} has no checkpoint for epoch {epoch}; "
                 f"run {task_id} for this epoch first"
             )
         ref = next((o for o in entry.outputs if o.name == output), None)
         if ref is None:
             names = [o.name for o in entry.outputs]
             raise JobError(f"{self.args.task_id}: task {task_id!r} has no output {output!r}; it has {names}")
-        return self._to_spark(read_epoch(ref.uri, self.epoch, self.store.options_for(ref.uri)))
+        frame = self._read(ref.uri, epoch, f"output {output!r} of {task_id!r}")
+        key = (task_id, output)
+        self.consumed[key] = max(self.consumed.get(key, epoch), epoch)
+        return frame
 
     def previous_state(self) -> "DataFrame | None":
         """The state as of this task's latest checkpoint before this epoch; ``None`` at the start (∅)."""
         if not self.args.regime.keeps_state:
             raise JobError(f"{self.args.task_id}: regime {self.args.regime.spec()} keeps no state to load")
-        entry = self.ledger.latest(self.args.dag_id, self.args.task_id, self.epoch, self.args.map_index)
+        entry = self.previous_checkpoint()
         if entry is None:
             return None
         if entry.state_uri is None:
             raise JobError(f"ledger row of {self.args.task_id} epoch {entry.epoch} records no state table")
-        rows = read_epoch(entry.state_uri, entry.epoch, self.store.options_for(entry.state_uri))
-        return self._to_spark(rows.drop_columns([EPOCH]))
+        return self._read(entry.state_uri, entry.epoch, f"state of {self.args.task_id!r}")
 
-    def _to_spark(self, table: pa.Table) -> "DataFrame":
-        return self.spark.createDataFrame(table)
+    def previous_checkpoint(self) -> LedgerEntry | None:
+        """This task's ledger row with the greatest epoch below this one (read once)."""
+        if self._previous is False:
+            a = self.args
+            self._previous = self.ledger.latest(a.dag_id, a.task_id, a.epoch, a.map_index)
+        return self._previous  # type: ignore[return-value]
+
+    def _read(self, uri: str, epoch: int, what: str) -> "DataFrame":
+        try:
+            return read_frame(self.spark, uri, epoch, self.store.options_for(uri))
+        except EpochTableError as exc:
+            raise JobError(f"{self.args.task_id}: cannot read the {what} at epoch {epoch}: {exc}") from exc
 
 
 def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] | None = None) -> int:
@@ -141,41 +164,72 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
         raise JobError(f"{args.task_id}: regime {regime.spec()} is stateless but the job returned state; "
                        f"drop it or use a checkpoint regime")
     key = CommitKey(args.dag_id, args.task_id, args.epoch, args.map_index, args.incarnation)
+    # Outputs and state usually share lineage (state = previous state + this epoch's
+    # outputs), and a checkpoint may go to two tiers: cache so each is computed once.
+    frames = list(result.outputs.values()) + ([result.state] if result.state is not None else [])
+    cached = len(result.outputs) + len(regime.state_tiers(args.epoch)) > 1
+    if cached:
+        for frame in frames:
+            frame.persist()
+    try:
+        return _commit(ctx, result, key)
+    finally:
+        if cached:
+            for frame in frames:
+                frame.unpersist()
 
+
+def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEntry:
+    args, store, regime = ctx.args, ctx.store, ctx.args.regime
     crash_point(args.task_id, args.epoch, "before-commit")
-    outputs = []
-    for name, frame in sorted(result.outputs.items()):
-        tier = regime.output_tier(args.epoch)
-        written = _commit_frame(store, store.table_uri(tier, args.dag_id, args.task_id, name), frame, key)
-        outputs.append(OutputRef(name, written.uri, tier.value, written.version, written.rows))
-        _say(f"  output {name!r} -> {tier.value} {written.uri} (v{written.version}, {written.rows} rows"
-             + ("" if written.applied else ", already there") + ")")
-    crash_point(args.task_id, args.epoch, "after-outputs")
+    out_tier = regime.output_tier(args.epoch)
+    targets = [(f"output {name!r}", store.table_uri(out_tier, args.dag_id, args.task_id, name), frame)
+               for name, frame in sorted(result.outputs.items())]
+    if result.state is not None:  # scratch first, the durable copy (if any) last
+        targets += [("state", store.table_uri(tier, args.dag_id, args.task_id, "state"), result.state)
+                    for tier in regime.state_tiers(args.epoch)]
+    # The executors write every table's files at once; the driver then commits them in order.
+    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+        staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1])), targets))
+    crash_point(args.task_id, args.epoch, "after-files")
 
-    state = None
-    state_tier = regime.state_tier(args.epoch)
-    if result.state is not None:
-        for tier in regime.state_tiers(args.epoch):  # scratch first, the durable copy (if any) last
-            uri = store.table_uri(tier, args.dag_id, args.task_id, "state")
-            state = _commit_frame(store, uri, result.state, key)
-            _say(f"  state -> {tier.value} {uri} (v{state.version}, {state.rows} rows"
-                 + ("" if state.applied else ", already there") + ")")
+    previous = ctx.previous_checkpoint()
+    before = {o.name: o.discarded_through for o in previous.outputs} if previous else {}
+    outputs, state = [], None
+    for (what, uri, _), files in zip(targets, staged):
+        if what == "state" and state is None:
+            crash_point(args.task_id, args.epoch, "after-outputs")
+        written = publish(files)
+        _say(f"  {what} -> {uri} (v{written.version}, {written.rows} rows"
+             + ("" if written.applied else ", already there") + ")")
+        if what == "state":
+            state = written
+        else:
+            name = what.split("'")[1]
+            # D̄ as committed: an epoch sent only to scratch is not logged.
+            discarded = args.epoch if out_tier is Tier.SCRATCH else before.get(name)
+            outputs.append(OutputRef(name, written.uri, out_tier.value, written.version, written.rows, discarded))
+    if state is None:
+        crash_point(args.task_id, args.epoch, "after-outputs")
     crash_point(args.task_id, args.epoch, "after-state")
 
+    consumed = {(i.task_id, i.output): i.through for i in previous.inputs} if previous else {}
+    for k, through in ctx.consumed.items():
+        consumed[k] = max(consumed.get(k, through), through)
+    state_tier = regime.state_tier(args.epoch)
     entry = LedgerEntry(
         dag_id=args.dag_id, task_id=args.task_id, epoch=args.epoch, regime=regime.spec(), run_id=args.run_id,
         try_number=args.try_number, map_index=args.map_index, incarnation=args.incarnation,
         state_uri=state.uri if state else None, state_tier=state_tier.value if state else None,
         state_version=state.version if state else None, state_rows=state.rows if state else None,
         outputs=tuple(outputs),
+        inputs=tuple(InputRef(t, o, through) for (t, o), through in sorted(consumed.items())),
+        # Airflow starts a task's epoch only once its upstream epochs are complete: it acts
+        # on the completion of every epoch up to this one.
+        notified_through=args.epoch,
     )
     ctx.ledger.append(entry)
     return entry
-
-
-def _commit_frame(store: StoreConfig, uri: str, frame: "DataFrame", key: CommitKey) -> CommitResult:
-    # Executors write the files, the driver commits them (see spark_jobs.delta_sink).
-    return commit_frame(frame, uri, key, store.options_for(uri))
 
 
 def _spark_session() -> "SparkSession":

@@ -28,7 +28,7 @@ def compute(ctx: EpochContext) -> EpochResult:
         F.coalesce("epoch_orders", F.lit(0)).cast("long").alias("epoch_orders"),
         (F.coalesce("total_amount", F.lit(0)) + F.coalesce("epoch_amount", F.lit(0))).cast("long").alias("total_amount"),
         (F.coalesce("total_orders", F.lit(0)) + F.coalesce("epoch_orders", F.lit(0))).cast("long").alias("total_orders"),
-    ).cache()
+    )
     state = joined.select("customer", "total_amount", "total_orders")
     return EpochResult(outputs={"output": joined}, state=state)
 

@@ -1,0 +1,200 @@
+"""Regime overhead benchmark: one Spark job over ~1M rows per epoch, with and without fault tolerance.
+
+Every variant runs the same computation over the same input (``--rows`` click events
+per epoch, pre-generated as Parquet and read by each variant, about 2% of them
+delivered twice): drop the duplicate deliveries, then per-item totals of the epoch. Stateless variants emit them; stateful variants also fold them into
+running totals kept across epochs. Variants:
+
+* ``no FT (stateless)``: what a task without fault tolerance does: outputs written as
+  plain Parquet (Spark's own writer) to a scratch directory for the next task; no
+  Delta, no versions, no ledger;
+* ``no FT (stateful)``: the same, and the running totals are read from and written to a
+  plain Parquet directory (two, used in turn, since Spark cannot overwrite what it
+  reads), as a task run once per epoch must keep its state somewhere;
+* ``ephemeral``, ``batch``, ``batch(log_outputs)``: the stateless job under the runtime's
+  commit (``spark_jobs.runtime.commit``), compared with no FT (stateless);
+* ``lazy_checkpoint(every=10)``, ``eager_checkpoint``: the stateful job under the runtime,
+  loading its previous state from the store as each epoch's ``spark-submit`` would,
+  compared with no FT (stateful).
+
+Epochs are interleaved (epoch t of every variant before epoch t+1 of any) so drift on a
+busy machine hits all variants alike. Epoch 1 is a warm-up and is not counted; the table
+gives the median and the mean per-epoch time of the rest and their ratio to the
+matching no-FT baseline from the same run.
+
+    make bench-regimes
+    .venv/bin/python -m benchmarks.regime_bench --rows 1000000 --epochs 11
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, Ledger, Regime, StoreConfig
+from policies.job_spec import JobSpec
+
+DAG = "bench"
+ITEMS = 20_000  # distinct keys: the size of outputs and state, small next to the input
+
+
+@dataclass
+class Variant:
+    name: str
+    regime: Regime | None  # None: no fault tolerance
+    stateful: bool
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> str:
+        return "no FT (stateful)" if self.stateful else "no FT (stateless)"
+
+
+def variants() -> list[Variant]:
+    return [
+        Variant("no FT (stateless)", None, False),
+        Variant("ephemeral", Ephemeral(), False),
+        Variant("batch", Batch(), False),
+        Variant("batch(log_outputs)", Batch(log_outputs=True), False),
+        Variant("no FT (stateful)", None, True),
+        Variant("lazy_checkpoint(every=10)", LazyCheckpoint(every=10), True),
+        Variant("eager_checkpoint", EagerCheckpoint(), True),
+    ]
+
+
+def generate_input(spark, root: Path, epochs: int, rows: int) -> None:
+    """Deterministic events per epoch: (event_id, user, item, amount); one in 50 repeats an event_id."""
+    from pyspark.sql import functions as F
+
+    for epoch in range(1, epochs + 1):
+        (spark.range(rows, numPartitions=4)
+         .select(F.when(F.col("id") % 50 == 7, F.col("id") - 1).otherwise(F.col("id")).alias("event_id"),
+                 (F.abs(F.xxhash64("event_id", F.lit(epoch))) % 100_000).alias("user"),
+                 (F.abs(F.xxhash64(F.lit(epoch), "event_id")) % ITEMS).alias("item"),
+                 ((F.abs(F.xxhash64("event_id")) % 1000) - 100).alias("amount"))
+         .write.mode("overwrite").parquet(str(root / f"epoch={epoch}")))
+
+
+def epoch_totals(spark, source: Path, epoch: int):
+    from pyspark.sql import functions as F
+
+    events = spark.read.parquet(str(source / f"epoch={epoch}")).dropDuplicates(["event_id"])
+    return (events.where("amount > 0").groupBy("item")
+            .agg(F.count("*").alias("events"), F.sum("amount").alias("amount"),
+                 F.approx_count_distinct("user").alias("users")))
+
+
+def fold(previous, this):
+    """Running totals: previous state plus this epoch's totals."""
+    from pyspark.sql import functions as F
+
+    if previous is None:
+        return this.select("item", "events", "amount")
+    before = previous.select("item", F.col("events").alias("e0"), F.col("amount").alias("a0"))
+    return (before.join(this, "item", "full_outer")
+            .select("item", (F.coalesce("e0", F.lit(0)) + F.coalesce("events", F.lit(0))).alias("events"),
+                    (F.coalesce("a0", F.lit(0)) + F.coalesce("amount", F.lit(0))).alias("amount")))
+
+
+def run_epoch(spark, variant: Variant, epoch: int, source: Path, store: StoreConfig) -> float:
+    from spark_jobs.runtime import EpochContext, EpochResult, commit
+
+    started = time.perf_counter()
+    this = epoch_totals(spark, source, epoch)
+    if variant.regime is None:
+        scratch = Path(store.scratch_uri)
+        if not variant.stateful:
+            this.write.mode("overwrite").parquet(str(scratch / "output" / f"epoch={epoch}"))
+            return time.perf_counter() - started
+        this.persist()  # as the runtime does: compute this epoch's totals once for both uses
+        this.write.mode("overwrite").parquet(str(scratch / "output" / f"epoch={epoch}"))
+        previous = spark.read.parquet(str(scratch / f"state-{epoch % 2}")) if epoch > 1 else None
+        fold(previous, this).write.mode("overwrite").parquet(str(scratch / f"state-{(epoch + 1) % 2}"))
+        this.unpersist()
+        return time.perf_counter() - started
+
+    ledger = Ledger(store)
+    task = "running" if variant.stateful else "totals"
+    spec = JobSpec(DAG, task, epoch, variant.regime, f"epoch-{epoch}")
+    if ledger.find(DAG, task, epoch) is not None:  # run_job's own check before any work
+        raise SystemExit(f"{variant.name}: epoch {epoch} already committed; the store was not empty")
+    ctx = EpochContext(spec, store, ledger, spark)
+    if variant.stateful:
+        result = EpochResult(outputs={"output": this}, state=fold(ctx.previous_state(), this))
+    else:
+        result = EpochResult(outputs={"output": this})
+    commit(ctx, result)
+    return time.perf_counter() - started
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="input events per epoch")
+    parser.add_argument("--epochs", type=int, default=11, help="epochs per variant (the first is a warm-up)")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--keep", action="store_true", help="keep the stores (printed) for inspection")
+    args = parser.parse_args(argv)
+    if args.epochs < 2:
+        parser.error("--epochs: need at least 2 (the first is a warm-up)")
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(args.master).appName("falkirk-regime-bench")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+             .config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    root = Path(tempfile.mkdtemp(prefix="falkirk-regime-bench-"))
+    say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)
+    try:
+        say(f"generating {args.epochs} epochs x {args.rows:,} events under {root} ...")
+        generate_input(spark, root / "source", args.epochs, args.rows)
+        runs = variants()
+        stores = {v.name: StoreConfig(str(root / f"v{i}" / "durable"), str(root / f"v{i}" / "scratch"))
+                  for i, v in enumerate(runs)}
+        for epoch in range(1, args.epochs + 1):
+            order = runs[epoch % len(runs):] + runs[:epoch % len(runs)]  # rotate who goes first
+            for v in order:
+                seconds = run_epoch(spark, v, epoch, root / "source", stores[v.name])
+                if epoch > 1:
+                    v.times.append(seconds)
+            say(f"epoch {epoch}/{args.epochs}: " + ", ".join(f"{v.name} {v.times[-1]:.2f}s" for v in runs
+                                                             if v.times))
+        base = {v.name: v for v in runs if v.regime is None}
+        rows = [["variant", "median s/epoch", "mean s/epoch", "median ratio", "mean ratio"]]
+        for v in runs:
+            b = base[v.baseline]
+            med, mean = statistics.median(v.times), statistics.fmean(v.times)
+            rows.append([v.name, f"{med:.3f}", f"{mean:.3f}",
+                         f"{med / statistics.median(b.times):.3f}", f"{mean / statistics.fmean(b.times):.3f}"])
+        print(f"\n{args.rows:,} events per epoch, {args.epochs - 1} measured epochs, master {args.master}; "
+              f"ratios are to the no-FT baseline of the same kind (stateless or stateful), same run\n")
+        print(table(rows))
+    finally:
+        spark.stop()
+        if args.keep:
+            say(f"stores kept under {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
