@@ -7,7 +7,11 @@ connection chooses the cluster), plus three things:
 * it turns the DAG run's logical date into an epoch with the DAG's
   :class:`~policies.epochs.EpochClock`;
 * it passes the job the :class:`~policies.job_spec.JobSpec` the runtime expects, with
-  the task's direct upstream tasks as its inputs.
+  the task's direct upstream tasks as its inputs;
+* with ``store_conn_id``, it takes the S3-compatible store's credentials and endpoint from
+  that Airflow connection (type ``aws``: login = access key id, password = secret key,
+  extra ``endpoint_url``, ``region_name`` and optionally ``store_uri``), so they live in
+  Airflow's connections and secrets backends rather than in the workers' environment.
 
 Example (a DAG file)::
 
@@ -54,6 +58,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         epoch_clock: EpochClock,
         conf: Mapping[str, Any] | None = None,
         env_vars: Mapping[str, str] | None = None,
+        store_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
@@ -74,6 +79,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         )
         self.regime = regime
         self.epoch_clock = epoch_clock
+        self.store_conn_id = store_conn_id
         # The regime's text form, serialized with the DAG: the API server reads it from the
         # serialized DAG without importing DAG files (see regime_of).
         self.falkirk_regime = regime.spec()
@@ -97,10 +103,20 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             inputs=tuple(sorted(self.upstream_task_ids)),
         )
 
+    def job_env(self) -> dict[str, str]:
+        """The job's environment: the operator's ``env_vars``, plus the store's connection if named."""
+        env = dict(self.env_vars or {})
+        if self.store_conn_id:
+            from airflow.sdk import BaseHook
+
+            env.update(store_env_from_connection(BaseHook.get_connection(self.store_conn_id)))
+        return env
+
     def execute(self, context: Any) -> None:
         spec = self.job_spec(context)
         self.log.info("Falkirk: %s epoch %s under %s", spec.task_id, spec.epoch, spec.regime.spec())
         self.application_args = spec.argv()
+        self.env_vars = self.job_env()
         if self.name == "arrow-spark":  # the provider's default application name
             self.name = f"falkirk:{spec.dag_id}.{spec.task_id}:epoch-{spec.epoch}"
         super().execute(context)
@@ -110,6 +126,29 @@ def regime_of(task: Any) -> Regime | None:
     """The regime of a task, live or deserialized from the DAG table; ``None`` if it has none."""
     spec = getattr(task, "falkirk_regime", None)
     return Regime.parse(spec) if isinstance(spec, str) and spec else None
+
+
+def store_env_from_connection(conn: Any) -> dict[str, str]:
+    """The store's environment variables (see :meth:`policies.store.StoreConfig.from_env`) from an
+    Airflow connection of type ``aws``.
+
+    >>> from airflow.sdk import Connection
+    >>> conn = Connection(conn_id="store", conn_type="aws", login="key", password="secret",
+    ...                   extra='{"endpoint_url": "http://127.0.0.1:9000", "store_uri": "s3://lake/falkirk"}')
+    >>> sorted(store_env_from_connection(conn).items())  # doctest: +NORMALIZE_WHITESPACE
+    [('AWS_ACCESS_KEY_ID', 'key'), ('AWS_ALLOW_HTTP', 'true'), ('AWS_ENDPOINT_URL', 'http://127.0.0.1:9000'),
+     ('AWS_SECRET_ACCESS_KEY', 'secret'), ('FALKIRK_STORE_URI', 's3://lake/falkirk')]
+    """
+    if conn.conn_type not in ("aws", "s3"):
+        raise ValueError(f"connection {conn.conn_id!r}: type {conn.conn_type!r} cannot hold store credentials; "
+                         f"use an 'aws' connection (login = access key id, password = secret key)")
+    extra = conn.extra_dejson or {}
+    env = {"AWS_ACCESS_KEY_ID": conn.login, "AWS_SECRET_ACCESS_KEY": conn.password,
+           "AWS_REGION": extra.get("region_name"), "AWS_ENDPOINT_URL": extra.get("endpoint_url"),
+           "FALKIRK_STORE_URI": extra.get("store_uri")}
+    if str(extra.get("endpoint_url", "")).startswith("http://"):
+        env["AWS_ALLOW_HTTP"] = "true"
+    return {k: v for k, v in env.items() if v}
 
 
 def _python_env() -> dict[str, str]:

@@ -51,6 +51,7 @@ class StagedFiles:
     files: tuple[tuple[str, int, int], ...]  # (path relative to the table, size, rows)
     storage_options: dict[str, str] | None
     done: CommitResult | None = None  # set when the table already holds this commit
+    table: DeltaTable | None = None  # the table as staging saw it; publish brings it up to date
 
     @property
     def rows(self) -> int:
@@ -76,7 +77,7 @@ def stage(frame: "DataFrame", uri: str, key: CommitKey,
     schema = to_arrow_schema(data.schema)  # Spark's Arrow types, fixed on the driver
     files = data.mapInArrow(_file_writer(uri, key.epoch, schema, storage_options), FILES_SCHEMA).collect()
     return StagedFiles(uri, key, schema.append(pa.field(EPOCH, pa.int64())),
-                       tuple((f.path, f.size, f.rows) for f in files), storage_options)
+                       tuple((f.path, f.size, f.rows) for f in files), storage_options, table=table)
 
 
 def publish(staged: StagedFiles) -> CommitResult:
@@ -89,8 +90,13 @@ def publish(staged: StagedFiles) -> CommitResult:
     """
     if staged.done is not None:
         return staged.done
+    # Freshly read: another attempt may have committed since stage() looked.
     uri, key, options = staged.uri, staged.key, staged.storage_options
-    table = open_table(uri, options)
+    table = staged.table
+    if table is not None:
+        table.update_incremental()
+    else:
+        table = open_table(uri, options)
     if already_committed(table, key):
         return CommitResult(uri, table.version(), count_epoch(table, key.epoch), applied=False)
     now = int(time.time() * 1000)

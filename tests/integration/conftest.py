@@ -1,8 +1,15 @@
-"""One real Airflow deployment (api-server, scheduler, dag-processor, triggerer) for the session,
-with the demo pipeline run for epochs 1..3 through its scheduler."""
+"""Real components shared by the integration tests, each started once per session when first used:
+one Airflow deployment (api-server, scheduler, dag-processor, triggerer) with the demo
+pipeline run for epochs 1..3 through its scheduler; one local Spark session; one
+``moto_server``; and a ``store`` fixture that runs a test with the durable tier on a
+local path and on the S3-compatible server."""
 
 from __future__ import annotations
 
+import itertools
+import logging
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,3 +43,42 @@ def three_epochs(airflow_stack: AirflowStack) -> dict[int, str]:
     logs = Path(airflow_stack.home) / "logs" / f"dag_id={DAG_ID}"
     assert states == {1: "success", 2: "success", 3: "success"}, f"runs {states}; task logs in {logs}"
     return states
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One in-process local Spark session (2 cores): the executors write files, the driver commits."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("falkirk-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
+    # py4j logs from a finalizer at interpreter exit, after pytest has closed its streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory):
+    """``moto_server`` as a subprocess on 127.0.0.1."""
+    from devstack.s3 import MotoS3
+
+    with MotoS3(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+_buckets = itertools.count()
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreConfig:
+    """The durable tier on a local path, or on an S3-compatible server; scratch is always local."""
+    if request.param == "local":
+        return StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
+    s3 = request.getfixturevalue("s3")
+    bucket = f"falkirk-{next(_buckets)}"
+    s3.create_bucket(bucket)
+    return StoreConfig(f"s3://{bucket}/store", str(tmp_path / "scratch"), s3.storage_options())

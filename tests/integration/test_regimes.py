@@ -9,10 +9,6 @@ exactly as under ``spark-submit``.
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
 
 from policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, Ledger, Regime, StoreConfig, Tier
@@ -23,41 +19,6 @@ from spark_jobs.runtime import EpochContext, EpochResult, commit
 
 DAG = "regimes"
 EPOCHS = [1, 2, 3]
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory):
-    from devstack.s3 import MotoS3
-
-    with MotoS3(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
-@pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreConfig:
-    """The durable tier on a local path, or on an S3-compatible server (moto_server subprocess)."""
-    if request.param == "local":
-        return StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
-    s3 = request.getfixturevalue("s3")
-    bucket = f"regimes-{abs(hash(request.node.nodeid)) % 10**8}"
-    s3.create_bucket(bucket)
-    return StoreConfig(f"s3://{bucket}/store", str(tmp_path / "scratch"), s3.storage_options())
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("falkirk-regime-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    yield session
-    session.stop()
-    # py4j logs from a finalizer at interpreter exit, after pytest has closed its streams.
-    import logging
-
-    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def totals_job(ctx: EpochContext) -> EpochResult:

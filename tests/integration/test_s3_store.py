@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock
 from devstack.s3 import MotoS3
@@ -18,14 +16,8 @@ from tests.tables import TABLES, table_rows
 EPOCHS = [1, 2, 3]
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory):
-    with MotoS3(tmp_path_factory.mktemp("moto")) as server:
-        server.create_bucket("falkirk")
-        yield server
-
-
 def test_pipeline_on_s3_produces_the_same_tables(s3: MotoS3, tmp_path: Path) -> None:
+    s3.create_bucket("falkirk")
     store = StoreConfig("s3://falkirk/store", str(tmp_path / "scratch"), s3.storage_options())
     stack = AirflowStack(home=tmp_path / "airflow", store=store)
     stack.init()

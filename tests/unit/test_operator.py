@@ -41,3 +41,30 @@ def test_operator_refuses_a_regime_that_is_not_one() -> None:
     with pytest.raises(RegimeError, match="task 'x': regime='eager' is not a Regime"):
         RegimeSparkSubmitOperator(task_id="x", application=str(ROOT / "spark_jobs/pipeline/ingest.py"),
                                   regime="eager", epoch_clock=clock)
+
+
+def test_store_credentials_come_from_the_named_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    from datetime import datetime, timedelta, timezone
+
+    from plugins.operators import RegimeSparkSubmitOperator
+    from policies import EagerCheckpoint, EpochClock, StoreConfig
+
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({
+        "conn_type": "aws", "login": "AKIAEXAMPLE", "password": "secret-key-example",
+        "extra": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1", "store_uri": "s3://lake/f"}}))
+    clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+    op = RegimeSparkSubmitOperator(task_id="x", application=str(ROOT / "spark_jobs/pipeline/ingest.py"),
+                                   regime=EagerCheckpoint(), epoch_clock=clock, store_conn_id="lake",
+                                   env_vars={"FALKIRK_SCRATCH_URI": "/tmp/scratch"})
+    env = op.job_env()
+    store = StoreConfig.from_env(env)  # what the job will see
+    assert store.durable_uri == "s3://lake/f" and store.scratch_uri == "/tmp/scratch"
+    assert store.storage_options == {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret-key-example",
+                                     "AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+                                     "AWS_ALLOW_HTTP": "true"}
+
+    monkeypatch.setenv("AIRFLOW_CONN_PG", json.dumps({"conn_type": "postgres", "login": "u"}))
+    op.store_conn_id = "pg"
+    with pytest.raises(ValueError, match="connection 'pg': type 'postgres' cannot hold store credentials"):
+        op.job_env()

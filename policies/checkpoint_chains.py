@@ -1,0 +1,202 @@
+"""Ξ(p, f) and F*(p) computed from the ledger and what the store can still read.
+
+The solver (:mod:`policies.solver`) needs, for every task, the chain of checkpoints it
+could restore to and each checkpoint's metadata. A pipeline's ledger records every
+(task, epoch) commit; this module turns those rows into exactly that, in the epoch
+domain (a checkpoint after epoch t is the frontier ↓{t}, bound ``t + 1``):
+
+* **F*(p)**: ∅, then every committed epoch whose checkpoint can still be restored. A
+  stateless task (Ephemeral, Batch) restores to any completed epoch: it has no state to
+  load. A stateful task restores to an epoch only while the state table its ledger row
+  points at still holds that epoch (a scratch copy may be gone with its worker).
+* **M̄(d, f)**: the last epoch of input d the task consumed, as the runtime recorded it.
+* **N̄(p, f)**: the last epoch whose completion the task acted on (Airflow starts a task's
+  epoch only once its upstream epochs are complete).
+* **D̄(e, f)**: computed here, not taken from the commit: the last epoch ≤ f whose rows on
+  e can no longer be read. An output that went to scratch but is still readable counts
+  as logged; one whose scratch copy is gone, or that was never written, counts as
+  discarded. This is exact (spec §1.5), where the coarse D̄ := f would force upstream
+  tasks to roll back needlessly (spec §5.5 variant iii).
+
+The graph comes from the pipeline's declared data edges (:class:`TaskGraph`), or from
+the ledger itself (:meth:`TaskGraph.from_ledger`: every input a task ever read).
+
+>>> from policies.ledger import InputRef, LedgerEntry, OutputRef
+>>> rows = [LedgerEntry("d", "a", t, "ephemeral", f"r{t}", 1, notified_through=t,
+...                     outputs=(OutputRef("output", "/s/a", "scratch", t, 1, t),)) for t in (1, 2)]
+>>> rows += [LedgerEntry("d", "b", t, "batch(log_outputs=true)", f"r{t}", 1, notified_through=t,
+...                      inputs=(InputRef("a", "output", t),)) for t in (1, 2)]
+>>> graph = TaskGraph.from_ledger(rows)
+>>> lost_scratch = lambda uri, key: not uri.startswith("/s/")
+>>> chains = chains_from_ledger(rows, graph, readable=lost_scratch)
+>>> [(c.f, dict(c.D)) for c in chains["a"]]    # a's scratch is gone: every epoch is discarded
+[(0, {}), (2, {'a.output->b': 2}), (3, {'a.output->b': 3})]
+>>> [(c.f, dict(c.M), c.N) for c in chains["b"]]
+[(0, {}, 0), (2, {'a.output->b': 2}, 2), (3, {'a.output->b': 3}, 3)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+from policies.epoch_tables import CommitKey, open_table
+from policies.graph import Edge, Graph, Processor
+from policies.ledger import LedgerEntry
+from policies.metadata import Chain, Checkpoint
+from policies.regimes import Regime
+from policies.store import StoreConfig
+from policies.times import EPOCH
+
+Readable = Callable[[str, CommitKey], bool]
+"""Whether the table at a URI still holds the commit of a (task, epoch, incarnation)."""
+
+
+class ChainError(ValueError):
+    """Ledger rows that do not describe the graph given; the message names the task or edge."""
+
+
+@dataclass(frozen=True)
+class DataEdge:
+    """Task ``dst`` reads the output table ``output`` of task ``src``."""
+
+    src: str
+    output: str
+    dst: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.src}.{self.output}->{self.dst}"
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """A pipeline's tasks and the data edges between them."""
+
+    tasks: tuple[str, ...]
+    edges: tuple[DataEdge, ...]
+
+    def __post_init__(self) -> None:
+        known = set(self.tasks)
+        for e in self.edges:
+            for end in (e.src, e.dst):
+                if end not in known:
+                    raise ChainError(f"edge {e.id}: task {end!r} is not in the graph's tasks {sorted(known)}")
+
+    @classmethod
+    def from_ledger(cls, entries: Iterable[LedgerEntry]) -> "TaskGraph":
+        """Every task with a ledger row, and an edge for every input any of them read."""
+        tasks: dict[str, None] = {}
+        edges: dict[DataEdge, None] = {}
+        for e in entries:
+            tasks.setdefault(e.task_id)
+            for i in e.inputs:
+                tasks.setdefault(i.task_id)
+                edges.setdefault(DataEdge(i.task_id, i.output, e.task_id))
+        return cls(tuple(tasks), tuple(edges))
+
+    def solver_graph(self, failed: Iterable[str] = ()) -> Graph:
+        """The same graph as the solver sees it: processors in the epoch domain, identity φ."""
+        down = set(failed)
+        unknown = down - set(self.tasks)
+        if unknown:
+            raise ChainError(f"failed task(s) {sorted(unknown)} are not in the graph's tasks {list(self.tasks)}")
+        return Graph([Processor(t, EPOCH, failed=t in down) for t in self.tasks],
+                     [Edge(e.id, e.src, e.dst, "identity") for e in self.edges])
+
+
+class StoreReadability:
+    """A :data:`Readable` over a store's Delta tables; each table's log is read once.
+
+    A table holds a commit when the table opens and records that (task, epoch)'s app
+    transaction at this incarnation or a later one. A tier that is gone (its directory
+    deleted) has no tables, so nothing in it is readable.
+    """
+
+    def __init__(self, store: StoreConfig) -> None:
+        self.store = store
+        self._tables: dict[str, object] = {}
+
+    def __call__(self, uri: str, key: CommitKey) -> bool:
+        if uri not in self._tables:
+            self._tables[uri] = open_table(uri, self.store.options_for(uri))
+        table = self._tables[uri]
+        if table is None:
+            return False
+        recorded = table.transaction_version(key.app_id)  # type: ignore[attr-defined]
+        return recorded is not None and recorded >= key.incarnation
+
+
+def current_rows(entries: Iterable[LedgerEntry]) -> dict[str, list[LedgerEntry]]:
+    """Per task, its rows in epoch order, keeping the latest incarnation of each epoch."""
+    latest: dict[tuple[str, int], LedgerEntry] = {}
+    for e in entries:
+        k = (e.task_id, e.epoch)
+        if k not in latest or e.incarnation > latest[k].incarnation:
+            latest[k] = e
+    out: dict[str, list[LedgerEntry]] = {}
+    for (task, _), e in sorted(latest.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        out.setdefault(task, []).append(e)
+    return out
+
+
+def chains_from_ledger(
+    entries: Iterable[LedgerEntry],
+    graph: TaskGraph,
+    readable: Readable,
+    failed: Iterable[str] = (),
+) -> dict[str, Chain]:
+    """F*(p) with exact Ξ for every task of ``graph`` (see the module docstring).
+
+    ``failed`` names the tasks that failed: the solver gives them no ⊤. (No task has a ⊤
+    here anyway: each epoch of a task ends with its commit, so a task's latest ledger row
+    is all it holds.)
+    """
+    rows = current_rows(entries)
+    down = set(failed)
+    chains: dict[str, Chain] = {}
+    for task in graph.tasks:
+        in_edges = [e for e in graph.edges if e.dst == task]
+        out_edges = [e for e in graph.edges if e.src == task]
+        checkpoints = [Checkpoint(EPOCH.empty, {}, EPOCH.empty, {})]
+        discarded: dict[str, int] = {}  # output name -> bound of D̄ so far
+        for row in rows.get(task, []):
+            for ref in row.outputs:
+                if not readable(ref.uri, _key(row)):
+                    discarded[ref.name] = row.epoch + 1
+            if not _restorable(row, readable):
+                continue
+            consumed = {(i.task_id, i.output): i.through + 1 for i in row.inputs}
+            for e in out_edges:
+                if not any(ref.name == e.output for ref in row.outputs):
+                    raise ChainError(f"task {task!r} epoch {row.epoch}: edge {e.id} reads output {e.output!r}, "
+                                     f"which the task did not write; it wrote {[o.name for o in row.outputs]}")
+            checkpoints.append(Checkpoint(
+                f=row.epoch + 1,
+                M={e.id: consumed.get((e.src, e.output), EPOCH.empty) for e in in_edges},
+                N=EPOCH.empty if row.notified_through is None else row.notified_through + 1,
+                D={e.id: discarded.get(e.output, EPOCH.empty) for e in out_edges},
+            ))
+        chains[task] = Chain(EPOCH, checkpoints, in_domains={e.id: EPOCH for e in in_edges},
+                             out_domains={e.id: EPOCH for e in out_edges}, failed=task in down)
+    return chains
+
+
+def _restorable(row: LedgerEntry, readable: Readable) -> bool:
+    """Stateless tasks restore anywhere; stateful ones while their state is readable."""
+    if not Regime.parse(row.regime).keeps_state:
+        return True
+    return row.state_uri is not None and readable(row.state_uri, _key(row))
+
+
+def _key(row: LedgerEntry) -> CommitKey:
+    return CommitKey(row.dag_id, row.task_id, row.epoch, row.map_index, row.incarnation)
+
+
+def describe(chains: Mapping[str, Chain]) -> str:
+    """One line per task: its restorable epochs (for people; bounds are shown as epochs)."""
+    lines = []
+    for task, chain in chains.items():
+        epochs = [str(c.f - 1) for c in chain.checkpoints[1:]]
+        lines.append(f"{task}: ∅" + (", " + ", ".join(epochs) if epochs else ""))
+    return "\n".join(lines)

@@ -1,0 +1,68 @@
+"""The same epoch committed twice leaves the tables and the ledger exactly as after one
+commit: a retry that runs after the commit, and a zombie attempt that wrote its files
+before another attempt committed and only then tries to commit. Real Spark (in-process,
+local) and real Delta tables, the durable tier local and on S3 (``moto_server``).
+
+The zombie is injected deterministically: the first attempt's ``after-files`` point (its
+files are written, nothing is committed) runs a whole second attempt to completion
+before the first one goes on.
+"""
+
+from __future__ import annotations
+
+from policies import EagerCheckpoint, Ledger, StoreConfig, Tier
+from policies.epoch_tables import open_table, scan
+from policies.job_spec import JobSpec
+from spark_jobs import runtime
+from spark_jobs.runtime import EpochContext, EpochResult, commit
+
+DAG = "idem"
+
+
+def attempt(spark, store: StoreConfig, try_number: int, amount: int) -> tuple[EpochContext, EpochResult]:
+    """One attempt at epoch 1 of an eagerly checkpointed task; ``amount`` marks its rows."""
+    ctx = EpochContext(JobSpec(DAG, "totals", 1, EagerCheckpoint(), "epoch-1", try_number=try_number),
+                       store, Ledger(store), spark)
+    rows = spark.createDataFrame([("a", amount), ("b", amount)], "customer string, amount long")
+    return ctx, EpochResult(outputs={"output": rows}, state=rows)
+
+
+def tables(store: StoreConfig) -> dict[str, tuple[int, list]]:
+    """Each table's Delta version and rows."""
+    out = {}
+    for name in ("output", "state"):
+        uri = store.table_uri(Tier.DURABLE, DAG, "totals", name)
+        dt = open_table(uri, store.options_for(uri))
+        out[name] = (dt.version(), sorted(scan(dt).to_pylist(), key=str))
+    return out
+
+
+def test_a_retry_after_the_commit_changes_nothing(spark, store: StoreConfig) -> None:
+    commit(*attempt(spark, store, try_number=1, amount=10))
+    once, ledger_once = tables(store), Ledger(store).read().num_rows
+
+    commit(*attempt(spark, store, try_number=2, amount=99))  # a retry, with rows that differ
+
+    assert tables(store) == once and Ledger(store).read().num_rows == ledger_once == 1
+    assert [r["amount"] for r in once["output"][1]] == [10, 10]
+
+
+def test_a_zombie_attempt_finishing_late_changes_nothing(spark, store: StoreConfig, monkeypatch) -> None:
+    real_crash_point = runtime.crash_point
+    after_second: dict[str, object] = {}
+
+    def second_attempt_commits_first(task_id: str, epoch: int, step: str) -> None:
+        if step == "after-files" and not after_second:
+            after_second["running"] = True
+            monkeypatch.setattr(runtime, "crash_point", real_crash_point)
+            commit(*attempt(spark, store, try_number=2, amount=20))
+            after_second.update(tables=tables(store), ledger=Ledger(store).read().num_rows)
+
+    monkeypatch.setattr(runtime, "crash_point", second_attempt_commits_first)
+    zombie = commit(*attempt(spark, store, try_number=1, amount=10))  # staged, then the other attempt ran
+
+    assert after_second["ledger"] == 1
+    assert tables(store) == after_second["tables"]  # the zombie's commits were all skipped
+    assert [r["amount"] for r in tables(store)["output"][1]] == [20, 20]
+    rows = Ledger(store).entries(DAG)
+    assert len(rows) == 1 and rows[0].try_number == 2 and zombie.try_number == 1
