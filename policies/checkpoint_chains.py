@@ -8,7 +8,9 @@ domain (a checkpoint after epoch t is the frontier ↓{t}, bound ``t + 1``):
 * **F*(p)**: ∅, then every committed epoch whose checkpoint can still be restored. A
   stateless task (Ephemeral, Batch) restores to any completed epoch: it has no state to
   load. A stateful task restores to an epoch only while the state table its ledger row
-  points at still holds that epoch (a scratch copy may be gone with its worker).
+  points at still holds that epoch (a scratch copy may be gone with its worker). The
+  frontier after epoch t holds every epoch up to t, so the chain stops at the first
+  epoch without a row (a failed task instance): later rows are not frontiers.
 * **M̄(d, f)**: the last epoch of input d the task consumed, as the runtime recorded it.
 * **N̄(p, f)**: the last epoch whose completion the task acted on (Airflow starts a task's
   epoch only once its upstream epochs are complete).
@@ -145,6 +147,7 @@ def chains_from_ledger(
     graph: TaskGraph,
     readable: Readable,
     failed: Iterable[str] = (),
+    first_epoch: int = 1,
 ) -> dict[str, Chain]:
     """F*(p) with exact Ξ for every task of ``graph`` (see the module docstring).
 
@@ -160,7 +163,11 @@ def chains_from_ledger(
         out_edges = [e for e in graph.edges if e.src == task]
         checkpoints = [Checkpoint(EPOCH.empty, {}, EPOCH.empty, {})]
         discarded: dict[str, int] = {}  # output name -> bound of D̄ so far
+        expected = first_epoch
         for row in rows.get(task, []):
+            if row.epoch != expected:
+                break  # a gap: no frontier from here on contains only completed epochs
+            expected += 1
             for ref in row.outputs:
                 if not readable(ref.uri, _key(row)):
                     discarded[ref.name] = row.epoch + 1

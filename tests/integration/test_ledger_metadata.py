@@ -19,6 +19,7 @@ epoch domain where a checkpoint after epoch t is the bound t + 1 and ∅ is 0:
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def xi(chain) -> list[tuple]:
     return [(c.f, dict(c.M), c.N, dict(c.D)) for c in chain]
 
 
-def test_ledger_yields_hand_computed_xi(spark, store: StoreConfig) -> None:
+def test_ledger_yields_hand_computed_xi(spark, store: StoreConfig, monkeypatch, capsys) -> None:
     ledger = run_pipeline(spark, store)
     entries = ledger.entries(DAG)
     graph = TaskGraph.from_ledger(entries)
@@ -107,3 +108,19 @@ def test_ledger_yields_hand_computed_xi(spark, store: StoreConfig) -> None:
     # so neither clean nor source rolls back.
     answer = solve(graph.solver_graph(failed=["totals"]), after)
     assert {t: answer.bound(t) for t in TASKS} == {"source": 4, "clean": 4, "totals": 3}
+
+    # The same, planned from the ledger by the CLI (read-only): only totals re-runs epoch 3,
+    # from its durable state of epoch 2; clear-downstream from the lost data would redo all 9.
+    from policies.cli import main
+
+    for name, value in store.env().items():
+        monkeypatch.setenv(name, value)
+    before_rows = ledger.read().num_rows
+    assert main(["plan", "--dag", DAG, "--lost-scratch", store.scratch_uri, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {t["task_id"]: t["rerun"] for t in plan["tasks"]} == {"source": [], "clean": [], "totals": [3]}
+    assert plan["tasks"][2]["restore_from"]["epoch"] == 2
+    assert sorted(len(t["clear_downstream"]) for t in plan["tasks"]) == [3, 3, 3]
+    assert ledger.read().num_rows == before_rows
+    assert main(["plan", "--dag", DAG, "--bad-epoch", "clean:7"]) == 2
+    assert "failures[0].epoch: 7 is not an epoch that has run; choose one of 1..3" in capsys.readouterr().err

@@ -1,0 +1,329 @@
+"""Recovery plans: from failures and the ledger to each task's frontier and the exact re-run set.
+
+Three kinds of failure go in:
+
+* :class:`FailedTask`: a task instance failed (Airflow marked it failed); the task has
+  nothing trustworthy from that epoch on;
+* :class:`LostScratch`: a scratch location is gone (a worker's directory): every table
+  under it is unreadable, so checkpoints kept only there cannot be restored and outputs
+  kept only there count as discarded;
+* :class:`BadEpoch`: a person declares a task's epoch bad (a wrong input was corrected):
+  its checkpoints from that epoch on are unusable.
+
+The planner builds every task's F*(p) with exact Ξ from the ledger
+(:mod:`policies.checkpoint_chains`), applies the failures, runs the solver, and reads the
+answer back in Airflow's terms: each task keeps the epochs up to its frontier and
+re-runs every later epoch up to the last DAG run. It also states what each re-run
+restores (the state checkpoint it starts from) and re-reads (upstream outputs kept in a
+log), and, for comparison, what Airflow's "clear with downstream and future" from each
+failure would have re-run.
+
+Plans are deterministic: the same ledger and the same failures give the same plan and
+the same ``plan_id``. The plan records the ledger's Delta version, so an executor can
+refuse a plan computed from a ledger that has changed since.
+
+>>> from policies.ledger import InputRef, LedgerEntry, OutputRef
+>>> from policies.checkpoint_chains import TaskGraph
+>>> def row(task, t, regime, inputs=(), state=False):
+...     out = (OutputRef("output", f"/d/{task}/output", "durable", t, 1),)
+...     return LedgerEntry("d", task, t, regime, f"r{t}", 1, notified_through=t, outputs=out,
+...                        inputs=tuple(InputRef(i, "output", t) for i in inputs),
+...                        state_uri=f"/d/{task}/state" if state else None)
+>>> rows = [row("a", t, "batch(log_outputs=true)") for t in (1, 2, 3)]
+>>> rows += [row("b", t, "eager_checkpoint", ["a"], state=True) for t in (1, 2)]  # b failed at epoch 3
+>>> graph = TaskGraph(("a", "b"), TaskGraph.from_ledger(rows).edges)
+>>> plan = plan_recovery("d", graph, rows, [FailedTask("b", 3)], last_epoch=3,
+...                      readable=lambda uri, key: True)
+>>> sorted(plan.rerun_set()), sorted(plan.clear_downstream_set())
+([('b', 3)], [('b', 3)])
+>>> plan.task("b").restore_from.epoch, plan.task("b").rereads
+(2, (('a', 'output', (3,)),))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Iterable, Mapping, Union
+
+from policies.checkpoint_chains import Readable, TaskGraph, chains_from_ledger, current_rows
+from policies.ledger import LedgerEntry
+from policies.regimes import Regime
+from policies.solver import solve
+
+
+class PlanError(ValueError):
+    """A recovery that cannot be planned as asked; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class FailedTask:
+    """Task instance (``task_id``, ``epoch``) failed."""
+
+    task_id: str
+    epoch: int
+
+    def describe(self) -> str:
+        return f"failed task {self.task_id} at epoch {self.epoch}"
+
+
+@dataclass(frozen=True)
+class LostScratch:
+    """Everything stored under ``location`` (a scratch directory) is gone."""
+
+    location: str
+
+    def describe(self) -> str:
+        return f"lost scratch {self.location}"
+
+
+@dataclass(frozen=True)
+class BadEpoch:
+    """Epoch ``epoch`` of ``task_id`` is bad: its checkpoints from that epoch on are unusable."""
+
+    task_id: str
+    epoch: int
+
+    def describe(self) -> str:
+        return f"bad epoch {self.epoch} of {self.task_id}"
+
+
+Failure = Union[FailedTask, LostScratch, BadEpoch]
+
+
+@dataclass(frozen=True)
+class StateRef:
+    """The checkpointed state a rolled-back task restarts from."""
+
+    epoch: int
+    uri: str
+    version: int | None
+    tier: str | None
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task's part of a plan. ``frontier`` is the last epoch kept (0: none, restart from ∅)."""
+
+    task_id: str
+    regime: str
+    frontier: int
+    notification_frontier: int
+    rerun: tuple[int, ...]
+    restore_from: StateRef | None
+    # (upstream task, output, epochs): logged upstream outputs the re-runs read again
+    rereads: tuple[tuple[str, str, tuple[int, ...]], ...]
+    clear_downstream: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """What a recovery will do; see the module docstring."""
+
+    dag_id: str
+    failures: tuple[Failure, ...]
+    last_epoch: int
+    ledger_version: int | None
+    tasks: tuple[TaskPlan, ...]
+
+    @property
+    def plan_id(self) -> str:
+        """A content hash: the same ledger and failures always give the same id."""
+        body = json.dumps(self._body(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(body.encode()).hexdigest()[:12]
+
+    def task(self, task_id: str) -> TaskPlan:
+        for t in self.tasks:
+            if t.task_id == task_id:
+                return t
+        raise KeyError(task_id)
+
+    def rerun_set(self) -> frozenset[tuple[str, int]]:
+        """Every (task, epoch) the recovery re-runs."""
+        return frozenset((t.task_id, e) for t in self.tasks for e in t.rerun)
+
+    def clear_downstream_set(self) -> frozenset[tuple[str, int]]:
+        """What Airflow's clear with downstream and future, from each failure, would re-run."""
+        return frozenset((t.task_id, e) for t in self.tasks for e in t.clear_downstream)
+
+    def to_json(self) -> dict:
+        return {**self._body(), "plan_id": self.plan_id}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> "RecoveryPlan":
+        kinds = {"failed_task": FailedTask, "lost_scratch": LostScratch, "bad_epoch": BadEpoch}
+        failures = tuple(kinds[f.pop("kind")](**f) for f in (dict(x) for x in data["failures"]))
+        tasks = tuple(
+            TaskPlan(**{**t, "rerun": tuple(t["rerun"]), "clear_downstream": tuple(t["clear_downstream"]),
+                        "restore_from": StateRef(**t["restore_from"]) if t["restore_from"] else None,
+                        "rereads": tuple((a, b, tuple(c)) for a, b, c in t["rereads"])})
+            for t in data["tasks"])
+        plan = cls(data["dag_id"], failures, data["last_epoch"], data["ledger_version"], tasks)
+        if "plan_id" in data and data["plan_id"] != plan.plan_id:
+            raise PlanError(f"plan_id {data['plan_id']!r} does not match the plan's content ({plan.plan_id}); "
+                            f"the plan was edited: compute it again with `falkirk plan`")
+        return plan
+
+    def table(self) -> str:
+        """The plan for people: per task, its frontier, what it re-runs, and clear-downstream's count."""
+        rows = [["task", "regime", "keeps epochs", "re-runs", "restores", "clear-downstream re-runs"]]
+        for t in self.tasks:
+            rows.append([t.task_id, t.regime, _epochs_upto(t.frontier), _span(t.rerun),
+                         f"state of epoch {t.restore_from.epoch}" if t.restore_from else
+                         ("empty state" if Regime.parse(t.regime).keeps_state and t.rerun else "-"),
+                         _span(t.clear_downstream)])
+        ours, theirs = len(self.rerun_set()), len(self.clear_downstream_set())
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        head = (f"plan {self.plan_id} for {self.dag_id} (epochs 1..{self.last_epoch}): "
+                + "; ".join(f.describe() for f in self.failures))
+        return "\n".join([head, *lines, f"re-runs {ours} task instances; clear-downstream would re-run {theirs}"])
+
+    def _body(self) -> dict:
+        kind = {FailedTask: "failed_task", LostScratch: "lost_scratch", BadEpoch: "bad_epoch"}
+        return {
+            "dag_id": self.dag_id,
+            "failures": [{"kind": kind[type(f)], **asdict(f)} for f in self.failures],
+            "last_epoch": self.last_epoch,
+            "ledger_version": self.ledger_version,
+            "tasks": [{**asdict(t), "rerun": list(t.rerun), "clear_downstream": list(t.clear_downstream),
+                       "rereads": [[a, b, list(c)] for a, b, c in t.rereads]} for t in self.tasks],
+        }
+
+
+def plan_recovery(
+    dag_id: str,
+    graph: TaskGraph,
+    entries: Iterable[LedgerEntry],
+    failures: Iterable[Failure],
+    last_epoch: int,
+    readable: Readable,
+    regimes: Mapping[str, Regime] | None = None,
+    ledger_version: int | None = None,
+    first_epoch: int = 1,
+) -> RecoveryPlan:
+    """The recovery plan for ``failures`` (see the module docstring).
+
+    ``regimes`` gives the regime of tasks that have no ledger row yet (from the DAG);
+    ``last_epoch`` is the latest epoch with a DAG run, up to which re-runs go.
+    """
+    failures = tuple(failures)
+    if not failures:
+        raise PlanError("failures: name at least one (a failed task, a lost scratch location or a bad epoch)")
+    rows = [e for e in entries if e.dag_id == dag_id]
+    regime_text = {t: r.spec() for t, r in (regimes or {}).items()}
+    for e in rows:
+        regime_text.setdefault(e.task_id, e.regime)
+    _check(graph, failures, last_epoch, first_epoch)
+
+    cut = {}  # task -> first epoch whose row is not trusted
+    for f in failures:
+        if isinstance(f, (FailedTask, BadEpoch)):
+            cut[f.task_id] = min(cut.get(f.task_id, f.epoch), f.epoch)
+    kept = [e for e in rows if e.epoch < cut.get(e.task_id, last_epoch + 1) and e.epoch <= last_epoch]
+    lost = tuple(_dir(f.location) for f in failures if isinstance(f, LostScratch))
+
+    def still_readable(uri: str, key) -> bool:
+        return not any(uri == loc.rstrip("/") or uri.startswith(loc) for loc in lost) and readable(uri, key)
+
+    failed = sorted({f.task_id for f in failures if isinstance(f, FailedTask)})
+    chains = chains_from_ledger(kept, graph, still_readable, failed=failed, first_epoch=first_epoch)
+    answer = solve(graph.solver_graph(failed=failed), chains)
+    # A bound b keeps the epochs below it: the last epoch kept is b - 1 (∅ keeps none).
+    frontier = {t: max(int(answer.bound(t)) - 1, first_epoch - 1) for t in graph.tasks}
+    notified = {t: int(min(answer.notification[t], last_epoch + 1)) - 1 for t in graph.tasks}
+    rerun = {t: tuple(range(frontier[t] + 1, last_epoch + 1)) for t in graph.tasks}
+    by_epoch = {t: {e.epoch: e for e in rs} for t, rs in current_rows(kept).items()}
+    clear = _clear_downstream(graph, failures, current_rows(rows), lost, readable, last_epoch)
+
+    tasks = []
+    for t in graph.tasks:
+        regime = regime_text.get(t)
+        if regime is None:
+            raise PlanError(f"task {t!r} has no ledger row and no regime was given; pass regimes= from the DAG")
+        restore = None
+        if Regime.parse(regime).keeps_state and frontier[t] >= first_epoch and rerun[t]:
+            row = by_epoch[t][frontier[t]]
+            restore = StateRef(row.epoch, row.state_uri or "", row.state_version, row.state_tier)
+        rereads = []
+        for e in graph.edges:
+            if e.dst == t:
+                epochs = tuple(x for x in rerun[t] if x <= frontier[e.src])
+                if epochs:
+                    rereads.append((e.src, e.output, epochs))
+        tasks.append(TaskPlan(t, regime, frontier[t], notified[t], rerun[t], restore, tuple(rereads),
+                              tuple(sorted(clear.get(t, ())))))
+    return RecoveryPlan(dag_id, failures, last_epoch, ledger_version, tuple(tasks))
+
+
+def _check(graph: TaskGraph, failures: tuple[Failure, ...], last_epoch: int, first_epoch: int) -> None:
+    if last_epoch < first_epoch:
+        raise PlanError(f"last_epoch={last_epoch}: the DAG has no run yet, so there is nothing to recover")
+    for i, f in enumerate(failures):
+        if isinstance(f, (FailedTask, BadEpoch)):
+            if f.task_id not in graph.tasks:
+                raise PlanError(f"failures[{i}].task_id: unknown task {f.task_id!r}; the DAG's tasks are "
+                                f"{', '.join(graph.tasks)}")
+            if not isinstance(f.epoch, int) or not first_epoch <= f.epoch <= last_epoch:
+                raise PlanError(f"failures[{i}].epoch: {f.epoch!r} is not an epoch that has run; "
+                                f"choose one of {first_epoch}..{last_epoch}")
+        elif isinstance(f, LostScratch):
+            if not f.location or not f.location.strip():
+                raise PlanError(f"failures[{i}].location: name the scratch directory that was lost")
+        else:
+            raise PlanError(f"failures[{i}]: {f!r} is not a FailedTask, LostScratch or BadEpoch")
+
+
+def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Mapping[str, list[LedgerEntry]],
+                      lost: tuple[str, ...], readable: Readable, last_epoch: int) -> dict[str, set[int]]:
+    """Airflow's "clear, downstream + future" from each failure's task instance.
+
+    Airflow knows nothing of a lost scratch location: clearing "and hoping" means
+    clearing, with downstream and future, every task that kept data there, from the
+    first epoch whose data was lost.
+    """
+    origins: list[tuple[str, int]] = []
+    for f in failures:
+        if isinstance(f, (FailedTask, BadEpoch)):
+            origins.append((f.task_id, f.epoch))
+            continue
+        where = _dir(f.location)
+        for task, rs in rows.items():
+            hit = [r.epoch for r in rs
+                   if (r.state_uri or "").startswith(where) or any(o.uri.startswith(where) for o in r.outputs)]
+            if hit:
+                origins.append((task, min(hit)))
+    clear: dict[str, set[int]] = {}
+    for task, epoch in origins:
+        for t in _downstream(graph, task):
+            clear.setdefault(t, set()).update(range(epoch, last_epoch + 1))
+    return clear
+
+
+def _downstream(graph: TaskGraph, task: str) -> list[str]:
+    seen, todo = [task], [task]
+    while todo:
+        t = todo.pop()
+        for e in graph.edges:
+            if e.src == t and e.dst not in seen:
+                seen.append(e.dst)
+                todo.append(e.dst)
+    return seen
+
+
+def _dir(location: str) -> str:
+    return location.rstrip("/") + "/"
+
+
+def _span(epochs: tuple[int, ...]) -> str:
+    if not epochs:
+        return "-"
+    if list(epochs) == list(range(epochs[0], epochs[-1] + 1)):
+        return str(epochs[0]) if len(epochs) == 1 else f"{epochs[0]}-{epochs[-1]}"
+    return ",".join(map(str, epochs))
+
+
+def _epochs_upto(frontier: int) -> str:
+    return "none" if frontier <= 0 else (f"1-{frontier}" if frontier > 1 else "1")
