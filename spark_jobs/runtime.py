@@ -166,17 +166,16 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
     key = CommitKey(args.dag_id, args.task_id, args.epoch, args.map_index, args.incarnation)
     # Outputs and state usually share lineage (state = previous state + this epoch's
     # outputs), and a checkpoint may go to two tiers: cache so each is computed once.
-    frames = list(result.outputs.values()) + ([result.state] if result.state is not None else [])
-    cached = len(result.outputs) + len(regime.state_tiers(args.epoch)) > 1
-    if cached:
-        for frame in frames:
-            frame.persist()
+    frames = list(result.outputs.values()) if result.state is not None or len(result.outputs) > 1 else []
+    if result.state is not None and len(regime.state_tiers(args.epoch)) > 1:
+        frames.append(result.state)
+    for frame in frames:
+        frame.persist()
     try:
         return _commit(ctx, result, key)
     finally:
-        if cached:
-            for frame in frames:
-                frame.unpersist()
+        for frame in frames:
+            frame.unpersist()
 
 
 def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEntry:
