@@ -182,10 +182,11 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     args, store, regime = ctx.args, ctx.store, ctx.args.regime
     crash_point(args.task_id, args.epoch, "before-commit")
     out_tier = regime.output_tier(args.epoch)
-    targets = [(f"output {name!r}", store.table_uri(out_tier, args.dag_id, args.task_id, name), frame)
+    # (output name, or None for the state; table URI; frame)
+    targets = [(name, store.table_uri(out_tier, args.dag_id, args.task_id, name), frame)
                for name, frame in sorted(result.outputs.items())]
     if result.state is not None:  # scratch first, the durable copy (if any) last
-        targets += [("state", store.table_uri(tier, args.dag_id, args.task_id, "state"), result.state)
+        targets += [(None, store.table_uri(tier, args.dag_id, args.task_id, "state"), result.state)
                     for tier in regime.state_tiers(args.epoch)]
     # The executors write every table's files at once; the driver then commits them in order.
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
@@ -195,16 +196,15 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     previous = ctx.previous_checkpoint()
     before = {o.name: o.discarded_through for o in previous.outputs} if previous else {}
     outputs, state = [], None
-    for (what, uri, _), files in zip(targets, staged):
-        if what == "state" and state is None:
+    for (name, uri, _), files in zip(targets, staged):
+        if name is None and state is None:
             crash_point(args.task_id, args.epoch, "after-outputs")
         written = publish(files)
-        _say(f"  {what} -> {uri} (v{written.version}, {written.rows} rows"
-             + ("" if written.applied else ", already there") + ")")
-        if what == "state":
+        _say(f"  {'state' if name is None else f'output {name!r}'} -> {uri} (v{written.version}, "
+             f"{written.rows} rows" + ("" if written.applied else ", already there") + ")")
+        if name is None:
             state = written
         else:
-            name = what.split("'")[1]
             # D̄ as committed: an epoch sent only to scratch is not logged.
             discarded = args.epoch if out_tier is Tier.SCRATCH else before.get(name)
             outputs.append(OutputRef(name, written.uri, out_tier.value, written.version, written.rows, discarded))
