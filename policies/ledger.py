@@ -8,7 +8,9 @@ checkpointed exactly when its row exists. The row records what the Falkirk Wheel
 the state and outputs were written, with their Delta versions and row counts.
 
 The ledger is append-only. Appends are idempotent per (task, epoch, incarnation): a
-second append of the same key changes nothing.
+second append of the same key changes nothing. A recovery never deletes a row: it
+appends an *invalidation* of it to a second table (``_falkirk/invalidations``), after
+which readers skip the row and the epoch is redone under the next incarnation.
 
 >>> import tempfile
 >>> from policies.store import StoreConfig
@@ -62,6 +64,28 @@ SCHEMA = pa.schema(
         pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
+
+
+INVALIDATION_SCHEMA = pa.schema(
+    [
+        pa.field("dag_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("map_index", pa.int32(), nullable=False),
+        pa.field("epoch", pa.int64(), nullable=False),
+        pa.field("incarnation", pa.int32(), nullable=False),
+        pa.field("plan_id", pa.string(), nullable=False),
+        pa.field("invalidated_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class _Once:
+    """An idempotency key for a one-off append (see :func:`policies.epoch_tables.append_once`)."""
+
+    app_id: str
+    incarnation: int = 0
+    epoch: int = 0
 
 
 class LedgerError(ValueError):
@@ -161,6 +185,42 @@ class Ledger:
     def __init__(self, store: StoreConfig) -> None:
         self.store = store
         self.uri = store.ledger_uri
+        self.invalidations_uri = store.control_uri("invalidations")
+
+    def version(self) -> int | None:
+        """The ledger table's Delta version (``None`` before the first row): plans record it."""
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        return table.version() if table is not None else None
+
+    def invalidate(self, entries: "list[LedgerEntry]", plan_id: str) -> int:
+        """Mark ``entries`` as rolled back by recovery ``plan_id``; returns how many were marked.
+
+        One append per plan: executing the same plan again marks nothing twice.
+        """
+        if not entries:
+            return 0
+        now = datetime.now(timezone.utc)
+        rows = [{"dag_id": e.dag_id, "task_id": e.task_id, "map_index": e.map_index, "epoch": e.epoch,
+                 "incarnation": e.incarnation, "plan_id": plan_id, "invalidated_at": now} for e in entries]
+        dags = sorted({e.dag_id for e in entries})
+        key = _Once(f"falkirk-invalidate/{','.join(dags)}/{plan_id}")
+        uri = self.invalidations_uri
+        result = append_once(uri, pa.Table.from_pylist(rows, schema=INVALIDATION_SCHEMA), key,
+                             self.store.options_for(uri))
+        return len(rows) if result.applied else 0
+
+    def invalidated(self, dag_id: str | None = None) -> set[tuple[str, str, int, int, int]]:
+        """Keys (dag, task, map index, epoch, incarnation) of the rows recoveries rolled back."""
+        table = open_table(self.invalidations_uri, self.store.options_for(self.invalidations_uri))
+        if table is None:
+            return set()
+        cols = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pydict()
+        return set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
+
+    def next_incarnation(self, dag_id: str, task_id: str, epoch: int, map_index: int = -1) -> int:
+        """The incarnation a new run of (task, epoch) commits under: one past the last rolled back."""
+        gone = [inc for d, t, m, e, inc in self.invalidated(dag_id) if (t, m, e) == (task_id, map_index, epoch)]
+        return max(gone, default=-1) + 1
 
     def append(self, entry: LedgerEntry) -> bool:
         """Record ``entry``; ``False`` when that (task, epoch, incarnation) is already recorded."""
@@ -180,15 +240,21 @@ class Ledger:
         return scan(table, where=where or None)
 
     def entries(self, dag_id: str | None = None, task_id: str | None = None,
-                map_index: int | None = None) -> list[LedgerEntry]:
-        """The ledger's rows (filtered as in :meth:`read`), ordered by epoch, then task and map index."""
+                map_index: int | None = None, include_invalidated: bool = False) -> list[LedgerEntry]:
+        """The ledger's current rows (filtered as in :meth:`read`), ordered by epoch, then task and map index.
+
+        Rows a recovery invalidated are left out unless ``include_invalidated``.
+        """
         cols = self.read(dag_id, task_id, map_index).to_pydict()
+        gone = set() if include_invalidated else self.invalidated(dag_id)
         names = [n for n in _ENTRY_FIELDS if n in cols]
         seen: dict[tuple, LedgerEntry] = {}
         # Two racing attempts may both append before either sees the other: keep the first.
         for i in sorted(range(len(cols["dag_id"])), key=cols["committed_at"].__getitem__):
             row = {n: cols[n][i] for n in names}
             entry = LedgerEntry.from_row(row)
+            if (entry.dag_id, entry.task_id, entry.map_index, entry.epoch, entry.incarnation) in gone:
+                continue
             seen.setdefault((entry.key.app_id, entry.incarnation), entry)
         return sorted(seen.values(), key=lambda e: (e.dag_id, e.epoch, e.task_id, e.map_index, e.incarnation))
 

@@ -12,8 +12,10 @@ Three kinds of failure go in:
 
 The planner builds every task's F*(p) with exact Ξ from the ledger
 (:mod:`policies.checkpoint_chains`), applies the failures, runs the solver, and reads the
-answer back in Airflow's terms: each task keeps the epochs up to its frontier and
-re-runs every later epoch up to the last DAG run. It also states what each re-run
+answer back in Airflow's terms: each task keeps the epochs up to its frontier; a
+stateful task re-runs every later epoch up to the last DAG run, a stateless one only
+the later epochs whose input changes or whose output is missing (its epochs do not
+depend on one another). It also states what each re-run
 restores (the state checkpoint it starts from) and re-reads (upstream outputs kept in a
 log), and, for comparison, what Airflow's "clear with downstream and future" from each
 failure would have re-run.
@@ -218,11 +220,19 @@ def plan_recovery(
         regime_text.setdefault(e.task_id, e.regime)
     _check(graph, failures, last_epoch, first_epoch)
 
-    cut = {}  # task -> first epoch whose row is not trusted
+    for t in graph.tasks:
+        if t not in regime_text:
+            raise PlanError(f"task {t!r} has no ledger row and no regime was given; pass regimes= from the DAG")
+    stateful = {t: Regime.parse(regime_text[t]).keeps_state for t in graph.tasks}
+
+    # A failed or bad epoch taints a stateful task's rows from then on (its state carries
+    # the epoch forward); a stateless task's epochs are independent, so only that row.
+    untrusted: set[tuple[str, int]] = set()
     for f in failures:
         if isinstance(f, (FailedTask, BadEpoch)):
-            cut[f.task_id] = min(cut.get(f.task_id, f.epoch), f.epoch)
-    kept = [e for e in rows if e.epoch < cut.get(e.task_id, last_epoch + 1) and e.epoch <= last_epoch]
+            upto = last_epoch if stateful[f.task_id] else f.epoch
+            untrusted.update((f.task_id, e) for e in range(f.epoch, upto + 1))
+    kept = [e for e in rows if (e.task_id, e.epoch) not in untrusted and e.epoch <= last_epoch]
     lost = tuple(_dir(f.location) for f in failures if isinstance(f, LostScratch))
 
     def still_readable(uri: str, key) -> bool:
@@ -234,28 +244,60 @@ def plan_recovery(
     # A bound b keeps the epochs below it: the last epoch kept is b - 1 (∅ keeps none).
     frontier = {t: max(int(answer.bound(t)) - 1, first_epoch - 1) for t in graph.tasks}
     notified = {t: int(min(answer.notification[t], last_epoch + 1)) - 1 for t in graph.tasks}
-    rerun = {t: tuple(range(frontier[t] + 1, last_epoch + 1)) for t in graph.tasks}
     by_epoch = {t: {e.epoch: e for e in rs} for t, rs in current_rows(kept).items()}
+    rerun = _rerun_sets(graph, frontier, stateful, by_epoch, still_readable, last_epoch)
     clear = _clear_downstream(graph, failures, current_rows(rows), lost, readable, last_epoch)
 
     tasks = []
     for t in graph.tasks:
-        regime = regime_text.get(t)
-        if regime is None:
-            raise PlanError(f"task {t!r} has no ledger row and no regime was given; pass regimes= from the DAG")
+        regime = regime_text[t]
         restore = None
-        if Regime.parse(regime).keeps_state and frontier[t] >= first_epoch and rerun[t]:
+        if stateful[t] and frontier[t] >= first_epoch and rerun[t]:
             row = by_epoch[t][frontier[t]]
             restore = StateRef(row.epoch, row.state_uri or "", row.state_version, row.state_tier)
         rereads = []
         for e in graph.edges:
             if e.dst == t:
-                epochs = tuple(x for x in rerun[t] if x <= frontier[e.src])
+                epochs = tuple(x for x in rerun[t] if x not in rerun[e.src])
                 if epochs:
                     rereads.append((e.src, e.output, epochs))
         tasks.append(TaskPlan(t, regime, frontier[t], notified[t], rerun[t], restore, tuple(rereads),
                               tuple(sorted(clear.get(t, ())))))
     return RecoveryPlan(dag_id, failures, last_epoch, ledger_version, tuple(tasks))
+
+
+def _rerun_sets(graph: TaskGraph, frontier: Mapping[str, int], stateful: Mapping[str, bool],
+                by_epoch: Mapping[str, Mapping[int, LedgerEntry]], readable: Readable,
+                last_epoch: int) -> dict[str, tuple[int, ...]]:
+    """The epochs each task re-runs: past its frontier, all of them for a stateful task.
+
+    A stateless task's epochs do not depend on one another, so one past its frontier
+    re-runs an epoch only when it must: it has no usable row for it, an upstream task
+    re-runs that epoch (its input changes), or a downstream task re-runs it and this
+    task's output of it can no longer be read. The rest keep their committed output.
+    """
+    later = {t: set(range(frontier[t] + 1, last_epoch + 1)) for t in graph.tasks}
+    rerun = {t: set(later[t]) if stateful[t] else {e for e in later[t] if e not in by_epoch.get(t, {})}
+             for t in graph.tasks}
+
+    def output_readable(task: str, output: str, epoch: int) -> bool:
+        row = by_epoch.get(task, {}).get(epoch)
+        ref = next((o for o in row.outputs if o.name == output), None) if row else None
+        return ref is not None and readable(ref.uri, row.key)
+
+    changed = True
+    while changed:
+        changed = False
+        for edge in graph.edges:
+            src, dst = edge.src, edge.dst
+            grow_dst = {e for e in rerun[src] if e in later[dst]} - rerun[dst]
+            grow_src = {e for e in rerun[dst] if e in later[src] and e not in rerun[src]
+                        and not output_readable(src, edge.output, e)}
+            for task, grow in ((dst, grow_dst), (src, grow_src)):
+                if grow:
+                    rerun[task] |= grow
+                    changed = True
+    return {t: tuple(sorted(rerun[t])) for t in graph.tasks}
 
 
 def _check(graph: TaskGraph, failures: tuple[Failure, ...], last_epoch: int, first_epoch: int) -> None:

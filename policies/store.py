@@ -91,6 +91,10 @@ class StoreConfig:
         """The ledger table, always in the durable store."""
         return f"{self.durable_uri}/_falkirk/ledger"
 
+    def control_uri(self, name: str) -> str:
+        """One of Falkirk's own tables beside the ledger (``invalidations``, ``recoveries``)."""
+        return f"{self.durable_uri}/_falkirk/{name}"
+
     def options_for(self, uri: str) -> dict[str, str] | None:
         """delta-rs ``storage_options`` for ``uri`` (``None`` for local paths)."""
         return dict(self.storage_options) if _is_remote(uri) and self.storage_options else None

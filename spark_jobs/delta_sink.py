@@ -149,8 +149,9 @@ def read_frame(spark: "SparkSession", uri: str, epoch: int,
                   .column("size_bytes")).as_py() or 0
     if size <= driver_read_max_bytes:
         return spark.createDataFrame(scan(table, where={EPOCH: int(epoch)}).drop_columns([EPOCH]).cast(schema))
-    n = min(len(files), spark.sparkContext.defaultParallelism)
-    paths = spark.createDataFrame(spark.sparkContext.parallelize([(f,) for f in files], n), "path string")
+    # One partition per file, up to the shuffle width: no SparkContext, so it also runs on Spark Connect.
+    n = min(len(files), int(spark.conf.get("spark.sql.shuffle.partitions") or 4))
+    paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(n)
     return paths.mapInArrow(_file_reader(uri, schema, storage_options), spark_schema)
 
 

@@ -232,8 +232,18 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
 
 
 def _spark_session() -> "SparkSession":
+    import os
+
     from pyspark.sql import SparkSession
 
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:  # a Spark Connect client: the operator passes the server's URL and the session's conf
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        for item in filter(None, os.environ.get("FALKIRK_SPARK_CONF", "").split(",")):
+            key, _, value = item.partition("=")
+            if key.startswith("spark.sql."):  # the only ones a Connect session may set
+                spark.conf.set(key, value)
+        return spark
     # Master, application name and configuration come from spark-submit (the operator).
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

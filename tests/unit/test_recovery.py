@@ -30,15 +30,20 @@ UPSTREAM = {b: a for a, b in zip(TASKS, TASKS[1:])}
 
 
 def history(epochs: int, failed: tuple[str, int] | None) -> list[LedgerEntry]:
-    """Ledger rows of ``epochs`` DAG runs; a failed (task, epoch) stops it and its downstream from then on."""
+    """Ledger rows of ``epochs`` DAG runs, as Airflow leaves them after a failed (task, epoch).
+
+    The failed instance has no row, nor has anything downstream of it in that run
+    (upstream_failed); a stateful task does not run past a missing epoch of its own
+    (depends_on_past), while a stateless one runs every epoch whose input exists.
+    """
     rows = []
-    stopped: dict[str, int] = {}
-    if failed:
-        i = TASKS.index(failed[0])
-        stopped = {t: failed[1] for t in TASKS[i:]}
+    missing: set[tuple[str, int]] = set()
     for t in range(1, epochs + 1):
         for task, regime in REGIMES.items():
-            if t >= stopped.get(task, epochs + 1):
+            up = UPSTREAM.get(task)
+            if ((task, t) == failed or (up and (up, t) in missing)
+                    or (regime.keeps_state and (task, t - 1) in missing)):
+                missing.add((task, t))
                 continue
             tier = regime.output_tier(t).value
             out = OutputRef("output", f"/{tier}/{task}/output", tier, t, 10, None)
@@ -46,7 +51,6 @@ def history(epochs: int, failed: tuple[str, int] | None) -> list[LedgerEntry]:
             if regime.keeps_state:
                 state_tier = regime.state_tier(t).value
                 state_uri = f"/{state_tier}/{task}/state"
-            up = UPSTREAM.get(task)
             rows.append(LedgerEntry("pipe", task, t, regime.spec(), f"run-{t}", 1, outputs=(out,),
                                     inputs=(InputRef(up, "output", t),) if up else (), notified_through=t,
                                     state_uri=state_uri, state_tier=state_tier, state_version=t))
@@ -59,9 +63,14 @@ def readable_when(scratch_lost: bool):
     return readable
 
 
-def oracle(rows: list[LedgerEntry], epochs: int, bad: dict[str, int], scratch_lost: bool) -> dict[str, int]:
-    """The greatest consistent 'last epoch kept' per task, by enumeration."""
-    have = {(r.task_id, r.epoch) for r in rows if r.epoch < bad.get(r.task_id, epochs + 1)}
+def oracle(rows: list[LedgerEntry], epochs: int, bad: tuple[str, int] | None, scratch_lost: bool,
+           ) -> tuple[dict[str, int], set[tuple[str, int]]]:
+    """The greatest consistent 'last epoch kept' per task, by enumeration, and the instances to re-run."""
+    untrusted = set()
+    if bad:
+        task, at = bad
+        untrusted = {(task, e) for e in range(at, epochs + 1 if REGIMES[task].keeps_state else at + 1)}
+    have = {(r.task_id, r.epoch) for r in rows} - untrusted
 
     def restorable(task: str, f: int) -> bool:
         if f == 0:
@@ -89,7 +98,26 @@ def oracle(rows: list[LedgerEntry], epochs: int, bad: dict[str, int], scratch_lo
                 ok = False
         if ok:
             best = f if best is None else {t: max(best[t], f[t]) for t in TASKS}
-    return best
+
+    # Re-runs, epoch by epoch along the chain: a stateful task redoes everything past its
+    # frontier; a stateless one an epoch it lacks, whose input is redone, or whose output a
+    # redone consumer cannot read (walking back up the chain for the last).
+    redo: set[tuple[str, int]] = set()
+    for e in range(1, epochs + 1):
+        for i, task in enumerate(TASKS):
+            if e <= best[task]:
+                continue
+            up = TASKS[i - 1] if i else None
+            if REGIMES[task].keeps_state or (task, e) not in have or (up and (up, e) in redo):
+                redo.add((task, e))
+        for i in range(len(TASKS) - 1, 0, -1):
+            src, dst = TASKS[i - 1], TASKS[i]
+            if (dst, e) in redo and e > best[src] and not output_readable(src, e) and (src, e) not in redo:
+                redo.add((src, e))
+                for later in TASKS[i:]:  # its consumers' input changes too
+                    if e > best[later]:
+                        redo.add((later, e))
+    return best, redo
 
 
 @settings(max_examples=300, deadline=None)
@@ -108,9 +136,9 @@ def test_plan_rerun_set_is_the_minimal_one(epochs: int, kind: str, task: str, at
         failures.append(BadEpoch(task, at))
     plan = plan_recovery("pipe", GRAPH, rows, failures, last_epoch=epochs, readable=readable_when(False),
                          regimes=REGIMES)
-    expected = oracle(rows, epochs, {task: at} if kind == "bad" else {}, scratch_lost="lost" in kind)
-    assert {t.task_id: t.frontier for t in plan.tasks} == expected
-    assert plan.rerun_set() == {(t, e) for t in TASKS for e in range(expected[t] + 1, epochs + 1)}
+    frontiers, redo = oracle(rows, epochs, (task, at) if kind == "bad" else None, scratch_lost="lost" in kind)
+    assert {t.task_id: t.frontier for t in plan.tasks} == frontiers
+    assert plan.rerun_set() == redo
 
 
 @pytest.mark.parametrize("failure, epochs, rerun, cleared", [
@@ -118,12 +146,16 @@ def test_plan_rerun_set_is_the_minimal_one(epochs: int, kind: str, task: str, at
     # (clean's log feeds it); sink redoes 4-6. Clear-downstream touches the same instances
     # here, but does not restore model's state.
     (FailedTask("model", 4), 6, {"model": [4, 5, 6], "sink": [4, 5, 6]}, 6),
+    # (a) clean fails at epoch 4 of 6: clean redoes 4 only (its epochs 5 and 6 stand);
+    # model restores epoch 3 and, like sink, redoes 4-6. Clear-downstream redoes clean 4-6 too.
+    (FailedTask("clean", 4), 6, {"clean": [4], "model": [4, 5, 6], "sink": [4, 5, 6]}, 9),
     # (b) the scratch tier is lost after epoch 5: model's newest durable state is epoch 3;
     # source's outputs are gone too, but clean keeps its log, so source and clean stay.
     # Clearing every task that had data there, from its first lost epoch: everything.
     (LostScratch("/scratch"), 5, {"model": [4, 5], "sink": [4, 5]}, 20),
-    # (c) source's epoch 4 was bad: everything downstream of it redoes 4-6.
-    (BadEpoch("source", 4), 6, {t: [4, 5, 6] for t in TASKS}, 12),
+    # (c) source's epoch 4 was bad: source and clean redo epoch 4 only; the stateful tasks
+    # restore epoch 3 and redo 4-6. Clear-downstream redoes every task from epoch 4.
+    (BadEpoch("source", 4), 6, {"source": [4], "clean": [4], "model": [4, 5, 6], "sink": [4, 5, 6]}, 12),
 ])
 def test_plans_for_each_failure_input(failure, epochs, rerun, cleared) -> None:
     failed = (failure.task_id, failure.epoch) if isinstance(failure, FailedTask) else None
