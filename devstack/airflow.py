@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 import httpx
 
 from devstack.processes import VENV_BIN, Service, ServiceError, free_port, local_spark_env, wait_until
+from plugins.airflow_rest import AirflowClient
 from policies.store import StoreConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -141,81 +142,3 @@ class AirflowStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-class AirflowClient:
-    """The REST calls the demo and the tests make, authenticated as one user."""
-
-    def __init__(self, base_url: str, username: str, password: str, on_poll: Callable[[], None] | None = None):
-        self.base_url = base_url
-        self.on_poll = on_poll or (lambda: None)
-        self.http = httpx.Client(base_url=base_url, timeout=30)
-        self.token = self._token(username, password)
-        self.http.headers["Authorization"] = f"Bearer {self.token}"
-
-    def _token(self, username: str, password: str) -> str:
-        response = httpx.post(f"{self.base_url}/auth/token", json={"username": username, "password": password}, timeout=30)
-        response.raise_for_status()
-        return response.json()["access_token"]
-
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.http.request(method, path, **kwargs)
-        if response.status_code >= 400:
-            raise ServiceError(f"{method} {path} -> {response.status_code}: {response.text[:2000]}")
-        return response.json() if response.content else None
-
-    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
-        """Wait until the dag-processor has parsed ``dag_id`` (and report its import errors if any)."""
-        def parsed() -> bool:
-            self.on_poll()
-            return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
-        try:
-            wait_until(f"DAG {dag_id} to be parsed", parsed, timeout)
-        except ServiceError:
-            errors = self.request("GET", "/api/v2/importErrors")
-            raise ServiceError(f"DAG {dag_id} did not appear; import errors: {json.dumps(errors)[:3000]}") from None
-
-    def set_paused(self, dag_id: str, paused: bool) -> None:
-        self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
-
-    def trigger(self, dag_id: str, run_id: str, logical_date: datetime) -> dict[str, Any]:
-        body = {"dag_run_id": run_id, "logical_date": logical_date.isoformat()}
-        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", json=body)
-
-    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
-
-    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
-        return {ti["task_id"]: ti for ti in data["task_instances"]}
-
-    def wait_for_run(
-        self,
-        dag_id: str,
-        run_id: str,
-        timeout: float = 600,
-        progress: Callable[[str], None] | None = None,
-    ) -> str:
-        """Wait for the run to finish, reporting each task state change; returns the run's state."""
-        seen: dict[str, str | None] = {}
-        started = time.monotonic()
-
-        def finished() -> bool:
-            self.on_poll()
-            if progress is not None:
-                for task_id, ti in self.task_instances(dag_id, run_id).items():
-                    if seen.get(task_id, "-") != ti["state"]:
-                        seen[task_id] = ti["state"]
-                        progress(f"  {time.monotonic() - started:6.1f}s  {run_id}  {task_id:<10} {ti['state']}")
-            return self.dag_run(dag_id, run_id)["state"] in TERMINAL_RUN_STATES
-
-        wait_until(f"run {run_id} of {dag_id}", finished, timeout, interval=1.0)
-        return self.dag_run(dag_id, run_id)["state"]
-
-    def clear(self, dag_id: str, run_id: str, task_ids: list[str], dry_run: bool = False) -> list[dict[str, Any]]:
-        """Clear exactly ``task_ids`` of one run (not their downstream), whatever their state."""
-        body = {
-            "dry_run": dry_run, "task_ids": task_ids, "dag_run_id": run_id, "only_failed": False,
-            "include_downstream": False, "include_upstream": False, "reset_dag_runs": True,
-        }
-        return self.request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body)["task_instances"]

@@ -28,6 +28,7 @@ A job module looks like this (see ``spark_jobs/pipeline/`` for real ones)::
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,14 @@ if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never 
 
 class JobError(RuntimeError):
     """A job cannot run or commit; the message says what is missing and what to do."""
+
+
+class StateLost(JobError):
+    """The checkpoint a stateful task must start from was in scratch and is gone.
+
+    The task fails rather than start from empty state (which would silently drop every
+    earlier epoch): recovery rolls it back to a checkpoint that still exists.
+    """
 
 
 @dataclass
@@ -112,6 +121,12 @@ class EpochContext:
             return None
         if entry.state_uri is None:
             raise JobError(f"ledger row of {self.args.task_id} epoch {entry.epoch} records no state table")
+        if entry.state_tier == Tier.SCRATCH.value and not _holds_epoch(entry.state_uri, entry, self.store):
+            where = self.store.scratch_uri
+            raise StateLost(
+                f"state lost: {self.args.task_id}'s state of epoch {entry.epoch} was kept in scratch at "
+                f"{entry.state_uri} and is gone. Not starting from empty state. Recover with: "
+                f"falkirk plan --dag {self.args.dag_id} --lost-scratch {where}/{self.args.dag_id}")
         return self._read(entry.state_uri, entry.epoch, f"state of {self.args.task_id!r}")
 
     def previous_checkpoint(self) -> LedgerEntry | None:
@@ -138,6 +153,13 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     if done is not None and done.incarnation >= args.incarnation:
         _say(f"{label}: already committed (incarnation {done.incarnation}, run {done.run_id}); nothing to do")
         return 0
+    # A recovery that rolled this epoch back invalidated its row: redo it as the next
+    # incarnation, the only commit that replaces the rows already in its tables.
+    incarnation = max(args.incarnation, ledger.next_incarnation(args.dag_id, args.task_id, args.epoch,
+                                                               args.map_index))
+    if incarnation != args.incarnation:
+        _say(f"{label}: rolled back by a recovery; redoing it as incarnation {incarnation}")
+        args = dataclasses.replace(args, incarnation=incarnation)
     started = time.monotonic()
     spark = _spark_session()
     try:
@@ -229,6 +251,16 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     )
     ctx.ledger.append(entry)
     return entry
+
+
+def _holds_epoch(uri: str, entry: LedgerEntry, store: StoreConfig) -> bool:
+    """Whether the table at ``uri`` still exists and holds ``entry``'s commit."""
+    from policies.epoch_tables import already_committed, open_table
+
+    try:
+        return already_committed(open_table(uri, store.options_for(uri)), entry.key)
+    except Exception:  # a half-deleted directory reads as gone
+        return False
 
 
 def _spark_session() -> "SparkSession":

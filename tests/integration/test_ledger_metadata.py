@@ -111,7 +111,7 @@ def test_ledger_yields_hand_computed_xi(spark, store: StoreConfig, monkeypatch, 
 
     # The same, planned from the ledger by the CLI (read-only): only totals re-runs epoch 3,
     # from its durable state of epoch 2; clear-downstream from the lost data would redo all 9.
-    from policies.cli import main
+    from plugins.cli import main
 
     for name, value in store.env().items():
         monkeypatch.setenv(name, value)

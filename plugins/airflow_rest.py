@@ -1,0 +1,133 @@
+"""A small client for Airflow 3's REST API v2, authenticated as one user with their own token.
+
+The recovery executor clears task instances through it, the CLI reads failed task
+instances with it, and the tests and the demo drive DAG runs with it.
+
+Example::
+
+    client = AirflowClient("http://127.0.0.1:8080", "admin", "admin")
+    client.clear("falkirk_orders", "epoch-2", ["aggregate"])
+    client.wait_for_run("falkirk_orders", "epoch-2", progress=print)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Any, Callable
+
+import httpx
+
+TERMINAL_RUN_STATES = {"success", "failed"}
+
+
+class AirflowError(RuntimeError):
+    """Airflow refused a request or did not reach the state waited for; the message says which."""
+
+
+def _wait_until(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise AirflowError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class AirflowClient:
+    """The REST calls the demo and the tests make, authenticated as one user."""
+
+    def __init__(self, base_url: str, username: str | None = None, password: str | None = None,
+                 on_poll: Callable[[], None] | None = None, token: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.on_poll = on_poll or (lambda: None)
+        self.http = httpx.Client(base_url=self.base_url, timeout=30)
+        if token is None:
+            if not username or password is None:
+                raise AirflowError("Airflow credentials: give a token (FALKIRK_AIRFLOW_TOKEN) or a user name "
+                                   "and password (FALKIRK_AIRFLOW_USER, FALKIRK_AIRFLOW_PASSWORD)")
+            token = self._token(username, password)
+        self.token = token
+        self.http.headers["Authorization"] = f"Bearer {self.token}"
+
+    def _token(self, username: str, password: str) -> str:
+        response = httpx.post(f"{self.base_url}/auth/token", json={"username": username, "password": password}, timeout=30)
+        if response.status_code >= 400:
+            raise AirflowError(f"Airflow at {self.base_url} refused user {username!r} ({response.status_code})")
+        return response.json()["access_token"]
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise AirflowError(f"{method} {path} -> {response.status_code}: {response.text[:2000]}")
+        return response.json() if response.content else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
+        """Wait until the dag-processor has parsed ``dag_id`` (and report its import errors if any)."""
+        def parsed() -> bool:
+            self.on_poll()
+            return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
+        try:
+            _wait_until(f"DAG {dag_id} to be parsed", parsed, timeout)
+        except AirflowError:
+            errors = self.request("GET", "/api/v2/importErrors")
+            raise AirflowError(f"DAG {dag_id} did not appear; import errors: {json.dumps(errors)[:3000]}") from None
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
+
+    def trigger(self, dag_id: str, run_id: str, logical_date: datetime) -> dict[str, Any]:
+        body = {"dag_run_id": run_id, "logical_date": logical_date.isoformat()}
+        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", json=body)
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: ti for ti in data["task_instances"]}
+
+    def wait_for_run(
+        self,
+        dag_id: str,
+        run_id: str,
+        timeout: float = 600,
+        progress: Callable[[str], None] | None = None,
+    ) -> str:
+        """Wait for the run to finish, reporting each task state change; returns the run's state."""
+        seen: dict[str, str | None] = {}
+        started = time.monotonic()
+
+        def finished() -> bool:
+            self.on_poll()
+            if progress is not None:
+                for task_id, ti in self.task_instances(dag_id, run_id).items():
+                    if seen.get(task_id, "-") != ti["state"]:
+                        seen[task_id] = ti["state"]
+                        progress(f"  {time.monotonic() - started:6.1f}s  {run_id}  {task_id:<10} {ti['state']}")
+            return self.dag_run(dag_id, run_id)["state"] in TERMINAL_RUN_STATES
+
+        _wait_until(f"run {run_id} of {dag_id}", finished, timeout, interval=1.0)
+        return self.dag_run(dag_id, run_id)["state"]
+
+    def clear(self, dag_id: str, run_id: str, task_ids: list[str], dry_run: bool = False) -> list[dict[str, Any]]:
+        """Clear exactly ``task_ids`` of one run (not their downstream), whatever their state."""
+        body = {
+            "dry_run": dry_run, "task_ids": task_ids, "dag_run_id": run_id, "only_failed": False,
+            "include_downstream": False, "include_upstream": False, "reset_dag_runs": True,
+        }
+        return self.request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body)["task_instances"]
+
+    def failed_task_instances(self, dag_id: str) -> list[dict[str, Any]]:
+        """Every task instance of ``dag_id`` in state ``failed``, across its runs."""
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/~/taskInstances",
+                            params={"state": "failed", "limit": 1000})
+        return data["task_instances"]
+
+    def dag_exists(self, dag_id: str) -> bool:
+        return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200

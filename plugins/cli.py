@@ -1,0 +1,119 @@
+"""The ``falkirk`` command line.
+
+* ``falkirk solve SCENARIO.json``: answer a rollback scenario (see :mod:`policies.cli`).
+* ``falkirk plan --dag D (--failed-task T[:E] | --lost-scratch LOCATION | --bad-epoch T:E) [--json]``:
+  compute a recovery plan from the ledger (and, for ``--failed-task T`` without an
+  epoch, from the failed task instances Airflow reports), record it, and print it as a
+  table: per task its frontier, the epochs it re-runs and what clear-downstream would
+  re-run. It changes no table and no task instance.
+* ``falkirk replay PLAN_ID``: execute a recorded plan through Airflow and show progress
+  until every re-run has finished (see :mod:`plugins.recovery`).
+
+The store comes from ``FALKIRK_STORE_URI`` (and ``FALKIRK_SCRATCH_URI``, ``AWS_*``);
+Airflow from ``--airflow-url`` or ``FALKIRK_AIRFLOW_URL``, with the caller's own
+credentials: ``FALKIRK_AIRFLOW_TOKEN``, or ``FALKIRK_AIRFLOW_USER`` and
+``FALKIRK_AIRFLOW_PASSWORD``. A bad request prints one line naming the problem and
+exits 2, having changed nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from plugins.airflow_rest import AirflowClient, AirflowError
+from policies import cli as solver_cli
+from policies.recovery import PlanError
+
+EXIT_INVALID = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["solve"]:
+        return solver_cli.main(argv)
+    parser = argparse.ArgumentParser(prog="falkirk", description="Falkirk Wheel rollback recovery for Airflow.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("solve", help="answer a rollback scenario (falkirk-scenario/1) as JSON")
+    plan = sub.add_parser("plan", help="plan a recovery from the ledger and Airflow (changes nothing)")
+    plan.add_argument("--dag", required=True)
+    plan.add_argument("--failed-task", action="append", default=[], metavar="TASK[:EPOCH]",
+                      help="a failed task; without an epoch, its failed instances are read from Airflow")
+    plan.add_argument("--lost-scratch", action="append", default=[], metavar="LOCATION",
+                      help="a scratch directory that is gone")
+    plan.add_argument("--bad-epoch", action="append", default=[], metavar="TASK:EPOCH",
+                      help="an epoch of a task whose results are wrong (e.g. its input was corrected)")
+    plan.add_argument("--last-epoch", type=int, help="the latest epoch with a DAG run (default: the ledger's)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    replay = sub.add_parser("replay", help="execute a recorded plan through Airflow and wait for it")
+    replay.add_argument("plan_id")
+    replay.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the re-runs")
+    for p in (plan, replay):
+        p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
+                       help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
+    args = parser.parse_args(argv)
+    try:
+        return _plan(args) if args.command == "plan" else _replay(args)
+    except (PlanError, AirflowError, ValueError) as exc:
+        print(f"falkirk {args.command}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def _client(url: str | None, required: bool) -> AirflowClient | None:
+    if not url:
+        if required:
+            raise PlanError("--airflow-url: name Airflow's base URL (or set FALKIRK_AIRFLOW_URL)")
+        return None
+    env = os.environ
+    return AirflowClient(url, env.get("FALKIRK_AIRFLOW_USER"), env.get("FALKIRK_AIRFLOW_PASSWORD"),
+                         token=env.get("FALKIRK_AIRFLOW_TOKEN"))
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from plugins.recovery import plan
+    from policies.store import StoreConfig
+
+    instances, tasks = [], []
+    for value in args.failed_task:
+        if ":" in value:
+            instances.append(_task_epoch("--failed-task", value))
+        else:
+            tasks.append(value)
+    result = plan(args.dag, StoreConfig.from_env(), _client(args.airflow_url, required=bool(tasks)),
+                  failed_tasks=tasks, failed_instances=instances, lost_scratch=args.lost_scratch,
+                  bad_epochs=[_task_epoch("--bad-epoch", v) for v in args.bad_epoch], last_epoch=args.last_epoch)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(result.table())
+        print(f"execute it with: falkirk replay {result.plan_id}")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from plugins.recovery import replay
+    from policies.recovery_log import AlreadyReplayed
+    from policies.store import StoreConfig
+
+    client = _client(args.airflow_url, required=True)
+    try:
+        replay(args.plan_id, StoreConfig.from_env(), client, progress=lambda m: print(m, flush=True),
+               timeout=args.timeout)
+    except AlreadyReplayed as exc:
+        print(f"falkirk replay: {exc}")
+    return 0
+
+
+def _task_epoch(flag: str, value: str) -> tuple[str, int]:
+    task, sep, epoch = value.rpartition(":")
+    if not sep or not task or not epoch.isdigit():
+        raise ValueError(f"{flag} {value!r}: write it as TASK:EPOCH, e.g. aggregate:4")
+    return task, int(epoch)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
