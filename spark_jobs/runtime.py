@@ -202,7 +202,7 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
 
 def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEntry:
     args, store, regime = ctx.args, ctx.store, ctx.args.regime
-    crash_point(args.task_id, args.epoch, "before-commit")
+    crash_point(args.task_id, args.epoch, "before-commit", dag_id=args.dag_id)
     out_tier = regime.output_tier(args.epoch)
     # (output name, or None for the state; table URI; frame)
     targets = [(name, store.table_uri(out_tier, args.dag_id, args.task_id, name), frame)
@@ -213,14 +213,14 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     # The executors write every table's files at once; the driver then commits them in order.
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
         staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1])), targets))
-    crash_point(args.task_id, args.epoch, "after-files")
+    crash_point(args.task_id, args.epoch, "after-files", dag_id=args.dag_id)
 
     previous = ctx.previous_checkpoint()
     before = {o.name: o.discarded_through for o in previous.outputs} if previous else {}
     outputs, state = [], None
     for (name, uri, _), files in zip(targets, staged):
         if name is None and state is None:
-            crash_point(args.task_id, args.epoch, "after-outputs")
+            crash_point(args.task_id, args.epoch, "after-outputs", dag_id=args.dag_id)
         written = publish(files)
         _say(f"  {'state' if name is None else f'output {name!r}'} -> {uri} (v{written.version}, "
              f"{written.rows} rows" + ("" if written.applied else ", already there") + ")")
@@ -231,8 +231,8 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
             discarded = args.epoch if out_tier is Tier.SCRATCH else before.get(name)
             outputs.append(OutputRef(name, written.uri, out_tier.value, written.version, written.rows, discarded))
     if state is None:
-        crash_point(args.task_id, args.epoch, "after-outputs")
-    crash_point(args.task_id, args.epoch, "after-state")
+        crash_point(args.task_id, args.epoch, "after-outputs", dag_id=args.dag_id)
+    crash_point(args.task_id, args.epoch, "after-state", dag_id=args.dag_id)
 
     consumed = {(i.task_id, i.output): i.through for i in previous.inputs} if previous else {}
     for k, through in ctx.consumed.items():

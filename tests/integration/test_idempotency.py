@@ -51,7 +51,7 @@ def test_a_zombie_attempt_finishing_late_changes_nothing(spark, store: StoreConf
     real_crash_point = runtime.crash_point
     after_second: dict[str, object] = {}
 
-    def second_attempt_commits_first(task_id: str, epoch: int, step: str) -> None:
+    def second_attempt_commits_first(task_id: str, epoch: int, step: str, dag_id: str | None = None) -> None:
         if step == "after-files" and not after_second:
             after_second["running"] = True
             monkeypatch.setattr(runtime, "crash_point", real_crash_point)
