@@ -148,7 +148,7 @@ def replay(
 
 def _wait(client: AirflowClient, recovery: RecoveryPlan, runs: dict[int, str], progress: Progress,
           timeout: float, poll: float, started: float) -> None:
-    todo = {(t, e) for t, e in recovery.rerun_set()}
+    todo = set(recovery.rerun_set())
     seen: dict[tuple[str, int], str | None] = {}
     deadline = time.monotonic() + timeout
     while True:
