@@ -1,62 +1,292 @@
 """The Falkirk plugin's HTTP API, mounted in the Airflow API server under ``/falkirk``.
 
 Airflow does not authenticate plugin apps by itself, so every route here declares the
-same auth dependencies as Airflow's own REST API: a caller needs a valid token (bearer
-header or the UI's session cookie) and read access to the DAG it asks about.
+same auth dependencies as Airflow's own REST API. A caller needs a valid token (a bearer
+header, or the UI's ``_token`` cookie), and:
+
+============================================  =====================================
+route                                         needs
+============================================  =====================================
+``GET  /api/v1/dags/{dag_id}/view``           read access to the DAG
+``GET  /api/v1/dags/{dag_id}/ledger``         read access to the DAG
+``GET  /api/v1/dags/{dag_id}/regimes``        read access to the DAG
+``GET  /api/v1/dags/{dag_id}/recoveries``     read access to the DAG
+``POST /api/v1/dags/{dag_id}/preview``        read access to the DAG
+``POST /api/v1/dags/{dag_id}/recoveries``     edit access to the DAG's task instances
+``GET  /ui/falkirk.js``                       any signed-in user (the view's code)
+============================================  =====================================
+
+No token gets 401, too little access 403, an unknown DAG 404, a body that does not
+validate 422 with the field named in ``detail[].loc``. A replay clears task instances
+through Airflow's REST API with the caller's own token, so Airflow checks it again. The
+OpenAPI schema is at ``/falkirk/openapi.json`` and rendered at ``/falkirk/docs``.
 
 Example::
 
-    curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:8080/falkirk/api/v1/dags/orders/ledger
+    curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:8080/falkirk/api/v1/dags/falkirk_clicks/view
+    curl -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\
+         -d '{"failed_tasks": [{"task_id": "clean", "epoch": 4}]}' \\
+         http://127.0.0.1:8080/falkirk/api/v1/dags/falkirk_clicks/preview
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import asdict
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse
+from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
 
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.api_fastapi.core_api.security import (
+    GetUserDep,
+    bearer_scheme,
+    collect_request_tokens,
+    requires_access_dag,
+)
+from airflow.configuration import conf
 from airflow.models.serialized_dag import SerializedDagModel
+from airflow.models.taskinstance import TaskInstance
+from plugins.airflow_rest import AirflowClient, AirflowError
+from plugins.recovery import RunningReplay, compute_plan, start_replay
+from plugins.view import DagTask, dag_view, plan_view, recovery_history
 from policies.ledger import Ledger, LedgerEntry
+from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
+from policies.recovery_log import AlreadyReplayed, LeaseHeld, RecoveryLog
+from policies.regimes import Regime
 from policies.store import StoreConfig, StoreError
+
+log = logging.getLogger(__name__)
+UI = Path(__file__).resolve().parent / "ui"
 
 app = FastAPI(
     title="Falkirk",
-    description="Checkpoints, rollback frontiers and replay for Airflow pipelines of Spark jobs.",
+    version="1",
+    description="Checkpoints, rollback frontiers and replay for Airflow pipelines of Spark jobs. "
+                "Every route needs an Airflow token; see each route for the access it needs.",
 )
 
+ReadDag = Depends(requires_access_dag("GET"))
+EditTaskInstances = Depends(requires_access_dag("PUT", DagAccessEntity.TASK_INSTANCE))
 
-def _ledger() -> Ledger:
+
+# -- request bodies ---------------------------------------------------------------------------
+
+
+class TaskEpoch(BaseModel):
+    """One task instance, by task and epoch (epoch N is the DAG run ``epoch-N``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: str = Field(min_length=1, examples=["clean"])
+    epoch: int = Field(ge=1, examples=[4])
+
+
+class FailureSpec(BaseModel):
+    """The failures to recover from; name at least one."""
+
+    model_config = ConfigDict(extra="forbid")
+    failed_tasks: list[TaskEpoch] = Field(default=[], description="task instances that failed")
+    lost_scratch: list[str] = Field(default=[], description="scratch locations whose contents are gone")
+    bad_epochs: list[TaskEpoch] = Field(default=[], description="task epochs whose results are wrong")
+
+
+class ReplayRequest(FailureSpec):
+    """A replay of the plan for these failures, as previewed at ``ledger_version``."""
+
+    ledger_version: int | None = Field(description="the ledger version the preview showed; the replay is "
+                                                   "refused (409) if the ledger has changed since")
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _store() -> StoreConfig:
     try:
-        return Ledger(StoreConfig.from_env())
+        return StoreConfig.from_env()
     except StoreError as exc:
         raise HTTPException(status_code=503, detail=f"the Falkirk store is not configured: {exc}") from exc
+
+
+def _invalid(loc: list[str | int], msg: str) -> HTTPException:
+    """A 422 shaped like FastAPI's own validation errors, naming the field."""
+    return HTTPException(status_code=422, detail=[{"loc": ["body", *loc], "msg": msg, "type": "value_error"}])
+
+
+def _dag_tasks(dag_id: str, session: Any) -> list[DagTask]:
+    dag = SerializedDagModel.get_dag(dag_id, session=session)
+    if dag is None:
+        raise HTTPException(status_code=404, detail=f"DAG {dag_id!r} is not in the metadata database")
+    return [DagTask(t.task_id, getattr(t, "falkirk_regime", None), tuple(sorted(t.upstream_task_ids)))
+            for t in dag.tasks]
+
+
+def _failures(spec: FailureSpec, tasks: list[DagTask], store: StoreConfig, last_epoch: int) -> list[Failure]:
+    """The spec's failures, each checked against the DAG and the store (422 naming the field)."""
+    known = {t.task_id for t in tasks}
+    failures: list[Failure] = []
+    for field in ("failed_tasks", "bad_epochs"):
+        for i, item in enumerate(getattr(spec, field)):
+            if item.task_id not in known:
+                raise _invalid([field, i, "task_id"], f"task {item.task_id!r} is not in the DAG; "
+                                                      f"use one of {sorted(known)}")
+            if item.epoch > last_epoch:
+                raise _invalid([field, i, "epoch"], f"epoch {item.epoch} has no checkpoint in the ledger; "
+                                                    f"the last epoch is {last_epoch}")
+            kind = FailedTask if field == "failed_tasks" else BadEpoch
+            failures.append(kind(item.task_id, item.epoch))
+    scratch = store.scratch_uri.rstrip("/")
+    for i, location in enumerate(spec.lost_scratch):
+        if location.rstrip("/") != scratch and not location.startswith(scratch + "/"):
+            raise _invalid(["lost_scratch", i], f"{location!r} is not under the store's scratch location "
+                                                f"{scratch!r}; name a directory under it")
+        failures.append(LostScratch(location))
+    if not failures:
+        raise _invalid([], "name at least one failure: failed_tasks, lost_scratch or bad_epochs")
+    return failures
+
+
+def _plan(dag_id: str, spec: FailureSpec, session: Any, record: bool):
+    store = _store()
+    tasks = _dag_tasks(dag_id, session)
+    ledger = Ledger(store)
+    entries, rolled_back = ledger.entries_and_invalidated(dag_id)
+    last = max((e.epoch for e in [*entries, *rolled_back]), default=0)
+    if not entries:
+        raise HTTPException(status_code=409, detail=f"the ledger has no rows for DAG {dag_id!r} yet; "
+                                                    f"nothing can be rolled back before it has run")
+    failures = _failures(spec, tasks, store, last)
+    regimes = {t.task_id: Regime.parse(t.regime) for t in tasks if t.regime}
+    try:
+        return compute_plan(dag_id, store, failures, regimes, last_epoch=last, record=record)
+    except PlanError as exc:
+        raise _invalid([], str(exc)) from exc
+
+
+def _caller_token(request: Request, bearer: HTTPAuthorizationCredentials | None) -> str:
+    tokens = collect_request_tokens(request, bearer)
+    if not tokens:  # the auth dependency already refused such a caller; kept for safety
+        raise HTTPException(status_code=401, detail="Not authenticated")
+    return tokens[0]
+
+
+def _airflow_url() -> str:
+    return conf.get("api", "base_url", fallback="http://127.0.0.1:8080").rstrip("/")
+
+
+# -- routes -----------------------------------------------------------------------------------
 
 
 @app.get("/api/v1/health")
 def health(user: GetUserDep) -> dict[str, Any]:
     """Whether the plugin is loaded and can see its store."""
-    ledger = _ledger()
-    return {"status": "ok", "ledger": ledger.uri}
+    return {"status": "ok", "ledger": Ledger(_store()).uri}
 
 
-@app.get("/api/v1/dags/{dag_id}/ledger", dependencies=[Depends(requires_access_dag("GET"))])
+@app.get("/api/v1/dags/{dag_id}/view", dependencies=[ReadDag])
+def view(dag_id: str, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+    """Everything the Falkirk view shows at load: the DAG's tasks with their regimes and upstream
+    tasks, the grid of checkpoint statuses (one letter per epoch, see ``statuses``), Airflow's
+    state of the instances that are not plainly successful, the failed instances (preselected
+    as the failure), scratch locations, the ledger version, whether the caller may replay, and
+    the history of recoveries."""
+    store = _store()
+    tasks = _dag_tasks(dag_id, session)
+    ledger = Ledger(store)
+    version = ledger.version()
+    entries, rolled_back = ledger.entries_and_invalidated(dag_id)
+    rows = session.execute(select(TaskInstance.task_id, TaskInstance.run_id, TaskInstance.state).where(
+        TaskInstance.dag_id == dag_id, (TaskInstance.state != "success") | TaskInstance.state.is_(None)))
+    live = {(task, run): (str(state.value if hasattr(state, "value") else state) if state else None)
+            for task, run, state in rows}
+    can_replay = get_auth_manager().is_authorized_dag(
+        method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
+    body = dag_view(dag_id, tasks, entries, rolled_back, live, RecoveryLog(store).events(dag_id),
+                    store.scratch_uri, version, can_replay)
+    body["user"] = user.get_name()
+    return body
+
+
+@app.post("/api/v1/dags/{dag_id}/preview", dependencies=[ReadDag])
+def preview(dag_id: str, spec: FailureSpec, session: SessionDep) -> dict[str, Any]:
+    """The recovery plan for ``spec``, computed and not recorded: each task's frontier, the exact
+    re-run set, and what Airflow's clear-downstream from each failure would re-run."""
+    return plan_view(_plan(dag_id, spec, session, record=False))
+
+
+@app.post("/api/v1/dags/{dag_id}/recoveries", dependencies=[EditTaskInstances], status_code=202)
+def start_recovery(
+    dag_id: str,
+    spec: ReplayRequest,
+    request: Request,
+    user: GetUserDep,
+    session: SessionDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> dict[str, Any]:
+    """Roll back and replay: record the plan for ``spec``, take the DAG's recovery lease,
+    invalidate the rolled-back ledger rows and clear exactly the re-run set through Airflow's
+    REST API with the caller's token. Answers 202 once the task instances are cleared; the
+    recovery's outcome then appears in ``GET .../recoveries``. 409 when the ledger changed
+    since the preview, another recovery of the DAG is running, or the plan already ran."""
+    plan = _plan(dag_id, spec, session, record=False)
+    if plan.ledger_version != spec.ledger_version:
+        raise HTTPException(status_code=409, detail=f"the ledger changed since the preview (version "
+                                                    f"{spec.ledger_version} then, {plan.ledger_version} now); "
+                                                    f"preview again")
+    store = _store()
+    RecoveryLog(store).record(plan)
+    client = AirflowClient(_airflow_url(), token=_caller_token(request, bearer))
+    try:
+        running = start_replay(plan.plan_id, store, client, holder=user.get_name(), progress=log.info)
+    except (AlreadyReplayed, LeaseHeld, PlanError) as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from exc
+    except AirflowError as exc:
+        raise HTTPException(status_code=502, detail=f"Airflow refused to clear the task instances: {exc}") from exc
+    threading.Thread(target=_finish, args=(running,), name=f"falkirk-replay-{plan.plan_id}", daemon=True).start()
+    return {"plan_id": plan.plan_id, "status": "running", "by": user.get_name(),
+            "cleared": {run: list(tasks) for run, tasks in running.cleared.items()},
+            "invalidated": running.invalidated, "rerun_count": len(plan.rerun_set())}
+
+
+def _finish(running: RunningReplay) -> None:
+    try:
+        running.wait(progress=log.info)
+    except Exception:  # recorded as "failed" in the recovery log by wait()
+        log.exception("Falkirk replay %s failed", running.plan.plan_id)
+
+
+@app.get("/api/v1/dags/{dag_id}/recoveries", dependencies=[ReadDag])
+def recoveries(dag_id: str, session: SessionDep) -> dict[str, Any]:
+    """The DAG's recoveries, newest first: failures, re-run counts, who ran each, when, and the outcome."""
+    _dag_tasks(dag_id, session)
+    return {"dag_id": dag_id, "recoveries": recovery_history(RecoveryLog(_store()).events(dag_id))}
+
+
+@app.get("/api/v1/dags/{dag_id}/ledger", dependencies=[ReadDag])
 def dag_ledger(dag_id: str) -> dict[str, Any]:
     """Every checkpoint recorded for ``dag_id``, ordered by epoch and task."""
-    entries = _ledger().entries(dag_id)
+    entries = Ledger(_store()).entries(dag_id)
     return {"dag_id": dag_id, "total_entries": len(entries), "entries": [_entry_json(e) for e in entries]}
 
 
-@app.get("/api/v1/dags/{dag_id}/regimes", dependencies=[Depends(requires_access_dag("GET"))])
+@app.get("/api/v1/dags/{dag_id}/regimes", dependencies=[ReadDag])
 def dag_regimes(dag_id: str, session: SessionDep) -> dict[str, Any]:
     """Each task's fault-tolerance regime, read from the serialized DAG (no DAG file is imported)."""
-    dag = SerializedDagModel.get_dag(dag_id, session=session)
-    if dag is None:
-        raise HTTPException(status_code=404, detail=f"DAG {dag_id!r} is not in the metadata database")
-    tasks = [{"task_id": t.task_id, "regime": getattr(t, "falkirk_regime", None)} for t in dag.tasks]
+    tasks = [{"task_id": t.task_id, "regime": t.regime} for t in _dag_tasks(dag_id, session)]
     return {"dag_id": dag_id, "tasks": sorted(tasks, key=lambda t: t["task_id"])}
+
+
+@app.get("/ui/falkirk.js", include_in_schema=False)
+def bundle(user: GetUserDep) -> FileResponse:
+    """The view's code (a React component rendered by Airflow's UI)."""
+    return FileResponse(UI / "falkirk.js", media_type="text/javascript", headers={"Cache-Control": "no-cache"})
 
 
 def _entry_json(entry: LedgerEntry) -> dict[str, Any]:

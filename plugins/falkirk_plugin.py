@@ -1,4 +1,11 @@
-"""The Airflow plugin object, registered through the ``airflow.plugins`` entry point."""
+"""The Airflow plugin object, registered through the ``airflow.plugins`` entry point.
+
+It mounts the API (:mod:`plugins.api`) at ``/falkirk`` and adds the Falkirk view to the
+Airflow UI twice: as a tab of every DAG (``/dags/{dag_id}/plugin/falkirk``) and of every
+task instance (``.../tasks/{task_id}/plugin/falkirk-task``, with that instance preselected
+as the failure). The two entries load the bundle under different URLs because the UI
+evaluates each bundle URL once.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,16 @@ from airflow.plugins_manager import AirflowPlugin
 
 from plugins.api import app
 
+BUNDLE = "falkirk/ui/falkirk.js"
+
 
 class FalkirkPlugin(AirflowPlugin):
-    """Mounts the Falkirk API at ``/falkirk`` in the Airflow API server."""
+    """The Falkirk API and view."""
 
     name = "falkirk"
     fastapi_apps = [{"app": app, "url_prefix": "/falkirk", "name": "Falkirk"}]
+    react_apps = [
+        {"name": "Falkirk", "bundle_url": f"{BUNDLE}?mount=dag", "destination": "dag", "url_route": "falkirk"},
+        {"name": "Falkirk recovery", "bundle_url": f"{BUNDLE}?mount=task_instance",
+         "destination": "task_instance", "url_route": "falkirk-task"},
+    ]

@@ -32,13 +32,13 @@ from __future__ import annotations
 import getpass
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from plugins.airflow_rest import AirflowClient, AirflowError
 from policies.checkpoint_chains import StoreReadability, TaskGraph
 from policies.ledger import Ledger, LedgerEntry
 from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan, plan_recovery
-from policies.recovery_log import AlreadyReplayed, RecoveryLog
+from policies.recovery_log import AlreadyReplayed, Lease, LeaseHeld, RecoveryLog
 from policies.regimes import Regime
 from policies.store import StoreConfig
 
@@ -63,29 +63,44 @@ def plan(
     failed instance of the DAG when it holds ``"*"``); ``failed_instances`` names
     (task, epoch) pairs directly.
     """
-    ledger = Ledger(store)
     if client is not None and not client.dag_exists(dag_id):
         raise PlanError(f"--dag: Airflow has no DAG {dag_id!r}")
-    every = ledger.entries(dag_id, include_invalidated=True)
-    entries = ledger.entries(dag_id)
-    if not entries:
-        raise PlanError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}; "
-                        f"has it run with Falkirk's operator?")
     failures: list[Failure] = [FailedTask(t, e) for t, e in failed_instances]
     if failed_tasks:
         if client is None:
             raise PlanError("--failed-task without an epoch reads failed task instances from Airflow: "
                             "give --airflow-url and credentials, or write TASK:EPOCH")
+        every = Ledger(store).entries(dag_id, include_invalidated=True)
         failures += _failed_from_airflow(dag_id, client, failed_tasks, every)
     failures += [LostScratch(loc) for loc in lost_scratch]
     failures += [BadEpoch(t, e) for t, e in bad_epochs]
-    graph = TaskGraph.from_ledger(entries)
     regimes = _regimes(dag_id, client) if client is not None else {}
+    return compute_plan(dag_id, store, failures, regimes, last_epoch=last_epoch, record=record)
+
+
+def compute_plan(
+    dag_id: str,
+    store: StoreConfig,
+    failures: Sequence[Failure],
+    regimes: Mapping[str, Regime],
+    *,
+    last_epoch: int | None = None,
+    record: bool = True,
+) -> RecoveryPlan:
+    """The plan for ``failures`` from the ledger, given the regimes of the DAG's tasks (which
+    adds the tasks that have no ledger row yet); records it in the recovery log if ``record``."""
+    ledger = Ledger(store)
+    version = ledger.version()
+    entries, rolled_back = ledger.entries_and_invalidated(dag_id)
+    if not entries:
+        raise PlanError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}; "
+                        f"has it run with Falkirk's operator?")
+    graph = TaskGraph.from_ledger(entries)
     if regimes:
         graph = TaskGraph(tuple(sorted(set(graph.tasks) | set(regimes))), graph.edges)
-    last = last_epoch if last_epoch is not None else max(e.epoch for e in every)
+    last = last_epoch if last_epoch is not None else max(e.epoch for e in [*entries, *rolled_back])
     result = plan_recovery(dag_id, graph, entries, failures, last, StoreReadability(store),
-                           regimes=regimes, ledger_version=ledger.version())
+                           regimes=regimes, ledger_version=version)
     if record:
         RecoveryLog(store).record(result)
     return result
@@ -112,38 +127,83 @@ def replay(
     poll: float = 2.0,
 ) -> ReplayReport:
     """Execute the recorded plan ``plan_id`` (see the module docstring) and wait for it."""
+    try:
+        running = start_replay(plan_id, store, client, holder, progress)
+    except AlreadyReplayed:
+        progress(f"plan {plan_id} was already executed; nothing to do")
+        return ReplayReport(plan_id, {}, 0, 0.0, already_done=True)
+    return running.wait(progress, timeout, poll)
+
+
+@dataclass
+class RunningReplay:
+    """A replay whose lease is held and whose re-run set is cleared; :meth:`wait` finishes it."""
+
+    plan: RecoveryPlan
+    log: RecoveryLog
+    lease: Lease
+    client: AirflowClient
+    runs: dict[int, str]
+    cleared: dict[str, tuple[str, ...]]
+    invalidated: int
+    started: float
+
+    def wait(self, progress: Progress = print, timeout: float = 3600, poll: float = 2.0) -> ReplayReport:
+        """Wait until every cleared task instance succeeded, then give the lease back."""
+        rerun = self.plan.rerun_set()
+        try:
+            _wait(self.client, self.plan, self.runs, progress, timeout, poll, self.started)
+        except BaseException as exc:
+            self.fail(exc)
+            raise
+        self.log.end(self.lease, "finished", f"{len(rerun)} task instances re-ran")
+        seconds = time.monotonic() - self.started
+        progress(f"plan {self.plan.plan_id}: done, {len(rerun)} task instances re-ran in {seconds:.0f}s")
+        return ReplayReport(self.plan.plan_id, self.cleared, self.invalidated, seconds)
+
+    def fail(self, exc: BaseException) -> None:
+        self.log.end(self.lease, "failed", f"{type(exc).__name__}: {exc}"[:2000])
+
+
+def start_replay(
+    plan_id: str,
+    store: StoreConfig,
+    client: AirflowClient,
+    holder: str | None = None,
+    progress: Progress = print,
+) -> RunningReplay:
+    """Steps 1-4 of the module docstring: check, take the lease, invalidate, clear.
+
+    Raises :class:`AlreadyReplayed` for a plan that finished, :class:`LeaseHeld` while
+    another recovery of the DAG runs, :class:`PlanError` when the ledger changed since the
+    plan was computed; in each case nothing was changed.
+    """
     started = time.monotonic()
     holder = holder or getpass.getuser()
     log, ledger = RecoveryLog(store), Ledger(store)
     recovery = log.plan(plan_id)
-    if any(r["plan_id"] == plan_id and r["event"] == "finished" for r in log.events(recovery.dag_id)):
-        progress(f"plan {plan_id} was already executed; nothing to do")
-        return ReplayReport(plan_id, {}, 0, time.monotonic() - started, already_done=True)
+    log.check_not_finished(recovery)
     now = ledger.version()
     if now != recovery.ledger_version:
         raise PlanError(f"plan {plan_id}: the ledger changed since the plan was computed (version "
                         f"{recovery.ledger_version} then, {now} now); compute a new plan with `falkirk plan`")
     runs = _run_ids(recovery, ledger.entries(recovery.dag_id, include_invalidated=True))
     lease = log.begin(recovery, holder)
+    running = RunningReplay(recovery, log, lease, client, runs, {}, 0, started)
     try:
         rerun = recovery.rerun_set()
         doomed = [e for e in ledger.entries(recovery.dag_id) if (e.task_id, e.epoch) in rerun]
-        invalidated = ledger.invalidate(doomed, plan_id)
-        progress(f"plan {plan_id}: invalidated {invalidated} ledger rows past the frontiers")
-        cleared: dict[str, tuple[str, ...]] = {}
+        running.invalidated = ledger.invalidate(doomed, plan_id)
+        progress(f"plan {plan_id}: invalidated {running.invalidated} ledger rows past the frontiers")
         for epoch in sorted({e for _, e in rerun}):
             tasks = tuple(sorted(t for t, e in rerun if e == epoch))
             client.clear(recovery.dag_id, runs[epoch], list(tasks))
-            cleared[runs[epoch]] = tasks
+            running.cleared[runs[epoch]] = tasks
             progress(f"plan {plan_id}: cleared epoch {epoch} ({runs[epoch]}): {', '.join(tasks)}")
-        _wait(client, recovery, runs, progress, timeout, poll, started)
     except BaseException as exc:
-        log.end(lease, "failed", f"{type(exc).__name__}: {exc}"[:2000])
+        running.fail(exc)
         raise
-    log.end(lease, "finished", f"{len(rerun)} task instances re-ran")
-    seconds = time.monotonic() - started
-    progress(f"plan {plan_id}: done, {len(rerun)} task instances re-ran in {seconds:.0f}s")
-    return ReplayReport(plan_id, cleared, invalidated, seconds)
+    return running
 
 
 def _wait(client: AirflowClient, recovery: RecoveryPlan, runs: dict[int, str], progress: Progress,
@@ -210,4 +270,5 @@ def _regimes(dag_id: str, client: AirflowClient) -> dict[str, Regime]:
     return {t["task_id"]: Regime.parse(t["regime"]) for t in body["tasks"] if t.get("regime")}
 
 
-__all__ = ["AlreadyReplayed", "ReplayReport", "plan", "replay"]
+__all__ = ["AlreadyReplayed", "LeaseHeld", "ReplayReport", "RunningReplay", "compute_plan", "plan", "replay",
+           "start_replay"]

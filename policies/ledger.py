@@ -245,18 +245,29 @@ class Ledger:
 
         Rows a recovery invalidated are left out unless ``include_invalidated``.
         """
+        current, _ = self.entries_and_invalidated(dag_id, task_id, map_index,
+                                                  read_invalidations=not include_invalidated)
+        return current
+
+    def entries_and_invalidated(self, dag_id: str | None = None, task_id: str | None = None,
+                                map_index: int | None = None, read_invalidations: bool = True,
+                                ) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
+        """The current rows and the rows recoveries rolled back, from one read of each table."""
         cols = self.read(dag_id, task_id, map_index).to_pydict()
-        gone = set() if include_invalidated else self.invalidated(dag_id)
+        gone = self.invalidated(dag_id) if read_invalidations else set()
         names = [n for n in _ENTRY_FIELDS if n in cols]
         seen: dict[tuple, LedgerEntry] = {}
+        rolled_back: list[LedgerEntry] = []
         # Two racing attempts may both append before either sees the other: keep the first.
         for i in sorted(range(len(cols["dag_id"])), key=cols["committed_at"].__getitem__):
             row = {n: cols[n][i] for n in names}
             entry = LedgerEntry.from_row(row)
             if (entry.dag_id, entry.task_id, entry.map_index, entry.epoch, entry.incarnation) in gone:
+                rolled_back.append(entry)
                 continue
             seen.setdefault((entry.key.app_id, entry.incarnation), entry)
-        return sorted(seen.values(), key=lambda e: (e.dag_id, e.epoch, e.task_id, e.map_index, e.incarnation))
+        order = lambda e: (e.dag_id, e.epoch, e.task_id, e.map_index, e.incarnation)  # noqa: E731
+        return sorted(seen.values(), key=order), sorted(rolled_back, key=order)
 
     def latest(self, dag_id: str, task_id: str, before_epoch: int, map_index: int = -1) -> LedgerEntry | None:
         """The checkpoint of ``task_id`` with the greatest epoch below ``before_epoch``."""

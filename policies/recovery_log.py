@@ -112,15 +112,16 @@ class RecoveryLog:
         """The recovery of ``dag_id`` that has started and not ended, if any."""
         return _running(self.events(dag_id), dag_id)
 
+    def check_not_finished(self, plan: RecoveryPlan) -> None:
+        """Raise :class:`AlreadyReplayed` if ``plan`` was executed to the end."""
+        _check_not_finished(self.events(plan.dag_id), plan.plan_id)
+
     def begin(self, plan: RecoveryPlan, holder: str) -> Lease:
         """Take the DAG's lease for ``plan``; raises :class:`LeaseHeld` or :class:`AlreadyReplayed`."""
         table = open_table(self.uri, self._options)
         events = [] if table is None else sorted(
             scan(table, where={"dag_id": plan.dag_id}).to_pylist(), key=lambda r: r["recorded_at"])
-        done = [r for r in events if r["plan_id"] == plan.plan_id and r["event"] == "finished"]
-        if done:
-            raise AlreadyReplayed(f"plan {plan.plan_id} was already executed (finished {_when(done[-1])}); "
-                                  f"nothing to do")
+        _check_not_finished(events, plan.plan_id)
         other = _running(events, plan.dag_id)
         if other is not None:
             raise LeaseHeld(f"DAG {plan.dag_id!r} is being recovered by plan {other.plan_id} ({other.holder}, "
@@ -162,6 +163,12 @@ def _running(events: list[dict], dag_id: str) -> Lease | None:
         if r["event"] == "started":
             return Lease(dag_id, plan_id, r["holder"], r["recorded_at"])
     return None
+
+
+def _check_not_finished(events: list[dict], plan_id: str) -> None:
+    done = [r for r in events if r["plan_id"] == plan_id and r["event"] == "finished"]
+    if done:
+        raise AlreadyReplayed(f"plan {plan_id} was already executed (finished {_when(done[-1])}); nothing to do")
 
 
 def _when(row: dict) -> str:

@@ -1,0 +1,603 @@
+// The Falkirk view: a React component that Airflow's UI renders as a tab of a DAG
+// (props {dagId}) or of a task instance (props {dagId, runId, taskId}, preselected).
+//
+// It uses the React instance the Airflow UI exposes on globalThis, so it needs no build
+// step: this file is the bundle. Data comes from the plugin's API under
+// <base>/falkirk/api/v1, authenticated by the UI's own session cookie.
+//
+// Sections: the DAG graph coloured by regime; the failure picker; the plan (frontiers,
+// re-run count next to clear-downstream's); the grid of epochs x tasks with checkpoint
+// statuses and the re-run set highlighted; the roll-back-and-replay action with a
+// confirmation; the history of recoveries.
+
+const React = globalThis.React;
+const h = React.createElement;
+const { useCallback, useEffect, useMemo, useRef, useState } = React;
+
+const REGIME_COLOURS = {
+  ephemeral: "#a0aec0",
+  batch: "#4299e1",
+  lazy_checkpoint: "#ed8936",
+  eager_checkpoint: "#38a169",
+};
+const STATUS_COLOURS = {
+  G: "#718096", // garbage-collected
+  D: "#2f855a", // durable
+  S: "#d69e2e", // scratch only
+  L: "#3182ce", // logged outputs
+  I: "#c53030", // invalidated by a recovery
+  "-": "transparent", // missing
+};
+const RERUN = "#d53f8c";
+const C = {
+  fg: "var(--chakra-colors-fg, #1a202c)",
+  muted: "var(--chakra-colors-fg-muted, #4a5568)",
+  bg: "var(--chakra-colors-bg, #ffffff)",
+  panel: "var(--chakra-colors-bg-subtle, #f7fafc)",
+  border: "var(--chakra-colors-border, #cbd5e0)",
+};
+
+function apiUrl(path) {
+  return new URL(`falkirk/api/v1/${path}`, document.baseURI).href;
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(apiUrl(path), {
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json" },
+    ...options,
+  });
+  const text = await response.text();
+  let body = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch (e) {
+    body = { detail: text };
+  }
+  if (!response.ok) {
+    const error = new Error(describeError(response.status, body));
+    error.status = response.status;
+    throw error;
+  }
+  return body;
+}
+
+function describeError(status, body) {
+  const detail = body && body.detail;
+  if (Array.isArray(detail)) {
+    return `${status}: ` + detail.map((d) => `${(d.loc || []).slice(1).join(".") || "body"}: ${d.msg}`).join("; ");
+  }
+  return `${status}: ${detail || "request failed"}`;
+}
+
+const key = (task, epoch) => `${task}\u0000${epoch}`;
+
+// -- small building blocks -------------------------------------------------------------------
+
+function Panel({ title, testid, children, right }) {
+  return h(
+    "section",
+    { "data-testid": testid, style: { border: `1px solid ${C.border}`, borderRadius: 8, padding: 12, background: C.panel } },
+    h(
+      "div",
+      { style: { display: "flex", justifyContent: "space-between", alignItems: "center", marginBottom: 8 } },
+      h("h3", { style: { fontWeight: 600, fontSize: 15, margin: 0 } }, title),
+      right || null,
+    ),
+    children,
+  );
+}
+
+function Button({ children, onClick, disabled, primary, testid, title }) {
+  return h(
+    "button",
+    {
+      type: "button",
+      onClick,
+      disabled,
+      title,
+      "data-testid": testid,
+      style: {
+        padding: "6px 12px",
+        borderRadius: 6,
+        border: `1px solid ${primary ? RERUN : C.border}`,
+        background: primary && !disabled ? RERUN : "transparent",
+        color: primary && !disabled ? "#ffffff" : C.fg,
+        opacity: disabled ? 0.5 : 1,
+        cursor: disabled ? "not-allowed" : "pointer",
+        fontSize: 13,
+      },
+    },
+    children,
+  );
+}
+
+function Swatch({ colour, outline, dashed }) {
+  return h("span", {
+    style: {
+      display: "inline-block",
+      width: 12,
+      height: 12,
+      borderRadius: 3,
+      background: colour,
+      border: `${outline ? 2 : 1}px ${dashed ? "dashed" : "solid"} ${outline || C.border}`,
+      verticalAlign: "middle",
+      marginRight: 4,
+    },
+  });
+}
+
+function Legend({ statuses }) {
+  const item = (children, k) => h("span", { key: k, style: { marginRight: 14, whiteSpace: "nowrap" } }, ...children);
+  return h(
+    "div",
+    { "data-testid": "falkirk-legend", style: { fontSize: 12, color: C.muted, display: "flex", flexWrap: "wrap", rowGap: 4 } },
+    ...Object.entries(REGIME_COLOURS).map(([name, colour]) =>
+      item([h(Swatch, { colour }), name.replace("_", " ")], `r-${name}`),
+    ),
+    h("span", { key: "sep", style: { marginRight: 14 } }, "|"),
+    ...statuses.map((s) => item([h(Swatch, { colour: STATUS_COLOURS[s.code] }), s.label], `s-${s.code}`)),
+    item([h(Swatch, { colour: "transparent", outline: RERUN }), "re-run by the plan"], "rerun"),
+    item([h(Swatch, { colour: "transparent", outline: C.muted, dashed: true }), "clear-downstream only"], "clear"),
+  );
+}
+
+// -- the DAG graph ---------------------------------------------------------------------------
+
+function layout(tasks) {
+  const layer = {};
+  for (const t of tasks) {
+    // tasks arrive in topological order
+    layer[t.task_id] = t.upstream.length ? 1 + Math.max(...t.upstream.map((u) => layer[u] ?? 0)) : 0;
+  }
+  const rows = {};
+  const pos = {};
+  for (const t of tasks) {
+    const l = layer[t.task_id];
+    rows[l] = (rows[l] || 0) + 1;
+    pos[t.task_id] = { x: 10 + l * 170, y: 10 + (rows[l] - 1) * 44 };
+  }
+  const width = 10 + (Math.max(0, ...Object.values(layer)) + 1) * 170;
+  const height = 10 + Math.max(1, ...Object.values(rows)) * 44;
+  return { pos, width, height };
+}
+
+function Graph({ tasks, plan }) {
+  const { pos, width, height } = useMemo(() => layout(tasks), [tasks]);
+  const frontier = useMemo(() => Object.fromEntries((plan?.tasks || []).map((t) => [t.task_id, t])), [plan]);
+  const W = 140;
+  const H = 30;
+  return h(
+    "div",
+    { style: { overflow: "auto", maxHeight: 320 } },
+    h(
+      "svg",
+      { width, height, "data-testid": "falkirk-graph", role: "img", "aria-label": "DAG coloured by regime" },
+      ...tasks.flatMap((t) =>
+        t.upstream.map((u) =>
+          h("line", {
+            key: `${u}->${t.task_id}`,
+            x1: pos[u].x + W, y1: pos[u].y + H / 2, x2: pos[t.task_id].x, y2: pos[t.task_id].y + H / 2,
+            stroke: C.muted, strokeWidth: 1.2,
+          }),
+        ),
+      ),
+      ...tasks.map((t) => {
+        const p = pos[t.task_id];
+        const f = frontier[t.task_id];
+        const reruns = f && f.rerun.length > 0;
+        return h(
+          "g",
+          { key: t.task_id, "data-testid": `graph-node-${t.task_id}`, "data-regime": t.regime_name || "none" },
+          h("title", null, `${t.task_id}: ${t.regime || "no regime (plain Airflow task)"}`),
+          h("rect", {
+            x: p.x, y: p.y, width: W, height: H, rx: 6,
+            fill: REGIME_COLOURS[t.regime_name] || "transparent",
+            stroke: reruns ? RERUN : C.border, strokeWidth: reruns ? 3 : 1,
+            strokeDasharray: t.regime_name ? undefined : "4 3",
+          }),
+          h("text", { x: p.x + 8, y: p.y + 19, fontSize: 12, fill: "#1a202c" },
+            t.task_id.length > 18 ? t.task_id.slice(0, 17) + "…" : t.task_id),
+          f ? h("text", { x: p.x + W - 6, y: p.y + 19, fontSize: 10, fill: "#1a202c", textAnchor: "end" }, `≤${f.frontier}`) : null,
+        );
+      }),
+    ),
+  );
+}
+
+// -- the failure picker ----------------------------------------------------------------------
+
+function FailurePicker({ view, selection, setSelection }) {
+  const [scratch, setScratch] = useState(view.scratch_locations[0] || "");
+  const [badTask, setBadTask] = useState(view.tasks[0]?.task_id || "");
+  const [badEpoch, setBadEpoch] = useState(String(view.last_epoch || 1));
+  const toggleFailed = (f) => {
+    const k = key(f.task_id, f.epoch);
+    const failed = new Map(selection.failed);
+    failed.has(k) ? failed.delete(k) : failed.set(k, { task_id: f.task_id, epoch: f.epoch });
+    setSelection({ ...selection, failed });
+  };
+  const chip = (label, onRemove, testid) =>
+    h(
+      "span",
+      { key: testid, "data-testid": testid, style: { border: `1px solid ${C.border}`, borderRadius: 12, padding: "2px 8px", marginRight: 6, fontSize: 12 } },
+      label, " ",
+      h("button", { type: "button", onClick: onRemove, "aria-label": `remove ${label}`, style: { color: C.muted } }, "×"),
+    );
+  const failedChoices = new Map(view.failed.map((f) => [key(f.task_id, f.epoch), f]));
+  for (const [k, f] of selection.failed) if (!failedChoices.has(k)) failedChoices.set(k, f);
+  return h(
+    "div",
+    { style: { display: "grid", gap: 10, fontSize: 13 } },
+    h(
+      "div",
+      { "data-testid": "failed-choices" },
+      h("div", { style: { color: C.muted, marginBottom: 4 } }, "Failed task instances (from Airflow)"),
+      failedChoices.size === 0
+        ? h("div", { style: { color: C.muted } }, "Airflow reports no failed task instance of this DAG.")
+        : [...failedChoices.entries()].map(([k, f]) =>
+            h(
+              "label",
+              { key: k, style: { marginRight: 14, whiteSpace: "nowrap" } },
+              h("input", {
+                type: "checkbox",
+                checked: selection.failed.has(k),
+                onChange: () => toggleFailed(f),
+                "data-testid": `failed-${f.task_id}-${f.epoch}`,
+              }),
+              ` ${f.task_id} @ epoch ${f.epoch}`,
+            ),
+          ),
+    ),
+    h(
+      "div",
+      null,
+      h("span", { style: { color: C.muted, marginRight: 6 } }, "Lost scratch location"),
+      h(
+        "select",
+        { value: scratch, onChange: (e) => setScratch(e.target.value), "data-testid": "scratch-select", style: { background: C.bg, color: C.fg, maxWidth: 420 } },
+        ...view.scratch_locations.map((l) => h("option", { key: l, value: l }, l)),
+      ),
+      " ",
+      h(Button, {
+        testid: "add-scratch",
+        onClick: () => !selection.lost.includes(scratch) && setSelection({ ...selection, lost: [...selection.lost, scratch] }),
+      }, "Add"),
+    ),
+    h(
+      "div",
+      null,
+      h("span", { style: { color: C.muted, marginRight: 6 } }, "Bad epoch"),
+      h(
+        "select",
+        { value: badTask, onChange: (e) => setBadTask(e.target.value), "data-testid": "bad-task", style: { background: C.bg, color: C.fg } },
+        ...view.tasks.map((t) => h("option", { key: t.task_id, value: t.task_id }, t.task_id)),
+      ),
+      " epoch ",
+      h("input", {
+        type: "number", min: 1, max: view.last_epoch, value: badEpoch, "data-testid": "bad-epoch",
+        onChange: (e) => setBadEpoch(e.target.value), style: { width: 70, background: C.bg, color: C.fg },
+      }),
+      " ",
+      h(Button, {
+        testid: "add-bad-epoch",
+        onClick: () => setSelection({ ...selection, bad: [...selection.bad, { task_id: badTask, epoch: Number(badEpoch) }] }),
+      }, "Add"),
+    ),
+    h(
+      "div",
+      { "data-testid": "selected-failures" },
+      ...selection.lost.map((l) =>
+        chip(`lost ${l}`, () => setSelection({ ...selection, lost: selection.lost.filter((x) => x !== l) }), `chip-lost-${l}`),
+      ),
+      ...selection.bad.map((b, i) =>
+        chip(`bad ${b.task_id} @ ${b.epoch}`, () => setSelection({ ...selection, bad: selection.bad.filter((_, j) => j !== i) }), `chip-bad-${i}`),
+      ),
+    ),
+  );
+}
+
+function failureBody(selection) {
+  return {
+    failed_tasks: [...selection.failed.values()],
+    lost_scratch: selection.lost,
+    bad_epochs: selection.bad,
+  };
+}
+
+const emptySelection = () => ({ failed: new Map(), lost: [], bad: [] });
+
+// -- the plan and the grid -------------------------------------------------------------------
+
+function PlanSummary({ plan, error, loading }) {
+  if (error) return h("div", { role: "alert", "data-testid": "preview-error", style: { color: "#e53e3e" } }, error);
+  if (loading && !plan) return h("div", { style: { color: C.muted } }, "Computing the frontiers…");
+  if (!plan) return h("div", { "data-testid": "preview-empty", style: { color: C.muted } }, "Pick a failure to see what a recovery would do.");
+  const cell = { padding: "2px 10px", borderBottom: `1px solid ${C.border}`, textAlign: "left" };
+  return h(
+    "div",
+    { "data-testid": "plan", "data-plan-id": plan.plan_id, style: { fontSize: 13 } },
+    h(
+      "div",
+      { style: { marginBottom: 8, fontSize: 14 } },
+      h("b", { "data-testid": "rerun-count" }, plan.rerun_count),
+      " task instances re-run; clear-downstream would re-run ",
+      h("b", { "data-testid": "clear-count" }, plan.clear_downstream_count),
+      ` (plan ${plan.plan_id}: ${plan.failures.join("; ")})`,
+    ),
+    h(
+      "table",
+      { style: { borderCollapse: "collapse" } },
+      h("thead", null, h("tr", null, ...["task", "regime", "keeps epochs", "re-runs", "restores", "clear-downstream re-runs"].map((c) => h("th", { key: c, style: cell }, c)))),
+      h(
+        "tbody",
+        null,
+        ...plan.tasks.map((t) =>
+          h(
+            "tr",
+            { key: t.task_id, "data-testid": `frontier-${t.task_id}`, "data-frontier": t.frontier },
+            h("td", { style: cell }, t.task_id),
+            h("td", { style: cell }, t.regime),
+            h("td", { style: cell }, t.frontier > 0 ? `1..${t.frontier}` : "none"),
+            h("td", { style: cell }, span(t.rerun)),
+            h("td", { style: cell }, t.restores || (t.rerun.length ? "-" : "")),
+            h("td", { style: cell }, span(t.clear_downstream)),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+function span(epochs) {
+  if (!epochs.length) return "-";
+  const parts = [];
+  let start = epochs[0];
+  let prev = start;
+  for (const e of [...epochs.slice(1), null]) {
+    if (e !== prev + 1) {
+      parts.push(start === prev ? `${start}` : `${start}-${prev}`);
+      start = e;
+    }
+    prev = e;
+  }
+  return parts.join(", ");
+}
+
+const CELL = 14;
+
+function Grid({ view, plan }) {
+  const rerun = useMemo(() => new Set((plan?.rerun || []).map(([t, e]) => key(t, e))), [plan]);
+  const clear = useMemo(() => new Set((plan?.clear_downstream || []).map(([t, e]) => key(t, e))), [plan]);
+  const labels = useMemo(() => Object.fromEntries(view.statuses.map((s) => [s.code, s.label])), [view]);
+  const epochs = [];
+  for (let e = view.first_epoch; e <= view.last_epoch; e++) epochs.push(e);
+  const header = h(
+    "div",
+    { style: { display: "flex", position: "sticky", top: 0, background: C.panel, zIndex: 1 } },
+    h("div", { style: { width: 160, flex: "none", fontSize: 11, color: C.muted } }, "task \\ epoch"),
+    ...epochs.map((e) =>
+      h("div", { key: e, style: { width: CELL, flex: "none", fontSize: 9, color: C.muted, textAlign: "center" } }, e % 5 === 0 || e === 1 ? e : ""),
+    ),
+  );
+  const rows = view.tasks.map((t) => {
+    const codes = view.status[t.task_id] || "";
+    const live = view.airflow_states[t.task_id] || {};
+    return h(
+      "div",
+      { key: t.task_id, style: { display: "flex", alignItems: "center" }, "data-testid": `grid-row-${t.task_id}` },
+      h("div", { style: { width: 160, flex: "none", fontSize: 12, overflow: "hidden", textOverflow: "ellipsis", whiteSpace: "nowrap" } },
+        h(Swatch, { colour: REGIME_COLOURS[t.regime_name] || "transparent" }), t.task_id),
+      ...epochs.map((e, i) => {
+        const code = codes[i] || "-";
+        const k = key(t.task_id, e);
+        const isRerun = rerun.has(k);
+        const isClear = !isRerun && clear.has(k);
+        const state = live[String(e)];
+        return h("div", {
+          key: e,
+          "data-testid": `cell-${t.task_id}-${e}`,
+          "data-status": code,
+          "data-rerun": isRerun ? "true" : undefined,
+          "data-airflow-state": state,
+          title: `${t.task_id} @ epoch ${e}: ${labels[code]}${state ? `; Airflow: ${state}` : ""}${isRerun ? "; re-run by the plan" : isClear ? "; clear-downstream would re-run it" : ""}`,
+          style: {
+            width: CELL - 2, height: CELL - 2, margin: 1, flex: "none", boxSizing: "border-box", borderRadius: 2,
+            background: STATUS_COLOURS[code],
+            border: isRerun ? `2px solid ${RERUN}` : isClear ? `1px dashed ${C.muted}` : `1px solid ${C.border}`,
+            boxShadow: state === "failed" ? "inset 0 0 0 2px #e53e3e" : state === "running" || state === "queued" ? "inset 0 0 0 2px #805ad5" : undefined,
+          },
+        });
+      }),
+    );
+  });
+  return h("div", { "data-testid": "falkirk-grid", style: { overflow: "auto", maxHeight: 480 } }, header, ...rows);
+}
+
+// -- recovery: confirmation and history ------------------------------------------------------
+
+function ConfirmDialog({ plan, onCancel, onConfirm, busy }) {
+  const byEpoch = {};
+  for (const [t, e] of plan.rerun) (byEpoch[e] = byEpoch[e] || []).push(t);
+  return h(
+    "div",
+    { role: "dialog", "aria-modal": "true", "data-testid": "confirm-dialog",
+      style: { position: "fixed", inset: 0, background: "rgba(0,0,0,0.45)", display: "flex", alignItems: "center", justifyContent: "center", zIndex: 1400 } },
+    h(
+      "div",
+      { style: { background: C.bg, color: C.fg, border: `1px solid ${C.border}`, borderRadius: 8, padding: 20, maxWidth: 640, maxHeight: "80vh", overflow: "auto" } },
+      h("h3", { style: { fontWeight: 600, fontSize: 16, marginTop: 0 } }, `Roll back and replay ${plan.dag_id}?`),
+      h("p", null, `Failures: ${plan.failures.join("; ")}.`),
+      h("p", { "data-testid": "confirm-summary" },
+        `This rolls ${plan.tasks.filter((t) => t.rerun.length).map((t) => `${t.task_id} back to ${t.frontier > 0 ? `epoch ${t.frontier}` : "empty state"}`).join(", ")} ` +
+        `and clears ${plan.rerun_count} task instances; Airflow re-runs them in epoch order. ` +
+        `Clear-downstream would have re-run ${plan.clear_downstream_count}.`),
+      h("ul", { style: { fontSize: 13, margin: "8px 0 16px 16px", listStyle: "disc" } },
+        ...Object.keys(byEpoch).sort((a, b) => a - b).map((e) => h("li", { key: e }, `epoch ${e}: ${byEpoch[e].sort().join(", ")}`))),
+      h("div", { style: { display: "flex", gap: 8, justifyContent: "flex-end" } },
+        h(Button, { onClick: onCancel, testid: "confirm-cancel" }, "Cancel"),
+        h(Button, { onClick: onConfirm, primary: true, disabled: busy, testid: "confirm-replay" }, busy ? "Starting…" : "Roll back and replay")),
+    ),
+  );
+}
+
+function History({ recoveries }) {
+  if (!recoveries.length) return h("div", { "data-testid": "history-empty", style: { color: C.muted, fontSize: 13 } }, "No recovery has run on this DAG.");
+  const cell = { padding: "2px 10px", borderBottom: `1px solid ${C.border}`, textAlign: "left" };
+  return h(
+    "table",
+    { "data-testid": "history", style: { borderCollapse: "collapse", fontSize: 13 } },
+    h("thead", null, h("tr", null, ...["plan", "failures", "re-runs (clear-downstream)", "by", "started", "ended", "outcome"].map((c) => h("th", { key: c, style: cell }, c)))),
+    h("tbody", null, ...recoveries.map((r) =>
+      h("tr", { key: r.plan_id, "data-testid": `history-${r.plan_id}`, "data-outcome": r.outcome },
+        h("td", { style: cell }, r.plan_id),
+        h("td", { style: cell }, r.failures.join("; ")),
+        h("td", { style: cell }, `${r.rerun_count ?? "?"} (${r.clear_downstream_count ?? "?"})`),
+        h("td", { style: cell }, r.by),
+        h("td", { style: cell }, (r.started_at || "").replace("T", " ").slice(0, 19)),
+        h("td", { style: cell }, (r.ended_at || "").replace("T", " ").slice(0, 19)),
+        h("td", { style: cell, title: r.detail }, r.outcome)))),
+  );
+}
+
+// -- the view --------------------------------------------------------------------------------
+
+function preselect(view, runId, taskId) {
+  const selection = emptySelection();
+  const epochOf = Object.fromEntries(view.epochs.map((e) => [e.run_id, e.epoch]));
+  if (taskId && runId && epochOf[runId] !== undefined) {
+    const epoch = epochOf[runId];
+    const state = (view.airflow_states[taskId] || {})[String(epoch)];
+    if (state === "failed") selection.failed.set(key(taskId, epoch), { task_id: taskId, epoch });
+    else selection.bad.push({ task_id: taskId, epoch });
+    return selection;
+  }
+  for (const f of view.failed) selection.failed.set(key(f.task_id, f.epoch), { task_id: f.task_id, epoch: f.epoch });
+  return selection;
+}
+
+function FalkirkView({ dagId, runId, taskId }) {
+  const [view, setView] = useState(null);
+  const [loadError, setLoadError] = useState(null);
+  const [selection, setSelection] = useState(null);
+  const [plan, setPlan] = useState(null);
+  const [planError, setPlanError] = useState(null);
+  const [planning, setPlanning] = useState(false);
+  const [confirming, setConfirming] = useState(false);
+  const [replay, setReplay] = useState(null); // {busy} | {plan_id, status} | {error}
+  const loadedAt = useRef(performance.now());
+
+  const load = useCallback(async (initial) => {
+    try {
+      const body = await api(`dags/${encodeURIComponent(dagId)}/view`);
+      setView(body);
+      setLoadError(null);
+      if (initial) setSelection(preselect(body, runId, taskId));
+    } catch (e) {
+      setLoadError(e.message);
+    }
+  }, [dagId, runId, taskId]);
+
+  useEffect(() => {
+    loadedAt.current = performance.now();
+    load(true);
+  }, [load]);
+
+  useEffect(() => {
+    if (view && !globalThis.__falkirkRendered) {
+      // read by the browser test: milliseconds from mount to the first full render
+      globalThis.__falkirkRendered = performance.now() - loadedAt.current;
+    }
+  }, [view]);
+
+  // A recovery is running: refresh the grid and history until it ends.
+  const running = view?.recoveries.some((r) => r.outcome === "running");
+  useEffect(() => {
+    if (!running) return undefined;
+    const timer = setInterval(() => load(false), 3000);
+    return () => clearInterval(timer);
+  }, [running, load]);
+
+  // The preview follows the selection.
+  const body = useMemo(() => (selection ? failureBody(selection) : null), [selection]);
+  useEffect(() => {
+    if (!body || !view) return undefined;
+    if (!body.failed_tasks.length && !body.lost_scratch.length && !body.bad_epochs.length) {
+      setPlan(null);
+      setPlanError(null);
+      return undefined;
+    }
+    let cancelled = false;
+    setPlanning(true);
+    api(`dags/${encodeURIComponent(dagId)}/preview`, { method: "POST", body: JSON.stringify(body) })
+      .then((p) => !cancelled && (setPlan(p), setPlanError(null)))
+      .catch((e) => !cancelled && (setPlan(null), setPlanError(e.message)))
+      .finally(() => !cancelled && setPlanning(false));
+    return () => {
+      cancelled = true;
+    };
+  }, [body, dagId, view?.ledger_version]);
+
+  const startReplay = async () => {
+    setReplay({ busy: true });
+    try {
+      const started = await api(`dags/${encodeURIComponent(dagId)}/recoveries`, {
+        method: "POST",
+        body: JSON.stringify({ ...body, ledger_version: plan.ledger_version }),
+      });
+      setReplay(started);
+      setConfirming(false);
+      setSelection(emptySelection());
+      await load(false);
+    } catch (e) {
+      setReplay({ error: e.message });
+      setConfirming(false);
+    }
+  };
+
+  const page = { color: C.fg, padding: 12, display: "grid", gap: 12 };
+  if (loadError && !view) {
+    return h("div", { style: page, "data-testid": "falkirk-error", role: "alert" },
+      h("p", null, `The Falkirk view could not load: ${loadError}`),
+      h("div", null, h(Button, { onClick: () => load(true) }, "Try again")));
+  }
+  if (!view || !selection) {
+    return h("div", { style: { ...page, color: C.muted }, "data-testid": "falkirk-loading" }, "Loading the ledger…");
+  }
+  if (view.last_epoch === 0) {
+    return h("div", { style: page, "data-testid": "falkirk-empty" },
+      h("h2", { style: { fontSize: 18, fontWeight: 600 } }, `Falkirk: ${dagId}`),
+      h("p", null, "No checkpoints yet: this DAG has not committed an epoch through Falkirk's operator."),
+      h(Graph, { tasks: view.tasks, plan: null }));
+  }
+  const canReplay = view.can_replay && plan && !planning && !running;
+  const why = !view.can_replay
+    ? `You (${view.user}) need edit access to this DAG's task instances to replay.`
+    : running ? "A recovery of this DAG is running." : !plan ? "Pick a failure first." : undefined;
+  return h(
+    "div",
+    { style: page, "data-testid": "falkirk-view", "data-ledger-version": view.ledger_version },
+    h("div", { style: { display: "flex", justifyContent: "space-between", alignItems: "baseline", flexWrap: "wrap" } },
+      h("h2", { style: { fontSize: 18, fontWeight: 600, margin: 0 } }, `Falkirk: ${dagId}`),
+      h("span", { style: { fontSize: 12, color: C.muted } },
+        `epochs ${view.first_epoch}..${view.last_epoch} · ledger version ${view.ledger_version} · ${view.tasks.length} tasks`)),
+    h(Legend, { statuses: view.statuses }),
+    h(Panel, { title: "Tasks by regime", testid: "panel-graph" }, h(Graph, { tasks: view.tasks, plan })),
+    h(Panel, { title: "Failure", testid: "panel-failure" }, h(FailurePicker, { view, selection, setSelection })),
+    h(Panel, {
+      title: "Recovery plan",
+      testid: "panel-plan",
+      right: h(Button, { primary: true, disabled: !canReplay, title: why, testid: "replay-button", onClick: () => setConfirming(true) }, "Roll back and replay"),
+    },
+    h(PlanSummary, { plan, error: planError, loading: planning }),
+    replay?.error ? h("div", { role: "alert", "data-testid": "replay-error", style: { color: "#e53e3e", marginTop: 8 } }, replay.error) : null,
+    replay?.plan_id ? h("div", { "data-testid": "replay-started", style: { marginTop: 8 } },
+      `Recovery ${replay.plan_id} started by ${replay.by}: ${replay.rerun_count} task instances cleared.`) : null),
+    h(Panel, { title: "Checkpoints (epochs × tasks)", testid: "panel-grid" }, h(Grid, { view, plan })),
+    h(Panel, { title: "Recoveries", testid: "panel-history" }, h(History, { recoveries: view.recoveries })),
+    confirming && plan ? h(ConfirmDialog, { plan, busy: replay?.busy, onCancel: () => setConfirming(false), onConfirm: startReplay }) : null,
+  );
+}
+
+globalThis.AirflowPlugin = FalkirkView;
+export default FalkirkView;

@@ -1,0 +1,156 @@
+"""The Falkirk view's data: what the UI shows for one DAG, built from the serialized DAG,
+the ledger, Airflow's task instances and the recovery log.
+
+These functions take plain values (task lists, ledger rows, log rows) and return JSON-ready
+dicts, so the API routes stay thin and the shapes can be tested without a server.
+
+>>> from policies.ledger import LedgerEntry
+>>> tasks = [DagTask("source", "ephemeral", ()), DagTask("clean", "batch(log_outputs=true)", ("source",))]
+>>> rows = [LedgerEntry("d", "source", 1, "ephemeral", "epoch-1", 1),
+...         LedgerEntry("d", "clean", 1, "batch(log_outputs=true)", "epoch-1", 1)]
+>>> view = dag_view("d", tasks, rows, [], {}, [], "/scratch", ledger_version=3, can_replay=False)
+>>> view["status"], view["epochs"]
+({'source': 'S', 'clean': 'S'}, [{'epoch': 1, 'run_id': 'epoch-1'}])
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from policies.checkpoint_status import CheckpointStatus, status_grid
+from policies.ledger import LedgerEntry
+from policies.recovery import RecoveryPlan
+from policies.regimes import Regime, RegimeError
+
+# Airflow task-instance states worth showing over a cell; "success" is what the ledger shows.
+LIVE_STATES = ("failed", "upstream_failed", "running", "queued", "scheduled", "up_for_retry", "restarting", "cleared")
+
+
+@dataclass(frozen=True)
+class DagTask:
+    """A task as the view draws it: its id, regime text (``None`` for a plain Airflow task) and upstream tasks."""
+
+    task_id: str
+    regime: str | None
+    upstream: tuple[str, ...]
+
+    @property
+    def regime_name(self) -> str | None:
+        if self.regime is None:
+            return None
+        try:
+            return Regime.parse(self.regime).name
+        except RegimeError:
+            return None
+
+
+def topological(tasks: Iterable[DagTask]) -> list[DagTask]:
+    """``tasks`` with every task after its upstream tasks; ties in name order (a stable layout)."""
+    by_id = {t.task_id: t for t in tasks}
+    placed: dict[str, DagTask] = {}
+    while len(placed) < len(by_id):
+        ready = sorted(t for t, task in by_id.items() if t not in placed
+                       and all(u in placed or u not in by_id for u in task.upstream))
+        if not ready:  # a cycle cannot come from Airflow; keep the rest in name order
+            ready = sorted(set(by_id) - set(placed))
+        for t in ready:
+            placed[t] = by_id[t]
+    return list(placed.values())
+
+
+def dag_view(
+    dag_id: str,
+    tasks: Sequence[DagTask],
+    entries: Sequence[LedgerEntry],
+    invalidated: Sequence[LedgerEntry],
+    live_states: Mapping[tuple[str, str], str | None],
+    recovery_events: Sequence[Mapping[str, Any]],
+    scratch_uri: str,
+    ledger_version: int | None,
+    can_replay: bool,
+    collected_through: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """Everything the view shows at load (see ``GET /api/v1/dags/{dag_id}/view``).
+
+    ``live_states`` maps (task, run id) to Airflow's state for the instances that are not
+    plainly successful; failed ones become the preselected failures.
+    """
+    ordered = topological(tasks)
+    ids = [t.task_id for t in ordered]
+    runs: dict[int, str] = {}
+    for e in [*invalidated, *entries]:
+        runs[e.epoch] = e.run_id
+    epoch_of = {run: epoch for epoch, run in runs.items()}
+    last = max(runs, default=0)
+    overlay: dict[str, dict[str, str]] = {}
+    for (task, run), state in live_states.items():
+        if task in ids and run in epoch_of and (state or "cleared") in LIVE_STATES:
+            overlay.setdefault(task, {})[str(epoch_of[run])] = state or "cleared"
+    failed = sorted(({"task_id": t, "epoch": epoch_of[r], "run_id": r} for (t, r), s in live_states.items()
+                     if s == "failed" and t in ids and r in epoch_of), key=lambda f: (f["epoch"], f["task_id"]))
+    scratch = f"{scratch_uri.rstrip('/')}/{dag_id}"
+    return {
+        "dag_id": dag_id,
+        "tasks": [{"task_id": t.task_id, "regime": t.regime, "regime_name": t.regime_name,
+                   "upstream": [u for u in t.upstream if u in ids]} for t in ordered],
+        "first_epoch": 1,
+        "last_epoch": last,
+        "epochs": [{"epoch": e, "run_id": runs[e]} for e in sorted(runs)],
+        "status": status_grid(ids, entries, last, invalidated, collected_through),
+        "statuses": [{"code": s.code, "label": s.label, "name": s.name.lower()} for s in CheckpointStatus],
+        "airflow_states": overlay,
+        "failed": failed,
+        "scratch_locations": [scratch] + [f"{scratch}/{t}" for t in ids],
+        "ledger_version": ledger_version,
+        "can_replay": can_replay,
+        "recoveries": recovery_history(recovery_events),
+    }
+
+
+def plan_view(plan: RecoveryPlan) -> dict[str, Any]:
+    """A plan as the preview shows it: per task, its frontier and re-runs, and both re-run sets."""
+    rerun, clear = plan.rerun_set(), plan.clear_downstream_set()
+    return {
+        "plan_id": plan.plan_id,
+        "dag_id": plan.dag_id,
+        "ledger_version": plan.ledger_version,
+        "failures": [f.describe() for f in plan.failures],
+        "last_epoch": plan.last_epoch,
+        "tasks": [{"task_id": t.task_id, "regime": t.regime, "frontier": t.frontier, "rerun": list(t.rerun),
+                   "restores": (f"state of epoch {t.restore_from.epoch} ({t.restore_from.tier})"
+                                if t.restore_from else None),
+                   "clear_downstream": list(t.clear_downstream)} for t in plan.tasks],
+        "rerun": sorted([t, e] for t, e in rerun),
+        "clear_downstream": sorted([t, e] for t, e in clear),
+        "rerun_count": len(rerun),
+        "clear_downstream_count": len(clear),
+        "table": plan.table(),
+    }
+
+
+def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per plan that was executed or attempted, newest first: who ran it, when, the outcome.
+
+    Plans that were only previewed or planned and never started are left out.
+    """
+    plans: dict[str, dict[str, Any]] = {}
+    for r in events:
+        p = plans.setdefault(r["plan_id"], {"plan_id": r["plan_id"], "failures": [], "rerun_count": None,
+                                            "clear_downstream_count": None, "by": None, "started_at": None,
+                                            "ended_at": None, "outcome": None, "detail": ""})
+        at = r["recorded_at"].isoformat() if hasattr(r["recorded_at"], "isoformat") else str(r["recorded_at"])
+        if r["event"] == "planned":
+            plan = RecoveryPlan.from_json(json.loads(r["detail"]))
+            p.update(failures=[f.describe() for f in plan.failures], rerun_count=len(plan.rerun_set()),
+                     clear_downstream_count=len(plan.clear_downstream_set()))
+        elif r["event"] == "started":
+            p.update(by=r["holder"], started_at=at, outcome="running", ended_at=None, detail="")
+        elif r["event"] in ("finished", "failed"):
+            p.update(ended_at=at, outcome=r["event"], detail=r["detail"])
+    started = [p for p in plans.values() if p["started_at"]]
+    return sorted(started, key=lambda p: p["started_at"], reverse=True)
+
+
+__all__ = ["DagTask", "dag_view", "plan_view", "recovery_history", "topological"]
