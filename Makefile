@@ -50,11 +50,15 @@ java:
 	  echo "Java not found: installing openjdk-17-jre-headless"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless; }
 
-# Debian's docker-compose validates docker-compose.yml in the tests (no Docker engine needed).
+# Debian's docker-compose validates docker-compose.yml in the tests (no Docker engine needed);
+# Debian's chromium runs the browser test of the Falkirk view (Playwright drives it).
 test-tools:
 	@command -v docker-compose >/dev/null 2>&1 || { \
 	  echo "docker-compose not found: installing Debian's docker-compose"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends docker-compose; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "chromium not found: installing Debian's chromium"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
 
 ## lock: regenerate requirements.lock from requirements.txt
 lock:

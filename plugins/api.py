@@ -58,6 +58,7 @@ from airflow.models.taskinstance import TaskInstance
 from plugins.airflow_rest import AirflowClient, AirflowError
 from plugins.recovery import RunningReplay, compute_plan, start_replay
 from plugins.view import DagTask, dag_view, plan_view, recovery_history
+from policies.checkpoint_status import grid_from_ledger
 from policies.ledger import Ledger, LedgerEntry
 from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
 from policies.recovery_log import AlreadyReplayed, LeaseHeld, RecoveryLog
@@ -201,15 +202,15 @@ def view(dag_id: str, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
     tasks = _dag_tasks(dag_id, session)
     ledger = Ledger(store)
     version = ledger.version()
-    entries, rolled_back = ledger.entries_and_invalidated(dag_id)
+    grid = grid_from_ledger(ledger, dag_id, [t.task_id for t in tasks])
     rows = session.execute(select(TaskInstance.task_id, TaskInstance.run_id, TaskInstance.state).where(
         TaskInstance.dag_id == dag_id, (TaskInstance.state != "success") | TaskInstance.state.is_(None)))
     live = {(task, run): (str(state.value if hasattr(state, "value") else state) if state else None)
             for task, run, state in rows}
     can_replay = get_auth_manager().is_authorized_dag(
         method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
-    body = dag_view(dag_id, tasks, entries, rolled_back, live, RecoveryLog(store).events(dag_id),
-                    store.scratch_uri, version, can_replay)
+    body = dag_view(dag_id, tasks, grid, live, RecoveryLog(store).events(dag_id), store.scratch_uri, version,
+                    can_replay)
     body["user"] = user.get_name()
     return body
 

@@ -4,13 +4,12 @@ the ledger, Airflow's task instances and the recovery log.
 These functions take plain values (task lists, ledger rows, log rows) and return JSON-ready
 dicts, so the API routes stay thin and the shapes can be tested without a server.
 
->>> from policies.ledger import LedgerEntry
->>> tasks = [DagTask("source", "ephemeral", ()), DagTask("clean", "batch(log_outputs=true)", ("source",))]
->>> rows = [LedgerEntry("d", "source", 1, "ephemeral", "epoch-1", 1),
-...         LedgerEntry("d", "clean", 1, "batch(log_outputs=true)", "epoch-1", 1)]
->>> view = dag_view("d", tasks, rows, [], {}, [], "/scratch", ledger_version=3, can_replay=False)
->>> view["status"], view["epochs"]
-({'source': 'S', 'clean': 'S'}, [{'epoch': 1, 'run_id': 'epoch-1'}])
+>>> from policies.checkpoint_status import CheckpointGrid
+>>> tasks = [DagTask("clean", "batch(log_outputs=true)", ("source",)), DagTask("source", "ephemeral", ())]
+>>> grid = CheckpointGrid({"source": "SS", "clean": "L-"}, {1: "epoch-1", 2: "epoch-2"}, 2)
+>>> view = dag_view("d", tasks, grid, {("clean", "epoch-2"): "failed"}, [], "/scratch", 3, can_replay=False)
+>>> [t["task_id"] for t in view["tasks"]], view["failed"]
+(['source', 'clean'], [{'task_id': 'clean', 'epoch': 2, 'run_id': 'epoch-2'}])
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from policies.checkpoint_status import CheckpointStatus, status_grid
-from policies.ledger import LedgerEntry
+from policies.checkpoint_status import CheckpointGrid, CheckpointStatus
 from policies.recovery import RecoveryPlan
 from policies.regimes import Regime, RegimeError
 
@@ -63,14 +61,12 @@ def topological(tasks: Iterable[DagTask]) -> list[DagTask]:
 def dag_view(
     dag_id: str,
     tasks: Sequence[DagTask],
-    entries: Sequence[LedgerEntry],
-    invalidated: Sequence[LedgerEntry],
+    grid: CheckpointGrid,
     live_states: Mapping[tuple[str, str], str | None],
     recovery_events: Sequence[Mapping[str, Any]],
     scratch_uri: str,
     ledger_version: int | None,
     can_replay: bool,
-    collected_through: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Everything the view shows at load (see ``GET /api/v1/dags/{dag_id}/view``).
 
@@ -79,11 +75,8 @@ def dag_view(
     """
     ordered = topological(tasks)
     ids = [t.task_id for t in ordered]
-    runs: dict[int, str] = {}
-    for e in [*invalidated, *entries]:
-        runs[e.epoch] = e.run_id
+    runs, last = grid.runs, grid.last_epoch
     epoch_of = {run: epoch for epoch, run in runs.items()}
-    last = max(runs, default=0)
     overlay: dict[str, dict[str, str]] = {}
     for (task, run), state in live_states.items():
         if task in ids and run in epoch_of and (state or "cleared") in LIVE_STATES:
@@ -98,7 +91,7 @@ def dag_view(
         "first_epoch": 1,
         "last_epoch": last,
         "epochs": [{"epoch": e, "run_id": runs[e]} for e in sorted(runs)],
-        "status": status_grid(ids, entries, last, invalidated, collected_through),
+        "status": {t: grid.status.get(t, CheckpointStatus.MISSING.code * last) for t in ids},
         "statuses": [{"code": s.code, "label": s.label, "name": s.name.lower()} for s in CheckpointStatus],
         "airflow_states": overlay,
         "failed": failed,

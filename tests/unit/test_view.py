@@ -1,0 +1,63 @@
+"""The Falkirk view's data, without a server: checkpoint statuses, task order, recovery history."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from plugins.view import DagTask, plan_view, recovery_history, topological
+from policies.checkpoint_status import CheckpointStatus, grid_from_rows
+from policies.ledger import LedgerEntry, OutputRef
+from policies.recovery import FailedTask, RecoveryPlan, TaskPlan
+
+
+def row(task: str, epoch: int, incarnation: int = 0, state: str | None = None, out: str = "scratch") -> dict:
+    return LedgerEntry("d", task, epoch, "eager_checkpoint" if state else "batch", f"epoch-{epoch}", 1,
+                       incarnation=incarnation, state_tier=state,
+                       outputs=(OutputRef("output", "/o", out, 1, 1),)).to_row()
+
+
+def test_a_rerun_after_a_rollback_shows_its_own_status_and_a_rollback_alone_shows_invalidated() -> None:
+    rows = [row("m", 1, state="durable"), row("m", 2, state="scratch"), row("m", 2, 1, state="durable"),
+            row("m", 3, state="scratch"), row("c", 1, out="durable"), row("c", 2, out="scratch")]
+    gone = {("m", -1, 2, 0), ("m", -1, 3, 0)}
+    grid = grid_from_rows(["m", "c", "never"], rows, gone, last_epoch=4)
+    assert grid.status == {"m": "DDI-", "c": "LS--", "never": "----"}
+    assert grid.runs == {1: "epoch-1", 2: "epoch-2", 3: "epoch-3"} and grid.last_epoch == 4
+
+
+def test_collected_epochs_show_as_collected_but_missing_ones_stay_missing() -> None:
+    rows = [row("m", 1, state="durable"), row("m", 3, state="durable")]
+    grid = grid_from_rows(["m"], rows, collected_through={"m": 2})
+    assert [CheckpointStatus.of_code(c) for c in grid.status["m"]] == [
+        CheckpointStatus.COLLECTED, CheckpointStatus.MISSING, CheckpointStatus.DURABLE]
+
+
+def test_tasks_are_ordered_upstream_first_with_ties_by_name() -> None:
+    tasks = [DagTask("sink", None, ("b", "a")), DagTask("b", None, ("src",)), DagTask("a", None, ("src",)),
+             DagTask("src", None, ())]
+    assert [t.task_id for t in topological(tasks)] == ["src", "a", "b", "sink"]
+
+
+def test_history_has_one_row_per_started_plan_newest_first_with_who_and_outcome() -> None:
+    plan = RecoveryPlan("d", (FailedTask("a", 2),), 3, 7, (
+        TaskPlan("a", "batch", 1, 1, (2,), None, (), (2, 3)),))
+    other = RecoveryPlan("d", (FailedTask("a", 3),), 3, 9, (
+        TaskPlan("a", "batch", 2, 2, (3,), None, (), (3,)),))
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    at = lambda s: t0 + timedelta(seconds=s)  # noqa: E731
+    import json
+
+    events = [
+        {"plan_id": plan.plan_id, "event": "planned", "holder": "", "detail": json.dumps(plan.to_json()), "recorded_at": at(0)},
+        {"plan_id": plan.plan_id, "event": "started", "holder": "alice", "detail": "", "recorded_at": at(1)},
+        {"plan_id": plan.plan_id, "event": "failed", "holder": "alice", "detail": "boom", "recorded_at": at(2)},
+        {"plan_id": other.plan_id, "event": "planned", "holder": "", "detail": json.dumps(other.to_json()), "recorded_at": at(3)},
+        {"plan_id": other.plan_id, "event": "started", "holder": "bob", "detail": "", "recorded_at": at(4)},
+        {"plan_id": "previewed-only", "event": "planned", "holder": "", "detail": json.dumps(other.to_json()), "recorded_at": at(5)},
+    ]
+    history = recovery_history(events)
+    assert [(h["plan_id"], h["by"], h["outcome"]) for h in history] == [
+        (other.plan_id, "bob", "running"), (plan.plan_id, "alice", "failed")]
+    assert history[1]["failures"] == ["failed task a at epoch 2"] and history[1]["detail"] == "boom"
+    assert (history[1]["rerun_count"], history[1]["clear_downstream_count"]) == (1, 2)
+    assert plan_view(plan)["rerun"] == [["a", 2]] and plan_view(plan)["clear_downstream"] == [["a", 2], ["a", 3]]
