@@ -27,6 +27,7 @@ which readers skip the row and the epoch is redone under the next incarnation.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
@@ -37,6 +38,8 @@ from deltalake.exceptions import CommitFailedError
 from policies.epoch_tables import CommitKey, append_once, open_table, scan
 from policies.regimes import Regime, RegimeError
 from policies.store import StoreConfig
+
+log = logging.getLogger(__name__)
 
 # Ledger versions between compactions (each task commit appends one version).
 COMPACT_EVERY = 100
@@ -233,8 +236,8 @@ class Ledger:
         """
         table = pa.Table.from_pylist([entry.to_row()], schema=SCHEMA)
         result = append_once(self.uri, table, entry.key, self.store.options_for(self.uri))
-        if result.applied and result.version % COMPACT_EVERY == 0:
-            self.compact()
+        if result.applied and result.version and result.version % COMPACT_EVERY == 0:
+            self._compact_quietly()
         return result.applied
 
     def compact(self) -> int:
@@ -253,6 +256,13 @@ class Ledger:
         except CommitFailedError:
             return 0
         return int(metrics.get("numFilesRemoved", 0))
+
+    def _compact_quietly(self) -> None:
+        # Compaction only speeds reads up: it must never fail the commit that triggered it.
+        try:
+            self.compact()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("ledger compaction of %s skipped: %s", self.uri, exc)
 
     def read(self, dag_id: str | None = None, task_id: str | None = None, map_index: int | None = None) -> pa.Table:
         """The ledger's rows (filtered by DAG, task, map index if given) as an Arrow table.

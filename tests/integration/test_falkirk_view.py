@@ -257,6 +257,15 @@ def test_viewer_sees_the_view_but_cannot_replay(view_stack: ViewStack, browser) 
         assert button.is_disabled()
         assert "need edit access" in button.get_attribute("title")
         shot(page, "viewer-dark-replay-disabled")
+        # from a task instance: that instance is the preselected failure
+        open_view(page, view_stack, DAG, "runs/epoch-3/tasks/clean/plugin/falkirk-task")
+        assert page.get_by_test_id("failed-clean-3").is_checked()
+        assert page.get_by_test_id("selected-failures").inner_text().strip() == ""
+        open_view(page, view_stack, DAG, "runs/epoch-4/tasks/source/plugin/falkirk-task")
+        assert not page.get_by_test_id("failed-clean-3").is_checked()  # source 4 succeeded: a bad epoch
+        assert page.get_by_test_id("chip-bad-0").inner_text().startswith("bad source @ 4")
+        page.get_by_test_id("plan").wait_for(timeout=60_000)
+        shot(page, "viewer-dark-from-task-instance")
     finally:
         context.close()
     r = call(view_stack, "POST", f"dags/{DAG}/recoveries", "viewer",
@@ -325,9 +334,10 @@ def test_admin_previews_and_replays_from_the_view(view_stack: ViewStack, browser
 
 
 def test_view_of_50_tasks_and_500_epochs_loads_in_under_2s(view_stack: ViewStack, browser) -> None:
-    """Timed in the browser: from the start of navigation to the DAG's Falkirk tab (Airflow's UI
-    loads first, then mounts the view) until the grid's visible window is rendered, and from
-    the view's mount (its API call included) to the same point."""
+    """Timed in the browser, in ms since navigation to the DAG's Falkirk tab started: Airflow's
+    UI starts, then loads the view's bundle; the view mounts, calls its API and renders the
+    grid's visible window. The view's own load (bundle loaded to grid rendered) must take
+    under 2 s; the whole navigation, Airflow's start included, is reported."""
     graph = _wide_module().wide_graph()
     context, page = login(browser, view_stack, "admin")
     try:
@@ -337,7 +347,7 @@ def test_view_of_50_tasks_and_500_epochs_loads_in_under_2s(view_stack: ViewStack
             open_view(page, view_stack, WIDE)
             page.wait_for_function("globalThis.__falkirkTimings && globalThis.__falkirkTimings.grid !== undefined")
             t = page.evaluate("globalThis.__falkirkTimings")
-            timings.append((t["grid"] / 1000, (t["grid"] - t["mounted"]) / 1000))
+            timings.append((t["grid"] / 1000, (t["grid"] - t["evaluated"]) / 1000))
         shot(page, "wide-50x500")
         assert page.get_by_test_id("falkirk-grid").get_attribute("data-epochs") == "500"
         # the latest epochs are in view, with the statuses the ledger holds
@@ -350,6 +360,6 @@ def test_view_of_50_tasks_and_500_epochs_loads_in_under_2s(view_stack: ViewStack
     finally:
         context.close()
     print(f"\nfalkirk_wide (50 tasks x 500 epochs, {rendered} cells in view): navigation to rendered grid "
-          f"{', '.join(f'{a:.2f}s' for a, _ in timings)}; of which the Falkirk view (mount, API call, render) "
+          f"{', '.join(f'{a:.2f}s' for a, _ in timings)}; of which the Falkirk view (bundle loaded to grid rendered) "
           f"{', '.join(f'{b:.2f}s' for _, b in timings)}")
     assert min(b for _, b in timings) < 2.0, timings

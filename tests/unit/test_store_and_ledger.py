@@ -114,3 +114,18 @@ def test_reads_return_plain_arrow_types(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     commit_epoch(uri, pa.table({"epoch": [1], "s": ["x"], "b": [b"y"]}), CommitKey("d", "t", 1))
     assert read_epoch(uri, 1).schema.types == [pa.int64(), pa.string(), pa.binary()]
+
+
+def test_the_ledger_compacts_itself_and_stays_idempotent(tmp_path: Path, monkeypatch) -> None:
+    import policies.ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "COMPACT_EVERY", 4)
+    ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
+    for epoch in range(1, 8):
+        assert ledger.append(LedgerEntry("d", "a", epoch, "batch", f"epoch-{epoch}", 1))
+    table = DeltaTable(ledger.uri)
+    # appends are versions 0-4 and 6-7; the append of version 4 compacted its 5 files (version 5)
+    assert table.version() == 7 and len(table.file_uris()) == 3
+    assert [h["operation"] for h in table.history() if h["version"] == 5] == ["OPTIMIZE"]
+    assert [e.epoch for e in ledger.entries("d")] == list(range(1, 8))
+    assert not ledger.append(LedgerEntry("d", "a", 2, "batch", "epoch-2", 1))  # still recorded once
