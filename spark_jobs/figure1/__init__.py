@@ -1,0 +1,1 @@
+"""The reference application: a clickstream analytics pipeline with one regime per part."""
