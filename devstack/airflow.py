@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -71,6 +73,8 @@ class AirflowStack:
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "devstack.sqlite_connect.CONNECT_ARGS",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "devstack.sqlite_connect.CONNECT_ARGS",
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": self.base_url,
@@ -98,6 +102,9 @@ class AirflowStack:
         passwords = {user: password for user, (_, password) in USERS.items()}
         (self.home / "passwords.json").write_text(json.dumps(passwords))
         self.airflow("db", "migrate")
+        # Write-ahead logging lets the UI and the REST API read while a task commits (persists in the file).
+        with closing(sqlite3.connect(self.home / "airflow.db", timeout=60)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
 
     def airflow(self, *args: str, timeout: float = 600, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run an ``airflow`` CLI command against this home; raises with its output on failure."""

@@ -81,9 +81,23 @@ class AirflowClient:
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
 
-    def trigger(self, dag_id: str, run_id: str, logical_date: datetime) -> dict[str, Any]:
+    def trigger(self, dag_id: str, run_id: str, logical_date: datetime, attempts: int = 3) -> dict[str, Any]:
+        """Create the run; safe to repeat, since the run id names it.
+
+        A server error (a busy metadata database) is retried; a retry that finds the run already
+        created (409) returns that run rather than failing.
+        """
         body = {"dag_run_id": run_id, "logical_date": logical_date.isoformat()}
-        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", json=body)
+        for attempt in range(1, attempts + 1):
+            response = self.http.post(f"/api/v2/dags/{dag_id}/dagRuns", json=body)
+            if response.status_code < 400:
+                return response.json()
+            if response.status_code == 409 and attempt > 1:
+                return self.dag_run(dag_id, run_id)
+            if response.status_code < 500 or attempt == attempts:
+                raise AirflowError(f"POST /api/v2/dags/{dag_id}/dagRuns -> {response.status_code}: {response.text[:2000]}")
+            time.sleep(2 * attempt)
+        raise AssertionError("unreachable")
 
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
