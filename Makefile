@@ -11,9 +11,10 @@ BENCH_ARGS ?=
 
 .PHONY: demo test test-unit bench bench-ledger bench-regimes install java test-tools lock clean
 
-## demo: install everything (Java too, if missing), then run 3 epochs through real Airflow and Spark
+## demo: install everything (Java too, if missing), then run the reference application through real
+## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
 demo: install
-	$(VENV)/bin/falkirk-demo $(DEMO_ARGS)
+	$(VENV)/bin/python -m devstack.figure1_demo $(DEMO_ARGS)
 
 ## test: the whole suite (unit, property, integration against real components)
 test: install test-tools

@@ -61,3 +61,30 @@ def run_in_process(
                     raise RuntimeError(f"{dag_id}.{task} epoch {epoch} exited {code}")
             progress(f"  reference: epoch {epoch} done ({time.monotonic() - started:.0f}s)")
     return time.monotonic() - started
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m devstack.inprocess DAG_FILE DAG_ID PACKAGE --epochs N``: a reference run of the
+    DAG file's ``REGIMES`` and ``EDGES`` under ``DAG_ID`` (store and Spark from the environment)."""
+    import argparse
+    import importlib.util
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0] if main.__doc__ else None)
+    parser.add_argument("dag_file")
+    parser.add_argument("dag_id")
+    parser.add_argument("package", help="the job modules' package, e.g. spark_jobs.figure1")
+    parser.add_argument("--epochs", type=int, required=True, help="run epochs 1..N")
+    args = parser.parse_args(argv)
+    spec = importlib.util.spec_from_file_location("falkirk_reference_dag", args.dag_file)
+    if spec is None or spec.loader is None:
+        parser.error(f"dag_file {args.dag_file!r}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    seconds = run_in_process(args.dag_id, args.package, module.REGIMES, module.EDGES, range(1, args.epochs + 1),
+                             StoreConfig.from_env(), progress=lambda m: print(m, flush=True))
+    print(f"reference: {args.epochs} epochs in {seconds:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

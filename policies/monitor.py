@@ -26,12 +26,18 @@ checkpoints are reported.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from policies.graph import Graph
 from policies.metadata import Chain, Checkpoint
 from policies.solver import Solution, Solver
 from policies.times import Bound
+
+if TYPE_CHECKING:
+    from typing import Iterable
+
+    from policies.checkpoint_chains import CommitKey, Readable
+    from policies.ledger import LedgerEntry
 
 
 def low_watermarks(graph: Graph, chains: Mapping[str, Chain], notifications: bool = True) -> Solution:
@@ -91,3 +97,47 @@ class Monitor:
 
     def garbage(self) -> Garbage:
         return garbage(self.graph, self.solution)
+
+
+def durable_only(readable: "Readable", scratch_uri: str) -> "Readable":
+    """``readable`` with the scratch tier counted as already lost: what the monitor may rely on.
+
+    A scratch copy can vanish with its worker at any moment, so a watermark computed from it
+    could rise past something a later recovery needs.
+    """
+    prefix = scratch_uri.rstrip("/") + "/"
+
+    def check(uri: str, key: "CommitKey") -> bool:
+        return not uri.startswith(prefix) and readable(uri, key)
+
+    return check
+
+
+def acknowledged_inputs(entries: "Iterable[LedgerEntry]", readable: "Readable") -> dict[str, int]:
+    """Per source task of a DAG (one with no inputs), the last epoch of external input it may
+    acknowledge: every epoch at or below it is inside the source's low-watermark, so no
+    recovery can ever ask for it again. ``0`` acknowledges nothing.
+
+    ``readable`` should count only durable copies (see :func:`durable_only`).
+
+    >>> from policies.ledger import InputRef, LedgerEntry, OutputRef
+    >>> def row(task, epoch, regime, inputs=(), state=None):
+    ...     return LedgerEntry("d", task, epoch, regime, f"epoch-{epoch}", 1, state_uri=state,
+    ...                        outputs=(OutputRef("output", f"/scratch/{task}", "scratch", epoch, 1),),
+    ...                        inputs=tuple(InputRef(t, "output", epoch) for t in inputs))
+    >>> rows = [row("src", e, "ephemeral") for e in (1, 2, 3)]
+    >>> rows += [row("agg", e, "lazy_checkpoint(every=2)", ["src"], "/durable/agg" if e == 2 else "/scratch/agg")
+    ...          for e in (1, 2, 3)]
+    >>> acknowledged_inputs(rows, lambda uri, key: not uri.startswith("/scratch"))  # agg may roll back to 2
+    {'src': 2}
+    """
+    from policies.checkpoint_chains import TaskGraph, chains_from_ledger
+
+    rows = list(entries)
+    if not rows:
+        return {}
+    graph = TaskGraph.from_ledger(rows)
+    chains = chains_from_ledger(rows, graph, readable)
+    solved = low_watermarks(graph.solver_graph(), chains)
+    sources = [t for t in graph.tasks if not any(e.dst == t for e in graph.edges)]
+    return {t: max(int(solved.bound(t)) - 1, 0) for t in sources}

@@ -2,21 +2,30 @@
 
 Bots and views shorter than two seconds are dropped, only (user, item) is kept, and the
 events are pre-aggregated per (user, item): tens of thousands of records become a few
-thousand rows. Nothing is durable; after a loss the epoch is generated again.
+thousand rows. Nothing is durable; after a loss the epoch is read from the source again.
+
+Before reading, the task acknowledges to the source every epoch the region has passed:
+those inside its low-watermark over the durable checkpoints (see ``source.py``).
 """
 
 from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from spark_jobs.figure1.data import clickstream
+from policies.checkpoint_chains import StoreReadability
+from policies.monitor import acknowledged_inputs, durable_only
+from spark_jobs.figure1.source import ClickstreamSource
 from spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 MIN_DWELL_MS = 2_000
 
 
 def compute(ctx: EpochContext) -> EpochResult:
-    raw = clickstream(ctx.spark, ctx.epoch)
+    source = ClickstreamSource.for_dag(ctx.store.durable_uri, ctx.args.dag_id)
+    readable = durable_only(StoreReadability(ctx.store), ctx.store.scratch_uri)
+    acknowledged = acknowledged_inputs(ctx.ledger.entries(ctx.args.dag_id), readable)
+    source.acknowledge(acknowledged.get(ctx.args.task_id, 0))
+    raw = source.read(ctx.spark, ctx.epoch)
     kept = raw.where((F.col("kind") != "bot") & (F.col("dwell_ms") >= MIN_DWELL_MS))
     reduced = kept.groupBy("user", "item").agg(
         F.count("*").alias("events"),

@@ -36,15 +36,16 @@ class QueryStatsStore:
                        "rows INTEGER NOT NULL)")
 
     @classmethod
-    def for_store(cls, durable_uri: str) -> "QueryStatsStore":
-        """``$FALKIRK_QUERY_DB``, or ``figure1-query-stats.sqlite`` beside the durable tier when it is local."""
-        path = os.environ.get(DB_ENV)
+    def for_dag(cls, durable_uri: str, dag_id: str) -> "QueryStatsStore":
+        """``$FALKIRK_QUERY_DB`` (``{dag_id}`` in it is replaced), or ``{durable}/{dag_id}/query_stats.sqlite``
+        when the durable tier is a local path."""
+        path = os.environ.get(DB_ENV, "").replace("{dag_id}", dag_id)
         if not path:
             if "://" in durable_uri:
                 raise ValueError(f"{DB_ENV} is not set and the durable tier {durable_uri!r} is not a local "
                                  f"path: set {DB_ENV} to the SQLite file to deliver query statistics to")
-            os.makedirs(durable_uri, exist_ok=True)
-            path = os.path.join(durable_uri, "figure1-query-stats.sqlite")
+            path = os.path.join(durable_uri, dag_id, "query_stats.sqlite")
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         return cls(path)
 
     def _connect(self) -> sqlite3.Connection:

@@ -20,7 +20,7 @@ STATE_SCHEMA = "user long, answered long"
 def compute(ctx: EpochContext) -> EpochResult:
     answers = ctx.read_input("answers").select(*COLUMNS)
     delivered = [row.asDict() for row in answers.orderBy("query_id").collect()]  # a few hundred rows
-    QueryStatsStore.for_store(ctx.store.durable_uri).deliver(ctx.epoch, ctx.args.incarnation, delivered)
+    QueryStatsStore.for_dag(ctx.store.durable_uri, ctx.args.dag_id).deliver(ctx.epoch, ctx.args.incarnation, delivered)
     previous = ctx.previous_state()
     if previous is None:
         previous = ctx.spark.createDataFrame([], schema=STATE_SCHEMA)
