@@ -61,8 +61,22 @@ class AirflowClient:
             raise AirflowError(f"Airflow at {self.base_url} refused user {username!r} ({response.status_code})")
         return response.json()["access_token"]
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.http.request(method, path, **kwargs)
+    def request(self, method: str, path: str, attempts: int = 4, **kwargs: Any) -> Any:
+        """One REST call. A read (GET) that times out or meets a server error is retried: on a
+        loaded machine the API server can stall for a while behind the metadata database."""
+        for attempt in range(1, attempts + 1):
+            retry = method == "GET" and attempt < attempts
+            try:
+                response = self.http.request(method, path, **kwargs)
+            except httpx.TimeoutException:
+                if not retry:
+                    raise
+                time.sleep(2 * attempt)
+                continue
+            if response.status_code >= 500 and retry:
+                time.sleep(2 * attempt)
+                continue
+            break
         if response.status_code >= 400:
             raise AirflowError(f"{method} {path} -> {response.status_code}: {response.text[:2000]}")
         return response.json() if response.content else None
