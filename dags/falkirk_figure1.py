@@ -28,17 +28,14 @@ from pathlib import Path
 from airflow.sdk import DAG
 
 from plugins.operators import RegimeSparkSubmitOperator
-from policies import Batch, EagerCheckpoint, Ephemeral, EpochClock, LazyCheckpoint
+from policies import EpochClock
+from spark_jobs.figure1 import EDGES, REGIMES
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
 JOBS = Path(__file__).resolve().parent.parent / "spark_jobs" / "figure1"
-REGIMES = {"events": Ephemeral(), "popularity": Batch(log_outputs=True), "rank": LazyCheckpoint(every=3),
-           "answers": Ephemeral(), "stats": EagerCheckpoint()}
 # Tasks that read earlier epochs of an upstream task: their epochs run in order too, so the
 # epochs they read have committed (DAG runs otherwise run side by side).
 READS_PAST = {"popularity"}
-EDGES = [("events", "popularity"), ("events", "rank"), ("popularity", "answers"), ("rank", "answers"),
-         ("answers", "stats")]
 
 
 def build_dag(dag_id: str = "falkirk_figure1", conn_id: str = "spark_default") -> DAG:

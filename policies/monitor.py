@@ -36,7 +36,7 @@ from policies.times import Bound
 if TYPE_CHECKING:
     from typing import Iterable
 
-    from policies.checkpoint_chains import CommitKey, Readable
+    from policies.checkpoint_chains import CommitKey, Readable, TaskGraph
     from policies.ledger import LedgerEntry
 
 
@@ -113,12 +113,16 @@ def durable_only(readable: "Readable", scratch_uri: str) -> "Readable":
     return check
 
 
-def acknowledged_inputs(entries: "Iterable[LedgerEntry]", readable: "Readable") -> dict[str, int]:
+def acknowledged_inputs(entries: "Iterable[LedgerEntry]", readable: "Readable",
+                        graph: "TaskGraph | None" = None) -> dict[str, int]:
     """Per source task of a DAG (one with no inputs), the last epoch of external input it may
     acknowledge: every epoch at or below it is inside the source's low-watermark, so no
     recovery can ever ask for it again. ``0`` acknowledges nothing.
 
-    ``readable`` should count only durable copies (see :func:`durable_only`).
+    ``readable`` should count only durable copies (see :func:`durable_only`). ``graph`` is
+    the DAG's: pass it, since the ledger knows only the tasks that have committed, and a
+    consumer that has not committed yet must hold its source back (the default, the graph
+    the ledger shows, is only right once every task has run).
 
     >>> from policies.ledger import InputRef, LedgerEntry, OutputRef
     >>> def row(task, epoch, regime, inputs=(), state=None):
@@ -128,15 +132,21 @@ def acknowledged_inputs(entries: "Iterable[LedgerEntry]", readable: "Readable") 
     >>> rows = [row("src", e, "ephemeral") for e in (1, 2, 3)]
     >>> rows += [row("agg", e, "lazy_checkpoint(every=2)", ["src"], "/durable/agg" if e == 2 else "/scratch/agg")
     ...          for e in (1, 2, 3)]
-    >>> acknowledged_inputs(rows, lambda uri, key: not uri.startswith("/scratch"))  # agg may roll back to 2
+    >>> durable = lambda uri, key: not uri.startswith("/scratch")
+    >>> acknowledged_inputs(rows, durable)  # agg may roll back to 2
     {'src': 2}
+    >>> from policies.checkpoint_chains import DataEdge, TaskGraph
+    >>> dag = TaskGraph(("src", "agg"), (DataEdge("src", "output", "agg"),))
+    >>> acknowledged_inputs([r for r in rows if r.task_id == "src"], durable, dag)  # agg has not run yet
+    {'src': 0}
     """
     from policies.checkpoint_chains import TaskGraph, chains_from_ledger
 
     rows = list(entries)
-    if not rows:
-        return {}
-    graph = TaskGraph.from_ledger(rows)
+    if graph is None:
+        if not rows:
+            return {}
+        graph = TaskGraph.from_ledger(rows)
     chains = chains_from_ledger(rows, graph, readable)
     solved = low_watermarks(graph.solver_graph(), chains)
     sources = [t for t in graph.tasks if not any(e.dst == t for e in graph.edges)]

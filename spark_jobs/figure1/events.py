@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from policies.checkpoint_chains import StoreReadability
 from policies.monitor import acknowledged_inputs, durable_only
+from spark_jobs.figure1 import GRAPH
 from spark_jobs.figure1.source import ClickstreamSource
 from spark_jobs.runtime import EpochContext, EpochResult, run_job
 
@@ -23,7 +24,7 @@ MIN_DWELL_MS = 2_000
 def compute(ctx: EpochContext) -> EpochResult:
     source = ClickstreamSource.for_dag(ctx.store.durable_uri, ctx.args.dag_id)
     readable = durable_only(StoreReadability(ctx.store), ctx.store.scratch_uri)
-    acknowledged = acknowledged_inputs(ctx.ledger.entries(ctx.args.dag_id), readable)
+    acknowledged = acknowledged_inputs(ctx.ledger.entries(ctx.args.dag_id), readable, GRAPH)
     source.acknowledge(acknowledged.get(ctx.args.task_id, 0))
     raw = source.read(ctx.spark, ctx.epoch)
     kept = raw.where((F.col("kind") != "bot") & (F.col("dwell_ms") >= MIN_DWELL_MS))
