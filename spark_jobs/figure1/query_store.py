@@ -15,9 +15,10 @@ and matches the answers last delivered.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from typing import Iterable, Mapping
+
+from spark_jobs.figure1 import local_file
 
 DB_ENV = "FALKIRK_QUERY_DB"
 COLUMNS = ("query_id", "user", "item", "clicks", "popularity_rank", "page_rank")
@@ -39,14 +40,7 @@ class QueryStatsStore:
     def for_dag(cls, durable_uri: str, dag_id: str) -> "QueryStatsStore":
         """``$FALKIRK_QUERY_DB`` (``{dag_id}`` in it is replaced), or ``{durable}/{dag_id}/query_stats.sqlite``
         when the durable tier is a local path."""
-        path = os.environ.get(DB_ENV, "").replace("{dag_id}", dag_id)
-        if not path:
-            if "://" in durable_uri:
-                raise ValueError(f"{DB_ENV} is not set and the durable tier {durable_uri!r} is not a local "
-                                 f"path: set {DB_ENV} to the SQLite file to deliver query statistics to")
-            path = os.path.join(durable_uri, dag_id, "query_stats.sqlite")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        return cls(path)
+        return cls(local_file(DB_ENV, durable_uri, dag_id, "query_stats.sqlite", "the query statistics (SQLite)"))
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=60, isolation_level=None)

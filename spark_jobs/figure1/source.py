@@ -28,6 +28,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from spark_jobs.figure1 import local_file
 from spark_jobs.figure1.data import clickstream
 
 if TYPE_CHECKING:
@@ -50,14 +51,7 @@ class ClickstreamSource:
     def for_dag(cls, durable_uri: str, dag_id: str) -> "ClickstreamSource":
         """``$FALKIRK_CLICKSTREAM_ACKS`` (``{dag_id}`` in it is replaced), or
         ``{durable}/{dag_id}/clickstream_source.json`` when the durable tier is a local path."""
-        path = os.environ.get(SOURCE_ENV, "").replace("{dag_id}", dag_id)
-        if not path:
-            if "://" in durable_uri:
-                raise ValueError(f"{SOURCE_ENV} is not set and the durable tier {durable_uri!r} is not a local path: "
-                                 f"set {SOURCE_ENV} to the file that keeps the clickstream's acknowledgements")
-            path = os.path.join(durable_uri, dag_id, "clickstream_source.json")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        return cls(path)
+        return cls(local_file(SOURCE_ENV, durable_uri, dag_id, "clickstream_source.json", "the clickstream's acknowledgements"))
 
     @property
     def acknowledged(self) -> int:
