@@ -5,12 +5,17 @@ commit them in a fixed order: :func:`stage` and :func:`publish` (:func:`commit_f
 does both). Reading (:func:`read_frame`) is the mirror image: the driver reads only the
 Delta log and the executors read the files.
 
-No epoch is collected to the driver. Each executor writes its partition as a Parquet file
-into the table's ``epoch=<t>/`` directory (with pyarrow, to a local path or S3-compatible
-storage) and returns only the file's path, size and row count. The driver then makes all
-the files visible in **one** Delta commit (delta-rs) that replaces exactly that epoch's
-partition and records the (task, epoch) app transaction, as
+A large epoch is never collected to the driver. Each executor writes its partition as a
+Parquet file into the table's ``epoch=<t>/`` directory (with pyarrow, to a local path or
+S3-compatible storage) and returns only the file's path, size and row count. The driver
+then makes all the files visible in **one** Delta commit (delta-rs) that replaces exactly
+that epoch's partition and records the (task, epoch) app transaction, as
 :func:`policies.epoch_tables.commit_epoch` does for data it holds itself.
+
+A small epoch (at most ``driver_write_max_rows`` rows, found by fetching one row more
+than that) is fetched as Arrow and written by the driver as one file instead: the
+executors' Python workers cost seconds to start, far more than writing a few thousand
+rows. The commit is the same either way.
 
 Files written by an attempt that dies before the commit are never referenced by the
 Delta log, so readers never see them (a later ``vacuum`` deletes them); the next attempt
@@ -64,9 +69,14 @@ def commit_frame(frame: "DataFrame", uri: str, key: CommitKey,
     return publish(stage(frame, uri, key, storage_options))
 
 
+DRIVER_WRITE_MAX_ROWS = 200_000
+
+
 def stage(frame: "DataFrame", uri: str, key: CommitKey,
-          storage_options: dict[str, str] | None = None) -> StagedFiles:
-    """Have the executors write ``frame`` as this epoch's data files (skipped if already committed)."""
+          storage_options: dict[str, str] | None = None,
+          driver_write_max_rows: int = DRIVER_WRITE_MAX_ROWS) -> StagedFiles:
+    """Write ``frame`` as this epoch's data files, not yet visible (skipped if already committed):
+    on the driver if it has at most ``driver_write_max_rows`` rows, else on the executors."""
     table = open_table(uri, storage_options)
     if already_committed(table, key):
         done = CommitResult(uri, table.version(), count_epoch(table, key.epoch), applied=False)
@@ -75,9 +85,16 @@ def stage(frame: "DataFrame", uri: str, key: CommitKey,
 
     data = frame.drop(EPOCH) if EPOCH in frame.columns else frame
     schema = to_arrow_schema(data.schema)  # Spark's Arrow types, fixed on the driver
-    files = data.mapInArrow(_file_writer(uri, key.epoch, schema, storage_options), FILES_SCHEMA).collect()
-    return StagedFiles(uri, key, schema.append(pa.field(EPOCH, pa.int64())),
-                       tuple((f.path, f.size, f.rows) for f in files), storage_options, table=table)
+    write = _file_writer(uri, key.epoch, schema, storage_options)
+    small = data.limit(driver_write_max_rows + 1).toArrow() if driver_write_max_rows > 0 else None
+    if small is not None and small.num_rows <= driver_write_max_rows:
+        written = write(iter(small.to_batches()), 0)
+        files = [tuple(r.values()) for b in written for r in b.to_pylist()]
+    else:
+        files = [(f.path, f.size, f.rows) for f in data.mapInArrow(
+            lambda batches: write(batches, _partition_id()), FILES_SCHEMA).collect()]
+    return StagedFiles(uri, key, schema.append(pa.field(EPOCH, pa.int64())), tuple(files), storage_options,
+                       table=table)
 
 
 def publish(staged: StagedFiles) -> CommitResult:
@@ -170,14 +187,18 @@ def _file_reader(uri: str, schema: pa.Schema, storage_options: dict[str, str] | 
     return read
 
 
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    return TaskContext.get().partitionId()
+
+
 def _file_writer(uri: str, epoch: int, schema: pa.Schema, storage_options: dict[str, str] | None):
-    """The function each executor runs over its partition's Arrow batches."""
+    """Writes one partition's Arrow batches as one file (on an executor, or on the driver)."""
     attempt = uuid.uuid4().hex  # one per commit attempt: a retry never overwrites a file in use
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        relative = f"{EPOCH}={epoch}/part-{attempt}-{TaskContext.get().partitionId():05d}.parquet"
+    def write(batches: Iterator[pa.RecordBatch], partition: int) -> Iterator[pa.RecordBatch]:
+        relative = f"{EPOCH}={epoch}/part-{attempt}-{partition:05d}.parquet"
         fs, root = _filesystem(uri, storage_options)
         writer = None
         rows = 0

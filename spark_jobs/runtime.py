@@ -12,7 +12,9 @@ and commits in a fixed order that makes a crash at any point safe to retry:
 
 Tables are written without Delta's Spark jars: the executors write an epoch's Parquet
 files in parallel, and one delta-rs commit on the driver per table makes them visible
-atomically (:mod:`spark_jobs.delta_sink`); no epoch is collected to the driver.
+atomically (:mod:`spark_jobs.delta_sink`). An epoch of at most
+``FALKIRK_DRIVER_WRITE_MAX_ROWS`` rows (default 200,000; 0 turns it off) is written by
+the driver instead, which saves starting the executors' Python workers.
 
 A job module looks like this (see ``spark_jobs/pipeline/`` for real ones)::
 
@@ -40,7 +42,7 @@ from policies.job_spec import JobSpec
 from policies.ledger import InputRef, Ledger, LedgerEntry, OutputRef
 from policies.regimes import Tier
 from policies.store import StoreConfig
-from spark_jobs.delta_sink import publish, read_frame, stage
+from spark_jobs.delta_sink import DRIVER_WRITE_MAX_ROWS, publish, read_frame, stage
 from spark_jobs.faults import crash_point
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
@@ -210,9 +212,11 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     if result.state is not None:  # scratch first, the durable copy (if any) last
         targets += [(None, store.table_uri(tier, args.dag_id, args.task_id, "state"), result.state)
                     for tier in regime.state_tiers(args.epoch)]
-    # The executors write every table's files at once; the driver then commits them in order.
+    # Every table's files are written at once (a small epoch by the driver, a large one by the
+    # executors); the driver then commits them in order.
+    small = _driver_write_max_rows()
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-        staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1])), targets))
+        staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1]), small), targets))
     crash_point(args.task_id, args.epoch, "after-files", dag_id=args.dag_id)
 
     previous = ctx.previous_checkpoint()
@@ -261,6 +265,21 @@ def _holds_epoch(uri: str, entry: LedgerEntry, store: StoreConfig) -> bool:
         return already_committed(open_table(uri, store.options_for(uri)), entry.key)
     except Exception:  # a half-deleted directory reads as gone
         return False
+
+
+def _driver_write_max_rows() -> int:
+    """``FALKIRK_DRIVER_WRITE_MAX_ROWS``: the largest epoch the driver writes itself (0: never)."""
+    import os
+
+    raw = os.environ.get("FALKIRK_DRIVER_WRITE_MAX_ROWS", "")
+    try:
+        value = int(raw) if raw else DRIVER_WRITE_MAX_ROWS
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise JobError(f"FALKIRK_DRIVER_WRITE_MAX_ROWS={raw!r}: give a row count, 0 to have the executors "
+                       f"write every epoch (default {DRIVER_WRITE_MAX_ROWS})")
+    return value
 
 
 def _spark_session() -> "SparkSession":

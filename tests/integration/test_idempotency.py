@@ -10,6 +10,8 @@ before the first one goes on.
 
 from __future__ import annotations
 
+import pytest
+
 from policies import EagerCheckpoint, Ledger, StoreConfig, Tier
 from policies.epoch_tables import open_table, scan
 from policies.job_spec import JobSpec
@@ -17,6 +19,13 @@ from spark_jobs import runtime
 from spark_jobs.runtime import EpochContext, EpochResult, commit
 
 DAG = "idem"
+
+
+@pytest.fixture(autouse=True, params=["executors", "driver"])
+def writer(request, monkeypatch) -> str:
+    """Both ways an epoch's files get written: by the executors (0: the driver writes none) or the driver."""
+    monkeypatch.setenv("FALKIRK_DRIVER_WRITE_MAX_ROWS", "0" if request.param == "executors" else "1000")
+    return request.param
 
 
 def attempt(spark, store: StoreConfig, try_number: int, amount: int) -> tuple[EpochContext, EpochResult]:

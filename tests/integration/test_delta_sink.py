@@ -1,0 +1,43 @@
+"""An epoch's files written by the driver (small epochs) or by the executors (large ones):
+the same rows, one Delta commit either way, and the switch falls exactly at the limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from policies.epoch_tables import CommitKey, open_table, scan
+from spark_jobs.delta_sink import commit_frame
+
+ROWS = 50
+
+
+def _epoch_files(uri: str, epoch: int) -> list[str]:
+    return open_table(uri).file_uris(file_pruning_predicate=[("epoch", "=", str(epoch))])
+
+
+@pytest.mark.parametrize("limit, writer", [(ROWS, "driver"), (ROWS - 1, "executors"), (0, "executors")])
+def test_both_writers_commit_the_same_rows(spark, tmp_path: Path, limit: int, writer: str) -> None:
+    from spark_jobs.delta_sink import publish, stage
+
+    frame = spark.range(ROWS).selectExpr("id as item", "id * 3 as clicks").repartition(2)
+    uri = str(tmp_path / "table")
+    key = CommitKey("sink", "t", 4, -1, 1)
+    result = publish(stage(frame, uri, key, driver_write_max_rows=limit))
+
+    table = open_table(uri)
+    assert result.applied and result.rows == ROWS and table.version() == 0
+    assert sorted((r["item"], r["clicks"], r["epoch"]) for r in scan(table).to_pylist()) == \
+        [(i, 3 * i, 4) for i in range(ROWS)]
+    files = _epoch_files(uri, 4)
+    assert len(files) == (1 if writer == "driver" else 2)  # one file per non-empty partition
+
+
+def test_an_empty_epoch_commits_no_file_and_a_second_commit_changes_nothing(spark, tmp_path: Path) -> None:
+    uri = str(tmp_path / "table")
+    empty = spark.createDataFrame([], "item long")
+    first = commit_frame(empty, uri, CommitKey("sink", "t", 1, -1, 1))
+    again = commit_frame(spark.range(3).selectExpr("id as item"), uri, CommitKey("sink", "t", 1, -1, 1))
+    assert (first.applied, first.rows) == (True, 0) and not again.applied
+    assert open_table(uri).version() == 0 and _epoch_files(uri, 1) == []
