@@ -8,6 +8,9 @@
   re-run. It changes no table and no task instance.
 * ``falkirk replay PLAN_ID``: execute a recorded plan through Airflow and show progress
   until every re-run has finished (see :mod:`plugins.recovery`).
+* ``falkirk gc --dag D [--dry-run]``: garbage-collect what the DAG's low-watermarks
+  release (see :mod:`policies.collector`) and print it, with the space reclaimed;
+  ``--dry-run`` only prints. Needs only the store, not Airflow.
 
 The store comes from ``FALKIRK_STORE_URI`` (and ``FALKIRK_SCRATCH_URI``, ``AWS_*``);
 Airflow from ``--airflow-url`` or ``FALKIRK_AIRFLOW_URL``, with the caller's own
@@ -51,12 +54,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     replay = sub.add_parser("replay", help="execute a recorded plan through Airflow and wait for it")
     replay.add_argument("plan_id")
     replay.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the re-runs")
+    gc = sub.add_parser("gc", help="garbage-collect checkpoints, logs and scratch below the low-watermarks")
+    gc.add_argument("--dag", required=True)
+    gc.add_argument("--dry-run", action="store_true", help="print what would be reclaimed; change nothing")
+    gc.add_argument("--retain-hours", type=float, default=1.0,
+                    help="keep files a table stopped referencing this long, for jobs still reading (default 1)")
     for p in (plan, replay):
         p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
     args = parser.parse_args(argv)
     try:
-        return _plan(args) if args.command == "plan" else _replay(args)
+        return {"plan": _plan, "replay": _replay, "gc": _gc}[args.command](args)
     except (PlanError, AirflowError, ValueError) as exc:
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -105,6 +113,24 @@ def _replay(args: argparse.Namespace) -> int:
                timeout=args.timeout)
     except AlreadyReplayed as exc:
         print(f"falkirk replay: {exc}")
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from policies.collector import collect
+    from policies.store import StoreConfig
+
+    if args.retain_hours < 0:
+        raise ValueError(f"--retain-hours {args.retain_hours}: give 0 or more")
+    report = collect(StoreConfig.from_env(), args.dag, dry_run=args.dry_run, retain_hours=args.retain_hours,
+                     progress=lambda m: print(m, flush=True))
+    plan = report.plan
+    if plan.empty:
+        print("nothing to reclaim")
+    elif args.dry_run:
+        print("dry run: nothing was changed; run without --dry-run to reclaim it")
+    else:
+        print(f"reclaimed {plan.bytes} bytes; {report.files_removed} files removed from disk")
     return 0
 
 

@@ -46,7 +46,7 @@ from policies.epoch_tables import CommitKey, open_table
 from policies.graph import Edge, Graph, Processor
 from policies.ledger import LedgerEntry
 from policies.metadata import Chain, Checkpoint
-from policies.regimes import Regime
+from policies.regimes import Regime, Tier
 from policies.store import StoreConfig
 from policies.times import EPOCH
 
@@ -111,15 +111,26 @@ class StoreReadability:
     """A :data:`Readable` over a store's Delta tables; each table's log is read once.
 
     A table holds a commit when the table opens and records that (task, epoch)'s app
-    transaction at this incarnation or a later one. A tier that is gone (its directory
+    transaction at this incarnation or a later one; for a state table, also when no
+    garbage collection has taken that checkpoint (:meth:`policies.ledger.Ledger.collected`).
+    (Outputs are collected only at epochs that every consumer's low-watermark has passed,
+    where whether they are readable no longer matters.) A tier that is gone (its directory
     deleted) has no tables, so nothing in it is readable.
     """
 
     def __init__(self, store: StoreConfig) -> None:
         self.store = store
         self._tables: dict[str, object] = {}
+        self._collected: dict[str, dict[str, int]] = {}
 
     def __call__(self, uri: str, key: CommitKey) -> bool:
+        if key.dag_id not in self._collected:
+            from policies.ledger import Ledger
+
+            self._collected[key.dag_id] = Ledger(self.store).collected(key.dag_id)
+        if key.epoch <= self._collected[key.dag_id].get(key.task_id, 0) and uri in (
+                self.store.table_uri(tier, key.dag_id, key.task_id, "state") for tier in Tier):
+            return False
         if uri not in self._tables:
             self._tables[uri] = open_table(uri, self.store.options_for(uri))
         table = self._tables[uri]

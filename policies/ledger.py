@@ -62,7 +62,8 @@ SCHEMA = pa.schema(
         # table; "discarded_through" is D̄ as committed: the last epoch whose rows were not logged.
         pa.field("outputs", pa.string(), nullable=False),
         pa.field("output_rows", pa.int64(), nullable=False),
-        # JSON list of {"task_id", "output", "through"}: M̄ per input, the last epoch consumed.
+        # JSON list of {"task_id", "output", "through"[, "reads_back"]}: M̄ per input, the last
+        # epoch consumed (and how far back before its own epoch the task read it).
         pa.field("inputs", pa.string(), nullable=False),
         # N̄: the last epoch whose completion this task acted on (null: none).
         pa.field("notified_through", pa.int64()),
@@ -82,6 +83,18 @@ INVALIDATION_SCHEMA = pa.schema(
         pa.field("incarnation", pa.int32(), nullable=False),
         pa.field("plan_id", pa.string(), nullable=False),
         pa.field("invalidated_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+# A garbage collection's marks: the task's rows at epochs <= `through` are collected (their
+# state is gone); the ledger keeps them, so a task's chain has no gaps.
+COLLECTION_SCHEMA = pa.schema(
+    [
+        pa.field("dag_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("through", pa.int64(), nullable=False),
+        pa.field("collected_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
 
@@ -115,11 +128,16 @@ class OutputRef:
 
 @dataclass(frozen=True)
 class InputRef:
-    """M̄ for one input: the last epoch of ``task_id``'s ``output`` this task has consumed."""
+    """M̄ for one input: the last epoch of ``task_id``'s ``output`` this task has consumed.
+
+    ``reads_back``: how many epochs before its own the task's epoch read (a window of three
+    epochs reads back 2), so that a re-run still finds those epochs of the input.
+    """
 
     task_id: str
     output: str
     through: int
+    reads_back: int = 0
 
 
 @dataclass(frozen=True)
@@ -170,7 +188,9 @@ class LedgerEntry:
     def to_row(self) -> dict[str, Any]:
         row = {f.name: getattr(self, f.name) for f in fields(self)}
         row["outputs"] = json.dumps([asdict(o) for o in self.outputs], sort_keys=True)
-        row["inputs"] = json.dumps([asdict(i) for i in self.inputs], sort_keys=True)
+        # reads_back only when set: rows of tasks that read just their own epoch stay as they were.
+        row["inputs"] = json.dumps([{k: v for k, v in asdict(i).items() if k != "reads_back" or v}
+                                    for i in self.inputs], sort_keys=True)
         row["frontier"] = json.dumps(self.frontier)
         row["output_rows"] = self.output_rows
         return row
@@ -193,6 +213,7 @@ class Ledger:
         self.store = store
         self.uri = store.ledger_uri
         self.invalidations_uri = store.control_uri("invalidations")
+        self.collections_uri = store.control_uri("collections")
 
     def version(self) -> int | None:
         """The ledger table's Delta version (``None`` before the first row): plans record it."""
@@ -223,6 +244,38 @@ class Ledger:
             return set()
         cols = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pydict()
         return set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
+
+    def mark_collected(self, dag_id: str, through: "dict[str, int]") -> dict[str, int]:
+        """Record that each task's rows at epochs <= ``through[task]`` are garbage-collected;
+        returns the marks that raised a task's point (a mark at or below it changes nothing)."""
+        now = self.collected(dag_id)
+        raised = {t: e for t, e in sorted(through.items()) if e > now.get(t, 0)}
+        if not raised:
+            return {}
+        stamp = datetime.now(timezone.utc)
+        rows = [{"dag_id": dag_id, "task_id": t, "through": e, "collected_at": stamp} for t, e in raised.items()]
+        key = _Once(f"falkirk-collect/{dag_id}/" + ",".join(f"{t}:{e}" for t, e in raised.items()))
+        append_once(self.collections_uri, pa.Table.from_pylist(rows, schema=COLLECTION_SCHEMA), key,
+                    self.store.options_for(self.collections_uri))
+        return raised
+
+    def dags(self) -> list[str]:
+        """Every DAG with a row in the ledger."""
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        if table is None:
+            return []
+        return sorted(set(table.to_pyarrow_table(columns=["dag_id"]).column("dag_id").to_pylist()))
+
+    def collected(self, dag_id: str) -> dict[str, int]:
+        """Per task, the last epoch whose row is garbage-collected (tasks never collected are absent)."""
+        table = open_table(self.collections_uri, self.store.options_for(self.collections_uri))
+        if table is None:
+            return {}
+        cols = scan(table, where={"dag_id": dag_id}).to_pydict()
+        out: dict[str, int] = {}
+        for task, through in zip(cols["task_id"], cols["through"]):
+            out[task] = max(out.get(task, 0), through)
+        return out
 
     def next_incarnation(self, dag_id: str, task_id: str, epoch: int, map_index: int = -1) -> int:
         """The incarnation a new run of (task, epoch) commits under: one past the last rolled back."""

@@ -83,6 +83,7 @@ class EpochContext:
     ledger: Ledger
     spark: "SparkSession"
     consumed: dict[tuple[str, str], int] = field(default_factory=dict)
+    reads_back: dict[tuple[str, str], int] = field(default_factory=dict)
     _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
 
     @property
@@ -112,6 +113,7 @@ class EpochContext:
         frame = self._read(ref.uri, epoch, f"output {output!r} of {task_id!r}")
         key = (task_id, output)
         self.consumed[key] = max(self.consumed.get(key, epoch), epoch)
+        self.reads_back[key] = max(self.reads_back.get(key, 0), self.epoch - epoch)
         return frame
 
     def previous_state(self) -> "DataFrame | None":
@@ -248,7 +250,8 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         state_uri=state.uri if state else None, state_tier=state_tier.value if state else None,
         state_version=state.version if state else None, state_rows=state.rows if state else None,
         outputs=tuple(outputs),
-        inputs=tuple(InputRef(t, o, through) for (t, o), through in sorted(consumed.items())),
+        inputs=tuple(InputRef(t, o, through, ctx.reads_back.get((t, o), 0))
+                     for (t, o), through in sorted(consumed.items())),
         # Airflow starts a task's epoch only once its upstream epochs are complete: it acts
         # on the completion of every epoch up to this one.
         notified_through=args.epoch,

@@ -1,0 +1,222 @@
+"""Garbage collection below the low-watermarks (spec §4.2): what no recovery can ever need.
+
+The low-watermark W(t) of a task is the last epoch of the frontier the solver picks when
+nothing offers ⊤ and only the durable tier counts (a scratch copy can vanish at any
+moment): whatever fails, ``t`` never rolls back before it. So:
+
+* ``t``'s checkpoints at epochs below W(t) are never restored: their state partitions
+  (in every tier) are deleted and their ledger rows are marked collected. The checkpoint
+  at W(t) itself is kept;
+* an output epoch ``e`` of ``t`` is needed only by consumers that re-run an epoch reading
+  it. Consumer ``c`` re-runs only epochs after W(c), and its epoch W(c) + 1 reads back
+  ``reads_back`` epochs (a window), so ``e`` is deleted once it lies before
+  W(c) + 1 - reads_back for **every** consumer. An output that no task of the DAG reads is
+  the pipeline's product and is never collected;
+* a source task may acknowledge its external input through W(source).
+
+:func:`plan_collection` is the policy (pure: it reads nothing); :func:`collect` is the
+mechanism: it marks the ledger first, then deletes each table's partitions in one Delta
+commit and vacuums the files no version references any more. Both are idempotent: a
+second run finds nothing left to reclaim.
+
+>>> from policies.checkpoint_chains import DataEdge, TaskGraph
+>>> from policies.ledger import InputRef, LedgerEntry, OutputRef
+>>> def row(task, e, regime, state=None, inputs=()):
+...     return LedgerEntry("d", task, e, regime, f"epoch-{e}", 1, state_uri=state, notified_through=e,
+...                        outputs=(OutputRef("output", f"/durable/{task}", "durable", e, 1),),
+...                        inputs=tuple(InputRef(t, "output", e) for t in inputs))
+>>> rows = [row("src", e, "batch(log_outputs=true)") for e in range(1, 8)]
+>>> rows += [row("agg", e, "lazy_checkpoint(every=3)", "/durable/agg/state" if e % 3 == 0 else "/scratch/agg/state",
+...              ["src"]) for e in range(1, 8)]
+>>> graph = TaskGraph(("src", "agg"), (DataEdge("src", "output", "agg"),))
+>>> durable = lambda uri, key: uri.startswith("/durable")
+>>> live = lambda uri: {e: 100 for e in range(1, 8) if "durable/agg" not in uri or e % 3 == 0}
+>>> p = plan_collection("d", rows, graph, durable, live)
+>>> p.watermarks, p.marks
+({'src': 7, 'agg': 6}, {'src': 6, 'agg': 5})
+>>> [(r.task_id, r.what, r.uri, r.epochs) for r in p.tables]  # doctest: +NORMALIZE_WHITESPACE
+[('src', 'output', '/durable/src', (1, 2, 3, 4, 5, 6)),
+ ('agg', 'state', '/durable/agg/state', (3,)),
+ ('agg', 'state', '/scratch/agg/state', (1, 2, 3, 4, 5))]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from policies.checkpoint_chains import Readable, StoreReadability, TaskGraph, chains_from_ledger, current_rows
+from policies.ledger import Ledger, LedgerEntry
+from policies.monitor import durable_only, low_watermarks
+from policies.store import StoreConfig
+
+LivePartitions = Callable[[str], Mapping[int, int]]
+"""The epochs a table at a URI holds now, each with its size in bytes (empty: no table)."""
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """Epoch partitions of one table that no recovery can need any more."""
+
+    task_id: str
+    what: str  # "state", or the output's name
+    uri: str
+    epochs: tuple[int, ...]
+    bytes: int
+
+
+@dataclass(frozen=True)
+class CollectionPlan:
+    """What the low-watermarks of one DAG let it forget."""
+
+    dag_id: str
+    watermarks: Mapping[str, int]  # per task: the epoch it never rolls back before (0: none yet)
+    marks: Mapping[str, int]  # per task: ledger rows at epochs <= this become collected (new marks only)
+    tables: tuple[Reclaim, ...]
+    acknowledged: Mapping[str, int] = field(default_factory=dict)  # per source: input done through this epoch
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.tables)
+
+    @property
+    def empty(self) -> bool:
+        return not self.marks and not self.tables
+
+    def describe(self) -> str:
+        """The plan for people: per task its watermark, then every table and how much it frees."""
+        lines = [f"garbage collection of {self.dag_id}: "
+                 + (f"{sum(len(r.epochs) for r in self.tables)} epoch partitions in {len(self.tables)} tables, "
+                    f"{_size(self.bytes)}" if self.tables else "no table partitions to reclaim")]
+        for task, w in self.watermarks.items():
+            mark = f"; ledger rows through epoch {self.marks[task]} marked collected" if task in self.marks else ""
+            ack = f"; external input acknowledged through epoch {self.acknowledged[task]}" \
+                if task in self.acknowledged else ""
+            lines.append(f"  {task}: low-watermark epoch {w}{mark}{ack}")
+        for r in self.tables:
+            lines.append(f"  {r.task_id} {r.what}: epochs {_epochs(r.epochs)} of {r.uri} ({_size(r.bytes)})")
+        return "\n".join(lines)
+
+
+def watermarks(entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Readable) -> dict[str, int]:
+    """Per task, the last epoch of its low-watermark (0: it may still roll back to nothing).
+
+    ``readable`` should count only durable copies (:func:`policies.monitor.durable_only`).
+    """
+    chains = chains_from_ledger(list(entries), graph, readable)
+    solved = low_watermarks(graph.solver_graph(), chains)
+    return {t: max(int(solved.bound(t)) - 1, 0) for t in graph.tasks}
+
+
+def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Readable,
+                    live: LivePartitions, collected: Mapping[str, int] | None = None) -> CollectionPlan:
+    """The collection the low-watermarks allow (see the module docstring); reads nothing itself."""
+    rows = list(entries)
+    low = watermarks(rows, graph, readable)
+    by_task = current_rows(rows)
+    done = dict(collected or {})
+    marks = {t: w - 1 for t, w in low.items() if w - 1 > done.get(t, 0)}
+    # How far back each consumer reads each of its inputs.
+    back: dict[tuple[str, str, str], int] = {}
+    for r in rows:
+        for i in r.inputs:
+            k = (i.task_id, i.output, r.task_id)
+            back[k] = max(back.get(k, 0), i.reads_back)
+    tables: list[Reclaim] = []
+    for task in graph.tasks:
+        task_rows = by_task.get(task, [])
+        for uri in sorted({r.state_uri for r in task_rows if r.state_uri}):
+            tables += _reclaim(task, "state", uri, live, before=low[task])
+        outputs = sorted({(o.name, o.uri) for r in task_rows for o in r.outputs})
+        for name, uri in outputs:
+            readers = [e.dst for e in graph.edges if e.src == task and e.output == name]
+            if not readers:
+                continue  # the pipeline's product: never collected
+            need = min(low[c] + 1 - back.get((task, name, c), 0) for c in readers)
+            tables += _reclaim(task, name, uri, live, before=need)
+    sources = [t for t in graph.tasks if not any(e.dst == t for e in graph.edges)]
+    return CollectionPlan(dag_id, low, marks, tuple(tables), {t: low[t] for t in sources})
+
+
+def _reclaim(task: str, what: str, uri: str, live: LivePartitions, before: int) -> list[Reclaim]:
+    held = live(uri)
+    epochs = tuple(sorted(e for e in held if e < before))
+    return [Reclaim(task, what, uri, epochs, sum(held[e] for e in epochs))] if epochs else []
+
+
+@dataclass(frozen=True)
+class CollectionReport:
+    """What :func:`collect` did (or, in a dry run, would do)."""
+
+    plan: CollectionPlan
+    dry_run: bool
+    files_removed: int = 0
+
+
+def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, dry_run: bool = False,
+            retain_hours: float = 1.0, progress: Callable[[str], None] = lambda _: None) -> CollectionReport:
+    """Collect ``dag_id``'s garbage in ``store`` (nothing is changed when ``dry_run``).
+
+    ``graph`` is the DAG's; by default the one the ledger shows, which is right once every
+    task has committed an epoch (a consumer that never ran holds nothing back).
+    ``retain_hours``: a file a Delta version stopped referencing is deleted only after
+    this long, so a job still reading the table, or one that has written its files and
+    not yet committed them, never loses a file under it.
+    """
+    ledger = Ledger(store)
+    rows = ledger.entries(dag_id)
+    if not rows:
+        raise ValueError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}")
+    graph = graph or TaskGraph.from_ledger(rows)
+    readable = durable_only(StoreReadability(store), store.scratch_uri)
+    plan = plan_collection(dag_id, rows, graph, readable, lambda uri: live_partitions(store, uri),
+                           ledger.collected(dag_id))
+    progress(plan.describe())
+    if dry_run or plan.empty:
+        return CollectionReport(plan, dry_run)
+    # Marks first: from here on no plan counts those checkpoints, before any file goes.
+    ledger.mark_collected(dag_id, dict(plan.marks))
+    removed = 0
+    for r in plan.tables:
+        removed += _delete_epochs(store, r.uri, r.epochs, retain_hours)
+        progress(f"  deleted epochs {_epochs(r.epochs)} of {r.uri}")
+    return CollectionReport(plan, dry_run, removed)
+
+
+def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:
+    """The epochs the Delta table at ``uri`` holds now, with their sizes in bytes."""
+    from policies.epoch_tables import open_table
+
+    table = open_table(uri, store.options_for(uri))
+    if table is None:
+        return {}
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    sizes: dict[int, int] = {}
+    for epoch, size in zip(actions.get("partition.epoch", []), actions.get("size_bytes", [])):
+        sizes[int(epoch)] = sizes.get(int(epoch), 0) + int(size)
+    return sizes
+
+
+def _delete_epochs(store: StoreConfig, uri: str, epochs: tuple[int, ...], retain_hours: float) -> int:
+    from policies.epoch_tables import open_table
+
+    table = open_table(uri, store.options_for(uri))
+    if table is None:
+        return 0
+    table.delete(f"epoch IN ({', '.join(str(int(e)) for e in epochs)})")
+    return len(table.vacuum(retention_hours=retain_hours, enforce_retention_duration=False, dry_run=False))
+
+
+def _epochs(epochs: tuple[int, ...]) -> str:
+    return f"{epochs[0]}-{epochs[-1]}" if len(epochs) > 1 and epochs[-1] - epochs[0] == len(epochs) - 1 \
+        else ", ".join(map(str, epochs))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
