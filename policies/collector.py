@@ -206,7 +206,16 @@ def _delete_epochs(store: StoreConfig, uri: str, epochs: tuple[int, ...], retain
     if table is None:
         return 0
     table.delete(f"epoch IN ({', '.join(str(int(e)) for e in epochs)})")
-    return len(table.vacuum(retention_hours=retain_hours, enforce_retention_duration=False, dry_run=False))
+    removed = len(table.vacuum(retention_hours=retain_hours, enforce_retention_duration=False, dry_run=False))
+    if "://" not in uri:  # a local table keeps its emptied partition directories; object stores have none
+        import os
+
+        for e in epochs:
+            try:
+                os.rmdir(f"{uri}/epoch={int(e)}")
+            except OSError:  # not empty yet (files within the retention), or already gone
+                pass
+    return removed
 
 
 def _epochs(epochs: tuple[int, ...]) -> str:

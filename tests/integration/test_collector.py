@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -117,13 +118,16 @@ def test_storage_stays_bounded_over_sixty_epochs(spark, local_store: StoreConfig
     # Vacuumed with no retention: the deleted epochs' files are gone from disk as well.
     state_dir = store.table_uri(Tier.SCRATCH, GC, "totals", "state")
     assert sorted(d for d in os.listdir(state_dir) if d.startswith("epoch=")) == ["epoch=60"]
+    assert all(p.parent.name == "epoch=60" for p in Path(state_dir).rglob("*.parquet"))
     # What the pipeline delivers is never collected, and equals the uncollected copy's.
     for task, tier in (("window", Tier.DURABLE), ("totals", Tier.SCRATCH)):
         got, want = rows(store, GC, task, "output", tier), rows(store, KEEP, task, "output", tier)
         assert got == want and len({dict(r)["epoch"] for r in got}) == 60
 
 
-def test_dry_run_changes_nothing_and_a_second_run_reclaims_nothing(spark, tmp_path) -> None:
+def test_dry_run_changes_nothing_and_a_second_run_reclaims_nothing(spark, tmp_path, monkeypatch, capsys) -> None:
+    from plugins.cli import main
+
     store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
     for epoch in range(1, 13):
         run_epoch(spark, store, GC, epoch)
@@ -133,6 +137,14 @@ def test_dry_run_changes_nothing_and_a_second_run_reclaims_nothing(spark, tmp_pa
         return {"files": files, "collected": Ledger(store).collected(GC), "ledger": Ledger(store).version()}
 
     before = snapshot()
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    assert main(["gc", "--dag", GC, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "totals: low-watermark epoch 10; ledger rows through epoch 9 marked collected" in out
+    assert "dry run: nothing was changed" in out and snapshot() == before
+    assert main(["gc", "--dag", "nope", "--dry-run"]) == 2
+    assert "has no rows for DAG 'nope'" in capsys.readouterr().err
     dry = collect(store, GC, GRAPH, dry_run=True, retain_hours=0)
     assert snapshot() == before
     p = dry.plan
