@@ -103,8 +103,28 @@ def append_once(
     key: CommitKey,
     storage_options: dict[str, str] | None = None,
 ) -> CommitResult:
-    """Append ``rows`` to a table shared by many tasks (the ledger), at most once per ``key``."""
-    return _write_once(uri, rows, key, storage_options, mode="append", predicate=None, partition_by=None)
+    """Append ``rows`` to a table shared by many tasks (the ledger), at most once per ``key``.
+
+    Appends from concurrent tasks can lose Delta's commit race, the first one most of all
+    (every writer tries to create the table). Losing is retried: the failed commit applied
+    nothing, and the retry checks ``key`` again before it writes.
+    """
+    import random
+    import time
+
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(APPEND_ATTEMPTS):
+        try:
+            return _write_once(uri, rows, key, storage_options, mode="append", predicate=None, partition_by=None)
+        except CommitFailedError:
+            if attempt == APPEND_ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0.05, 0.25) * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+APPEND_ATTEMPTS = 8
 
 
 def _write_once(

@@ -129,3 +129,30 @@ def test_the_ledger_compacts_itself_and_stays_idempotent(tmp_path: Path, monkeyp
     assert [h["operation"] for h in table.history() if h["version"] == 5] == ["OPTIMIZE"]
     assert [e.epoch for e in ledger.entries("d")] == list(range(1, 8))
     assert not ledger.append(LedgerEntry("d", "a", 2, "batch", "epoch-2", 1))  # still recorded once
+
+
+def test_a_ledger_append_that_loses_the_commit_race_is_retried_once_applied(tmp_path: Path, monkeypatch) -> None:
+    """Two tasks create the ledger at the same moment: the loser's commit fails (injected
+    here, after the winner's real commit) and its retry appends its row, exactly once."""
+    from deltalake.exceptions import CommitFailedError
+
+    import policies.epoch_tables as tables
+
+    ledger = Ledger(StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch")))
+    winner = LedgerEntry(dag_id="d", task_id="a", epoch=1, regime="ephemeral", run_id="epoch-1", try_number=1)
+    loser = LedgerEntry(dag_id="d", task_id="b", epoch=1, regime="ephemeral", run_id="epoch-1", try_number=1)
+    real = tables.write_deltalake
+    calls = []
+
+    def race(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            monkeypatch.setattr(tables, "write_deltalake", real)
+            ledger.append(winner)  # the other task gets there first
+            raise CommitFailedError("Failed to commit transaction: Metadata changed since last commit.")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tables, "write_deltalake", race)
+    assert ledger.append(loser) is True
+    assert [(e.task_id, e.epoch) for e in ledger.entries("d")] == [("a", 1), ("b", 1)]
+    assert ledger.append(loser) is False and len(ledger.entries("d")) == 2
