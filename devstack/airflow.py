@@ -73,6 +73,9 @@ class AirflowStack:
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                # A writer waits up to a minute for SQLite's lock instead of failing after 5 s.
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "devstack.sqlite_connect.CONNECT_ARGS",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "devstack.sqlite_connect.CONNECT_ARGS",
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": self.base_url,

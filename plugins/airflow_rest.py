@@ -61,11 +61,12 @@ class AirflowClient:
             raise AirflowError(f"Airflow at {self.base_url} refused user {username!r} ({response.status_code})")
         return response.json()["access_token"]
 
-    def request(self, method: str, path: str, attempts: int = 4, **kwargs: Any) -> Any:
-        """One REST call. A read (GET) that times out or meets a server error is retried: on a
-        loaded machine the API server can stall for a while behind the metadata database."""
+    def request(self, method: str, path: str, attempts: int = 4, idempotent: bool = False, **kwargs: Any) -> Any:
+        """One REST call. A read (GET), or a write the caller marks ``idempotent``, that times out or
+        meets a server error is retried: on a loaded machine the API server can stall for a while
+        behind the metadata database, or give up on a locked SQLite file and roll back."""
         for attempt in range(1, attempts + 1):
-            retry = method == "GET" and attempt < attempts
+            retry = (method == "GET" or idempotent) and attempt < attempts
             try:
                 response = self.http.request(method, path, **kwargs)
             except httpx.TimeoutException:
@@ -144,12 +145,16 @@ class AirflowClient:
         return self.dag_run(dag_id, run_id)["state"]
 
     def clear(self, dag_id: str, run_id: str, task_ids: list[str], dry_run: bool = False) -> list[dict[str, Any]]:
-        """Clear exactly ``task_ids`` of one run (not their downstream), whatever their state."""
+        """Clear exactly ``task_ids`` of one run (not their downstream), whatever their state.
+
+        Retried on a server error: a database error rolls the clear back, and clearing the same
+        task instances again only resets them once more."""
         body = {
             "dry_run": dry_run, "task_ids": task_ids, "dag_run_id": run_id, "only_failed": False,
             "include_downstream": False, "include_upstream": False, "reset_dag_runs": True,
         }
-        return self.request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body)["task_instances"]
+        return self.request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body,
+                            idempotent=True)["task_instances"]
 
     def failed_task_instances(self, dag_id: str) -> list[dict[str, Any]]:
         """Every task instance of ``dag_id`` in state ``failed``, across its runs."""
