@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from policies.epoch_tables import (EPOCH, CommitKey, CommitResult, EpochTableError, already_committed, count_epoch,
@@ -107,9 +108,21 @@ def publish(staged: StagedFiles) -> CommitResult:
     """
     if staged.done is not None:
         return staged.done
-    # Freshly read: another attempt may have committed since stage() looked.
     uri, key, options = staged.uri, staged.key, staged.storage_options
     table = staged.table
+    try:
+        return _publish(staged, table)
+    except DeltaError as exc:
+        if table is not None or "already exists" not in str(exc):
+            raise
+    # Epochs that run side by side all find no table at first and race to create it; the
+    # losers commit into the winner's table instead (re-checking their key first).
+    return _publish(staged, open_table(uri, options))
+
+
+def _publish(staged: StagedFiles, table: "DeltaTable | None") -> CommitResult:
+    uri, key, options = staged.uri, staged.key, staged.storage_options
+    # Freshly read: another attempt may have committed since stage() looked.
     if table is not None:
         table.update_incremental()
     else:

@@ -41,3 +41,30 @@ def test_an_empty_epoch_commits_no_file_and_a_second_commit_changes_nothing(spar
     again = commit_frame(spark.range(3).selectExpr("id as item"), uri, CommitKey("sink", "t", 1, -1, 1))
     assert (first.applied, first.rows) == (True, 0) and not again.applied
     assert open_table(uri).version() == 0 and _epoch_files(uri, 1) == []
+
+
+def test_epochs_racing_to_create_the_table_both_commit_once(spark, tmp_path: Path, monkeypatch) -> None:
+    """Two first epochs both find no table and both try to create it: the loser commits into
+    the winner's table. The loser's view is forced stale, so the race is hit every time."""
+    import spark_jobs.delta_sink as sink
+
+    uri = str(tmp_path / "table")
+    keys = [CommitKey("sink", "t", epoch, -1, 0) for epoch in (1, 2)]
+    staged = [sink.stage(spark.range(3).selectExpr(f"id + {10 * k.epoch} as item"), uri, k) for k in keys]
+    assert all(s.table is None for s in staged)  # neither saw a table
+    assert sink.publish(staged[0]).applied
+
+    real_open, calls = sink.open_table, []
+
+    def stale_once(*args, **kwargs):
+        calls.append(args[0])
+        return None if len(calls) == 1 else real_open(*args, **kwargs)
+
+    monkeypatch.setattr(sink, "open_table", stale_once)
+    second = sink.publish(staged[1])
+    assert len(calls) == 2 and second.applied  # created nothing; committed on the second look
+    table = open_table(uri)
+    assert table.version() == 1
+    assert sorted((r["item"], r["epoch"]) for r in scan(table).to_pylist()) == \
+        [(10, 1), (11, 1), (12, 1), (20, 2), (21, 2), (22, 2)]
+    assert not sink.publish(sink.stage(spark.range(3).selectExpr("id as item"), uri, keys[1])).applied
