@@ -202,7 +202,7 @@ def view(dag_id: str, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
     tasks = _dag_tasks(dag_id, session)
     ledger = Ledger(store)
     version = ledger.version()
-    grid = grid_from_ledger(ledger, dag_id, [t.task_id for t in tasks])
+    grid = grid_from_ledger(ledger, dag_id, [t.task_id for t in tasks], collected_through=ledger.collected(dag_id))
     rows = session.execute(select(TaskInstance.task_id, TaskInstance.run_id, TaskInstance.state).where(
         TaskInstance.dag_id == dag_id, (TaskInstance.state != "success") | TaskInstance.state.is_(None)))
     live = {(task, run): (str(state.value if hasattr(state, "value") else state) if state else None)

@@ -48,6 +48,7 @@ from typing import Callable, Iterable, Mapping
 from policies.checkpoint_chains import Readable, StoreReadability, TaskGraph, chains_from_ledger, current_rows
 from policies.ledger import Ledger, LedgerEntry
 from policies.monitor import durable_only, low_watermarks
+from policies.regimes import Tier
 from policies.store import StoreConfig
 
 LivePartitions = Callable[[str], Mapping[int, int]]
@@ -109,8 +110,14 @@ def watermarks(entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Reada
 
 
 def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Readable,
-                    live: LivePartitions, collected: Mapping[str, int] | None = None) -> CollectionPlan:
-    """The collection the low-watermarks allow (see the module docstring); reads nothing itself."""
+                    live: LivePartitions, collected: Mapping[str, int] | None = None,
+                    state_tables: Callable[[str], Iterable[str]] | None = None) -> CollectionPlan:
+    """The collection the low-watermarks allow (see the module docstring); reads nothing itself.
+
+    ``state_tables`` names every state table of a stateful task (both tiers): a ledger row
+    names only the last tier its state went to, and a task checkpointed durably every epoch
+    would otherwise never have its scratch copies collected.
+    """
     rows = list(entries)
     low = watermarks(rows, graph, readable)
     by_task = current_rows(rows)
@@ -125,7 +132,10 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
     tables: list[Reclaim] = []
     for task in graph.tasks:
         task_rows = by_task.get(task, [])
-        for uri in sorted({r.state_uri for r in task_rows if r.state_uri}):
+        state_uris = {r.state_uri for r in task_rows if r.state_uri}
+        if state_uris and state_tables is not None:
+            state_uris |= set(state_tables(task))
+        for uri in sorted(state_uris):
             tables += _reclaim(task, "state", uri, live, before=low[task])
         outputs = sorted({(o.name, o.uri) for r in task_rows for o in r.outputs})
         for name, uri in outputs:
@@ -154,8 +164,13 @@ class CollectionReport:
 
 
 def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, dry_run: bool = False,
-            retain_hours: float = 1.0, progress: Callable[[str], None] = lambda _: None) -> CollectionReport:
+            retain_hours: float = 1.0, progress: Callable[[str], None] = lambda _: None,
+            acknowledge: Mapping[str, Callable[[int], object]] | None = None) -> CollectionReport:
     """Collect ``dag_id``'s garbage in ``store`` (nothing is changed when ``dry_run``).
+
+    ``acknowledge`` maps a source task to what acknowledges its external input (for example
+    :meth:`spark_jobs.inbox.Inbox.acknowledge`): it is called with the last epoch inside the
+    source's low-watermark, after the ledger is marked, and never in a dry run.
 
     ``graph`` is the DAG's; by default the one the ledger shows, which is right once every
     task has committed an epoch (a consumer that never ran holds nothing back).
@@ -170,16 +185,25 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
     graph = graph or TaskGraph.from_ledger(rows)
     readable = durable_only(StoreReadability(store), store.scratch_uri)
     plan = plan_collection(dag_id, rows, graph, readable, lambda uri: live_partitions(store, uri),
-                           ledger.collected(dag_id))
+                           ledger.collected(dag_id),
+                           lambda task: [store.table_uri(tier, dag_id, task, "state") for tier in Tier])
     progress(plan.describe())
-    if dry_run or plan.empty:
+    unknown = sorted(set(acknowledge or {}) - set(plan.acknowledged))
+    if unknown:
+        raise ValueError(f"acknowledge: {unknown} are not source tasks of {dag_id}; "
+                         f"its sources are {sorted(plan.acknowledged)}")
+    if dry_run:
         return CollectionReport(plan, dry_run)
     # Marks first: from here on no plan counts those checkpoints, before any file goes.
-    ledger.mark_collected(dag_id, dict(plan.marks))
+    if plan.marks:
+        ledger.mark_collected(dag_id, dict(plan.marks))
     removed = 0
     for r in plan.tables:
         removed += _delete_epochs(store, r.uri, r.epochs, retain_hours)
         progress(f"  deleted epochs {_epochs(r.epochs)} of {r.uri}")
+    for task, ack in sorted((acknowledge or {}).items()):
+        if plan.acknowledged[task] > 0:
+            ack(plan.acknowledged[task])
     return CollectionReport(plan, dry_run, removed)
 
 
