@@ -11,6 +11,10 @@
 * ``falkirk gc --dag D [--dry-run]``: garbage-collect what the DAG's low-watermarks
   release (see :mod:`policies.collector`) and print it, with the space reclaimed;
   ``--dry-run`` only prints. Needs only the store, not Airflow.
+* ``falkirk delivered --dag D --task T --through E``: record that the external system task
+  ``T`` sends to has accepted every record of its epochs up to ``E`` (spec §4.2, output
+  rule); from then on those epochs are ``T``'s checkpoints and the rest of the pipeline may
+  forget what it kept to send them again. For systems that acknowledge by calling back.
 
 The store comes from ``FALKIRK_STORE_URI`` (and ``FALKIRK_SCRATCH_URI``, ``AWS_*``);
 Airflow from ``--airflow-url`` or ``FALKIRK_AIRFLOW_URL``, with the caller's own
@@ -59,12 +63,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.add_argument("--dry-run", action="store_true", help="print what would be reclaimed; change nothing")
     gc.add_argument("--retain-hours", type=float, default=1.0,
                     help="keep files a table stopped referencing this long, for jobs still reading (default 1)")
+    delivered = sub.add_parser("delivered", help="record that an external system accepted a task's epochs")
+    delivered.add_argument("--dag", required=True)
+    delivered.add_argument("--task", required=True)
+    delivered.add_argument("--through", type=int, required=True, metavar="EPOCH",
+                           help="the last epoch whose records the system has accepted (all earlier ones too)")
     for p in (plan, replay):
         p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
     args = parser.parse_args(argv)
     try:
-        return {"plan": _plan, "replay": _replay, "gc": _gc}[args.command](args)
+        return {"plan": _plan, "replay": _replay, "gc": _gc, "delivered": _delivered}[args.command](args)
     except (PlanError, AirflowError, ValueError) as exc:
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -131,6 +140,17 @@ def _gc(args: argparse.Namespace) -> int:
         print("dry run: nothing was changed; run without --dry-run to reclaim it")
     else:
         print(f"reclaimed {plan.bytes} bytes; {report.files_removed} files removed from disk")
+    return 0
+
+
+def _delivered(args: argparse.Namespace) -> int:
+    from policies.ledger import Ledger
+    from policies.store import StoreConfig
+
+    ledger = Ledger(StoreConfig.from_env())
+    raised = ledger.record_delivery(args.dag, args.task, args.through)
+    point = ledger.delivered(args.dag).get(args.task, 0)
+    print(f"{args.dag}.{args.task}: delivered through epoch {point}" + ("" if raised else " (unchanged)"))
     return 0
 
 

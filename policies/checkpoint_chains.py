@@ -12,6 +12,10 @@ domain (a checkpoint after epoch t is the frontier ↓{t}, bound ``t + 1``):
   frontier after epoch t holds every epoch up to t, so the chain stops at the first
   epoch without a row (a failed task instance): later rows are not frontiers.
 * **M̄(d, f)**: the last epoch of input d the task consumed, as the runtime recorded it.
+  A task that sends records to an external system (an output with tier ``external``) keeps
+  no state, but its epoch counts as a checkpoint only once that system has accepted the
+  epoch's records (spec §4.2, output rule): F*(o) = ∅ plus the delivered epochs. The
+  ``Readable`` answers for the external destination from the ledger's deliveries.
 * **N̄(p, f)**: the last epoch whose completion the task acted on (Airflow starts a task's
   epoch only once its upstream epochs are complete).
 * **D̄(e, f)**: computed here, not taken from the commit: the last epoch ≤ f whose rows on
@@ -44,7 +48,7 @@ from typing import Callable, Iterable, Mapping
 
 from policies.epoch_tables import CommitKey, open_table
 from policies.graph import Edge, Graph, Processor
-from policies.ledger import LedgerEntry
+from policies.ledger import LedgerEntry, is_external
 from policies.metadata import Chain, Checkpoint
 from policies.regimes import Regime, Tier
 from policies.store import StoreConfig
@@ -115,15 +119,23 @@ class StoreReadability:
     garbage collection has taken that checkpoint (:meth:`policies.ledger.Ledger.collected`).
     (Outputs are collected only at epochs that every consumer's low-watermark has passed,
     where whether they are readable no longer matters.) A tier that is gone (its directory
-    deleted) has no tables, so nothing in it is readable.
+    deleted) has no tables, so nothing in it is readable. An external destination
+    (``external:…``) holds an epoch once the ledger records its delivery.
     """
 
     def __init__(self, store: StoreConfig) -> None:
         self.store = store
         self._tables: dict[str, object] = {}
         self._collected: dict[str, dict[str, int]] = {}
+        self._delivered: dict[str, dict[str, int]] = {}
 
     def __call__(self, uri: str, key: CommitKey) -> bool:
+        if is_external(uri):
+            if key.dag_id not in self._delivered:
+                from policies.ledger import Ledger
+
+                self._delivered[key.dag_id] = Ledger(self.store).delivered(key.dag_id)
+            return key.epoch <= self._delivered[key.dag_id].get(key.task_id, 0)
         if key.dag_id not in self._collected:
             from policies.ledger import Ledger
 
@@ -200,8 +212,16 @@ def chains_from_ledger(
     return chains
 
 
+def sent_undelivered(row: LedgerEntry, readable: Readable) -> bool:
+    """Whether ``row`` sent records to an external system that has not accepted them yet."""
+    return any(is_external(o.uri) and not readable(o.uri, _key(row)) for o in row.outputs)
+
+
 def _restorable(row: LedgerEntry, readable: Readable) -> bool:
-    """Stateless tasks restore anywhere; stateful ones while their state is readable."""
+    """Stateless tasks restore anywhere; stateful ones while their state is readable; a task
+    that sends to an external system, once the system has accepted the epoch's records."""
+    if sent_undelivered(row, readable):
+        return False
     if not Regime.parse(row.regime).keeps_state:
         return True
     return row.state_uri is not None and readable(row.state_uri, _key(row))

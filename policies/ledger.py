@@ -99,6 +99,33 @@ COLLECTION_SCHEMA = pa.schema(
 )
 
 
+# Deliveries to external systems (spec §4.2, output rule): the external system has accepted
+# every record a task sent at epochs <= `through`. Until then those epochs are not the task's
+# checkpoints, and the rest of the pipeline keeps what it needs to send them again.
+DELIVERY_SCHEMA = pa.schema(
+    [
+        pa.field("dag_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("through", pa.int64(), nullable=False),
+        pa.field("delivered_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+# An output a task sent to a system outside the store is recorded with this tier and its
+# destination prefixed by EXTERNAL_SCHEME; it is no table, and no task of the DAG reads it.
+EXTERNAL_TIER = "external"
+EXTERNAL_SCHEME = "external:"
+
+
+def external_uri(destination: str) -> str:
+    """How the ledger names an external destination: ``external:`` + the destination."""
+    return destination if destination.startswith(EXTERNAL_SCHEME) else EXTERNAL_SCHEME + destination
+
+
+def is_external(uri: str) -> bool:
+    return uri.startswith(EXTERNAL_SCHEME)
+
+
 @dataclass(frozen=True)
 class _Once:
     """An idempotency key for a one-off append (see :func:`policies.epoch_tables.append_once`)."""
@@ -214,6 +241,7 @@ class Ledger:
         self.uri = store.ledger_uri
         self.invalidations_uri = store.control_uri("invalidations")
         self.collections_uri = store.control_uri("collections")
+        self.deliveries_uri = store.control_uri("deliveries")
 
     def version(self) -> int | None:
         """The ledger table's Delta version (``None`` before the first row): plans record it."""
@@ -258,6 +286,42 @@ class Ledger:
         append_once(self.collections_uri, pa.Table.from_pylist(rows, schema=COLLECTION_SCHEMA), key,
                     self.store.options_for(self.collections_uri))
         return raised
+
+    def record_delivery(self, dag_id: str, task_id: str, through: int) -> bool:
+        """Record that the external system ``task_id`` sends to has accepted every record of its
+        epochs ``<= through``; returns whether that raised the task's delivery point.
+
+        Refused (nothing recorded) when the task sent nothing external, or when ``through``
+        is past the task's last committed epoch: the system cannot have accepted that yet.
+        """
+        if not isinstance(through, int) or through < 1:
+            raise LedgerError(f"through={through!r}: give the last epoch the external system accepted (>= 1)")
+        rows = self.entries(dag_id, task_id)
+        senders = sorted({e.task_id for e in self.entries(dag_id) if any(is_external(o.uri) for o in e.outputs)})
+        if not any(is_external(o.uri) for e in rows for o in e.outputs):
+            raise LedgerError(f"task {task_id!r} of DAG {dag_id!r} has sent nothing to an external system; "
+                              f"tasks that do: {senders or 'none'}")
+        committed = max(e.epoch for e in rows)
+        if through > committed:
+            raise LedgerError(f"through={through}: task {task_id!r} has committed epochs only through "
+                              f"{committed}; an external system cannot have accepted epoch {through}")
+        if through <= self.delivered(dag_id).get(task_id, 0):
+            return False
+        row = {"dag_id": dag_id, "task_id": task_id, "through": through, "delivered_at": datetime.now(timezone.utc)}
+        key = _Once(f"falkirk-deliver/{dag_id}/{task_id}:{through}")
+        return append_once(self.deliveries_uri, pa.Table.from_pylist([row], schema=DELIVERY_SCHEMA), key,
+                           self.store.options_for(self.deliveries_uri)).applied
+
+    def delivered(self, dag_id: str) -> dict[str, int]:
+        """Per task that sends to an external system, the last epoch it has accepted (absent: none)."""
+        table = open_table(self.deliveries_uri, self.store.options_for(self.deliveries_uri))
+        if table is None:
+            return {}
+        cols = scan(table, where={"dag_id": dag_id}).to_pydict()
+        out: dict[str, int] = {}
+        for task, through in zip(cols["task_id"], cols["through"]):
+            out[task] = max(out.get(task, 0), through)
+        return out
 
     def dags(self) -> list[str]:
         """Every DAG with a row in the ledger."""

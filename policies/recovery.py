@@ -49,7 +49,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Union
 
-from policies.checkpoint_chains import Readable, TaskGraph, chains_from_ledger, current_rows
+from policies.checkpoint_chains import Readable, TaskGraph, chains_from_ledger, current_rows, sent_undelivered
 from policies.ledger import LedgerEntry
 from policies.regimes import Regime
 from policies.solver import solve
@@ -232,11 +232,15 @@ def plan_recovery(
         if isinstance(f, (FailedTask, BadEpoch)):
             upto = last_epoch if stateful[f.task_id] else f.epoch
             untrusted.update((f.task_id, e) for e in range(f.epoch, upto + 1))
-    kept = [e for e in rows if (e.task_id, e.epoch) not in untrusted and e.epoch <= last_epoch]
     lost = tuple(_dir(f.location) for f in failures if isinstance(f, LostScratch))
 
     def still_readable(uri: str, key) -> bool:
         return not any(uri == loc.rstrip("/") or uri.startswith(loc) for loc in lost) and readable(uri, key)
+
+    # Records an external system has not accepted yet are sent again (spec §4.2): such an
+    # epoch is no checkpoint, and it re-runs like an epoch that never committed.
+    kept = [e for e in rows if (e.task_id, e.epoch) not in untrusted and e.epoch <= last_epoch
+            and not sent_undelivered(e, still_readable)]
 
     failed = sorted({f.task_id for f in failures if isinstance(f, FailedTask)})
     chains = chains_from_ledger(kept, graph, still_readable, failed=failed, first_epoch=first_epoch)

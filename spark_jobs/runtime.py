@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from policies.epoch_tables import CommitKey, EpochTableError
 from policies.job_spec import JobSpec
-from policies.ledger import InputRef, Ledger, LedgerEntry, OutputRef
+from policies.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
 from policies.regimes import Tier
 from policies.store import StoreConfig
 from spark_jobs.delta_sink import DRIVER_WRITE_MAX_ROWS, publish, read_frame, stage
@@ -61,12 +61,28 @@ class StateLost(JobError):
     """
 
 
+@dataclass(frozen=True)
+class Sent:
+    """Records a job sent to a system outside the store (a warehouse, a topic, an outbox).
+
+    The job sends them itself, before the commit; a crash before the ledger row means the
+    epoch runs and sends again, so the destination must accept a repeated batch. The epoch
+    becomes a checkpoint only once the destination has accepted it
+    (:meth:`policies.ledger.Ledger.record_delivery`).
+    """
+
+    destination: str
+    rows: int
+
+
 @dataclass
 class EpochResult:
-    """What a job produced for its epoch: named output tables and, if stateful, its new state."""
+    """What a job produced for its epoch: named output tables, records sent to external
+    systems (:class:`Sent`) and, if stateful, its new state."""
 
     outputs: dict[str, "DataFrame"] = field(default_factory=dict)
     state: "DataFrame | None" = None
+    sent: dict[str, Sent] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,6 +126,9 @@ class EpochContext:
         if ref is None:
             names = [o.name for o in entry.outputs]
             raise JobError(f"{self.args.task_id}: task {task_id!r} has no output {output!r}; it has {names}")
+        if ref.tier == EXTERNAL_TIER:
+            raise JobError(f"{self.args.task_id}: {task_id!r} sent {output!r} to {ref.uri[len('external:'):]}, "
+                           f"outside the store; read one of its output tables instead")
         frame = self._read(ref.uri, epoch, f"output {output!r} of {task_id!r}")
         key = (task_id, output)
         self.consumed[key] = max(self.consumed.get(key, epoch), epoch)
@@ -182,8 +201,12 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
     """Write outputs, then state, then the ledger row, each idempotently (see the module docstring)."""
     args, store = ctx.args, ctx.store
     regime = args.regime
-    if not result.outputs:
-        raise JobError(f"{args.task_id}: the job returned no outputs; return EpochResult(outputs={{'output': df}})")
+    if not result.outputs and not result.sent:
+        raise JobError(f"{args.task_id}: the job returned no outputs; return EpochResult(outputs={{'output': df}}) "
+                       f"or, for records sent elsewhere, EpochResult(sent={{'name': Sent(destination, rows)}})")
+    clash = sorted(set(result.outputs) & set(result.sent))
+    if clash:
+        raise JobError(f"{args.task_id}: {clash} named both as an output table and as sent; give them different names")
     if regime.keeps_state and result.state is None:
         raise JobError(f"{args.task_id}: regime {regime.spec()} keeps state; return EpochResult(state=df)")
     if not regime.keeps_state and result.state is not None:
@@ -217,7 +240,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     # Every table's files are written at once (a small epoch by the driver, a large one by the
     # executors); the driver then commits them in order.
     small = _driver_write_max_rows()
-    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+    with ThreadPoolExecutor(max_workers=max(len(targets), 1)) as pool:
         staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1]), small), targets))
     crash_point(args.task_id, args.epoch, "after-files", dag_id=args.dag_id)
 
@@ -236,6 +259,8 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
             # D̄ as committed: an epoch sent only to scratch is not logged.
             discarded = args.epoch if out_tier is Tier.SCRATCH else before.get(name)
             outputs.append(OutputRef(name, written.uri, out_tier.value, written.version, written.rows, discarded))
+    for name, sent in sorted(result.sent.items()):
+        outputs.append(OutputRef(name, external_uri(sent.destination), EXTERNAL_TIER, 0, sent.rows))
     if state is None:
         crash_point(args.task_id, args.epoch, "after-outputs", dag_id=args.dag_id)
     crash_point(args.task_id, args.epoch, "after-state", dag_id=args.dag_id)

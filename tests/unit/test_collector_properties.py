@@ -1,11 +1,14 @@
 """Garbage collection never takes what a recovery needs (property test, no Spark).
 
-A five-task pipeline runs random sequences of epochs and garbage collections over a
-model of the store (which epochs each table still holds). Then something fails: the
-whole scratch tier is lost, or a task instance fails in a new epoch. The recovery the
-solver plans must still be executable: every state it restores is still there, and every
-input epoch a re-run reads (a window included) is either still stored or re-run itself.
-The low-watermarks never fall, and a second collection reclaims nothing.
+A six-task pipeline runs random sequences of epochs, garbage collections and acceptances
+by the external system its ``export`` task sends to, over a model of the store (which
+epochs each table still holds). Collections acknowledge the source's input through its
+low-watermark. Then something fails: the whole scratch tier is lost, or a task instance
+fails in a new epoch. The recovery the solver plans must still be executable: every
+state it restores is still there, every input epoch a re-run reads (a window included)
+is either still stored or re-run itself, the source re-reads no acknowledged epoch, and
+every epoch the external system has not accepted is sent again. The low-watermarks never
+fall, and a second collection reclaims nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 from policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
 from policies.checkpoint_chains import DataEdge, TaskGraph
 from policies.collector import CollectionPlan, plan_collection
-from policies.ledger import InputRef, LedgerEntry, OutputRef
+from policies.ledger import InputRef, LedgerEntry, OutputRef, external_uri, is_external
 from policies.monitor import durable_only
 from policies.recovery import FailedTask, LostScratch, plan_recovery
 
@@ -24,8 +27,8 @@ READS_BACK = {("clean", "window"): 2}  # window reads the last three epochs of c
 
 def pipeline(every: int):
     regimes = {"source": Ephemeral(), "clean": Batch(log_outputs=True), "model": LazyCheckpoint(every=every),
-               "sink": EagerCheckpoint(), "window": Batch(log_outputs=True)}
-    edges = [("source", "clean"), ("clean", "model"), ("model", "sink"), ("clean", "window")]
+               "sink": EagerCheckpoint(), "window": Batch(log_outputs=True), "export": Ephemeral()}
+    edges = [("source", "clean"), ("clean", "model"), ("model", "sink"), ("clean", "window"), ("model", "export")]
     return regimes, TaskGraph(tuple(regimes), tuple(DataEdge(a, "output", b) for a, b in edges))
 
 
@@ -38,8 +41,12 @@ class Store:
         self.rows: list[LedgerEntry] = []
         self.marks: dict[str, int] = {}
         self.epoch = 0
+        self.delivered = 0  # the external system has accepted export's epochs <= this
+        self.acknowledged = 0  # the source's input is forgotten through this epoch
 
     def readable(self, uri: str, key) -> bool:
+        if is_external(uri):
+            return key.epoch <= self.delivered
         if uri.endswith("/state") and key.epoch <= self.marks.get(key.task_id, 0):
             return False
         return key.epoch in self.live.get(uri, set())
@@ -57,6 +64,9 @@ class Store:
             tier = regime.output_tier(t).value
             out = f"/{tier}/{task}/output"
             self.live.setdefault(out, set()).add(t)
+            output = OutputRef("output", out, tier, t, 1)
+            if task == "export":
+                output = OutputRef("sent", external_uri("outbox"), "external", 0, 1)
             state_uri = None
             for st_tier in regime.state_tiers(t):
                 state_uri = f"/{st_tier.value}/{task}/state"
@@ -64,8 +74,14 @@ class Store:
             self.rows.append(LedgerEntry(
                 "d", task, t, regime.spec(), f"epoch-{t}", 1, state_uri=state_uri,
                 state_tier=regime.state_tier(t).value if state_uri else None,
-                outputs=(OutputRef("output", out, tier, t, 1),), notified_through=t,
+                outputs=(output,), notified_through=t,
                 inputs=tuple(InputRef(u, "output", t, READS_BACK.get((u, task), 0)) for u in ups)))
+
+    def accept(self) -> None:
+        """The external system accepts export's next epoch, if export has sent it."""
+        sent = {r.epoch for r in self.rows if r.task_id == "export"}
+        if self.delivered + 1 in sent:
+            self.delivered += 1
 
     def plan_gc(self) -> CollectionPlan:
         return plan_collection("d", self.rows, self.graph, durable_only(self.readable, "/scratch"),
@@ -74,6 +90,7 @@ class Store:
     def collect(self) -> CollectionPlan:
         plan = self.plan_gc()
         self.marks.update(plan.marks)
+        self.acknowledged = max(self.acknowledged, plan.acknowledged["source"])
         for r in plan.tables:
             self.live[r.uri] -= set(r.epochs)
         return plan
@@ -85,14 +102,16 @@ def output_uri(regime, task: str, epoch: int) -> str:
 
 @settings(max_examples=150, deadline=None)
 @given(every=st.integers(2, 4),
-       steps=st.lists(st.sampled_from(["epoch", "epoch", "epoch", "gc"]), min_size=1, max_size=24),
-       failure=st.one_of(st.just(None), st.sampled_from(["source", "clean", "model", "sink", "window"])))
+       steps=st.lists(st.sampled_from(["epoch", "epoch", "epoch", "gc", "accept"]), min_size=1, max_size=28),
+       failure=st.one_of(st.just(None), st.sampled_from(["source", "clean", "model", "sink", "window", "export"])))
 def test_every_planned_recovery_stays_executable_after_collections(every, steps, failure) -> None:
     store = Store(every)
     watermarks: dict[str, int] = {}
     for step in steps:
         if step == "epoch":
             store.run_epoch()
+        elif step == "accept":
+            store.accept()
         elif store.rows:
             plan = store.collect()
             for task, w in plan.watermarks.items():
@@ -113,6 +132,9 @@ def test_every_planned_recovery_stays_executable_after_collections(every, steps,
     p = plan_recovery("d", store.graph, store.rows, failures, store.epoch, store.readable)
 
     rerun = {t.task_id: set(t.rerun) for t in p.tasks}
+    assert all(e > store.acknowledged for e in rerun["source"]), "the source re-reads an acknowledged epoch"
+    assert p.task("export").frontier <= store.delivered
+    assert set(range(store.delivered + 1, store.epoch + 1)) <= rerun["export"], "an unaccepted epoch is not re-sent"
     for t in p.tasks:
         assert t.frontier >= watermarks.get(t.task_id, 0), f"{t.task_id} rolls back below its low-watermark"
         if t.rerun and store.regimes[t.task_id].keeps_state and t.frontier > 0:

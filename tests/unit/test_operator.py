@@ -29,6 +29,12 @@ def test_regimes_round_trip_through_the_serialized_dag() -> None:
     assert type(back.get_task("aggregate")).__name__ == "SerializedBaseOperator"  # no DAG code behind it
     assert {t.task_id: regime_of(t) for t in back.tasks} == {
         "ingest": Ephemeral(), "aggregate": EagerCheckpoint(), "publish": Batch(log_outputs=True)}
+    from policies import LazyCheckpoint
+
+    for dag_id, logs in (("falkirk_readings", True), ("falkirk_readings_discard", False)):
+        readings = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags[dag_id]))
+        assert {t.task_id: regime_of(t) for t in readings.tasks} == {
+            "intake": Ephemeral(), "tally": LazyCheckpoint(every=1, log_outputs=logs), "deliver": Ephemeral()}
 
 
 def test_operator_refuses_a_regime_that_is_not_one() -> None:

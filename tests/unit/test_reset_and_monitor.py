@@ -80,3 +80,41 @@ def test_garbage_at_g1b_t4() -> None:
     assert collectable.drop_checkpoints == {"i": [0, 1], "a": [0, 1], "o": [0]}  # keep the watermark itself
     assert collectable.trim_logs == {"e1": 3, "e2": 2}  # epochs <= 2 on e1, <= 1 on e2
     assert collectable.acknowledge == {"i": 3}  # i acknowledges its epoch-1 and -2 input
+
+
+@pytest.mark.parametrize("tally_logs, expected", [
+    (False, {"T2": (0, 0, 0), "T3": (1, 1, 1), "T4": (1, 1, 1)}),
+    (True, {"T2": (1, 1, 0), "T3": (1, 1, 1), "T4": (2, 2, 1)}),
+])
+def test_ledger_watermarks_count_an_external_send_only_once_accepted(tally_logs: bool, expected) -> None:
+    """G1 from ledger rows: deliver's epochs are sent at once but accepted later (spec §4.2)."""
+    from policies.checkpoint_chains import DataEdge, TaskGraph
+    from policies.collector import watermarks
+    from policies.ledger import InputRef, LedgerEntry, OutputRef, external_uri, is_external
+
+    graph = TaskGraph(("i", "a", "o"), (DataEdge("i", "output", "a"), DataEdge("a", "output", "o")))
+    a_tier = "durable" if tally_logs else "scratch"
+
+    def row(task: str, e: int) -> LedgerEntry:
+        out = {"i": OutputRef("output", "/scratch/i", "scratch", e, 1),
+               "a": OutputRef("output", f"/{a_tier}/a", a_tier, e, 1),
+               "o": OutputRef("sent", external_uri("outbox:/x"), "external", 0, 1)}[task]
+        inputs = {"i": (), "a": (InputRef("i", "output", e),), "o": (InputRef("a", "output", e),)}[task]
+        regime = "lazy_checkpoint(every=1)" if task == "a" else "ephemeral"
+        return LedgerEntry("d", task, e, regime, f"epoch-{e}", 1, notified_through=e, outputs=(out,), inputs=inputs,
+                           state_uri="/durable/a/state" if task == "a" else None)
+
+    def marks(rows, accepted: int) -> tuple[int, ...]:
+        def readable(uri, key):
+            return key.epoch <= accepted if is_external(uri) else not uri.startswith("/scratch")
+        w = watermarks(rows, graph, readable)
+        return tuple(w[t] for t in graph.tasks)
+
+    rows = [row("i", 1), row("i", 2)]
+    assert marks(rows, 0) == (0, 0, 0)  # T1
+    rows += [row("a", 1), row("o", 1)]
+    assert marks(rows, 0) == expected["T2"]  # o has sent epoch 1; not accepted, so no checkpoint
+    assert marks(rows, 1) == expected["T3"]
+    rows += [row("a", 2), row("o", 2)]
+    assert marks(rows, 1) == expected["T4"]
+    assert marks(rows, 2) == (2, 2, 2)  # once epoch 2 is accepted too
