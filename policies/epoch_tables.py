@@ -23,13 +23,15 @@ False
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 EPOCH = "epoch"
 
@@ -91,10 +93,10 @@ def commit_epoch(
     ``rows`` must have an integer ``epoch`` column equal to ``key.epoch`` in every row.
     """
     _check_rows(rows, key.epoch)
-    return _write_once(
+    return retry_lost_races(lambda: _write_once(
         uri, rows, key, storage_options,
         mode="overwrite", predicate=f"{EPOCH} = {int(key.epoch)}", partition_by=[EPOCH],
-    )
+    ))
 
 
 def append_once(
@@ -106,25 +108,52 @@ def append_once(
     """Append ``rows`` to a table shared by many tasks (the ledger), at most once per ``key``.
 
     Appends from concurrent tasks can lose Delta's commit race, the first one most of all
-    (every writer tries to create the table). Losing is retried: the failed commit applied
-    nothing, and the retry checks ``key`` again before it writes.
+    (every writer tries to create the table); see :func:`retry_lost_races`.
     """
-    import random
-    import time
+    return retry_lost_races(
+        lambda: _write_once(uri, rows, key, storage_options, mode="append", predicate=None, partition_by=None))
 
-    from deltalake.exceptions import CommitFailedError
 
-    for attempt in range(APPEND_ATTEMPTS):
+COMMIT_ATTEMPTS = 8
+
+T = TypeVar("T")
+
+
+def lost_race(exc: BaseException) -> bool:
+    """Whether a Delta write failed only because another writer committed first.
+
+    Either a conflict Delta's optimistic concurrency caught (``CommitFailedError``: for
+    example a table created twice, whose second creation carries new metadata that every
+    writer who read the first version then trips over), or a creation that found the
+    table already there. Neither applied anything.
+    """
+    return isinstance(exc, CommitFailedError) or (isinstance(exc, DeltaError) and "already exists" in str(exc))
+
+
+def retry_lost_races(commit: Callable[[], T], attempts: int = COMMIT_ATTEMPTS) -> T:
+    """Run ``commit`` until it does not lose a commit race, at most ``attempts`` times.
+
+    Safe only for a commit that re-reads the table and re-checks its :class:`CommitKey`
+    first, as every committer here does: a retry after the same key won the race then
+    writes nothing, and an older incarnation never overwrites a newer one.
+
+    >>> tries = []
+    >>> def commit():
+    ...     tries.append(1)
+    ...     if len(tries) < 3:
+    ...         raise CommitFailedError("Metadata changed since last commit")
+    ...     return "committed"
+    >>> retry_lost_races(commit), len(tries)
+    ('committed', 3)
+    """
+    for attempt in range(attempts):
         try:
-            return _write_once(uri, rows, key, storage_options, mode="append", predicate=None, partition_by=None)
-        except CommitFailedError:
-            if attempt == APPEND_ATTEMPTS - 1:
+            return commit()
+        except DeltaError as exc:
+            if not lost_race(exc) or attempt == attempts - 1:
                 raise
-            time.sleep(random.uniform(0.05, 0.25) * (attempt + 1))
+        time.sleep(random.uniform(0.05, 0.25) * (attempt + 1))  # jitter, so racers do not meet again
     raise AssertionError("unreachable")
-
-
-APPEND_ATTEMPTS = 8
 
 
 def _write_once(

@@ -35,11 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
-from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from policies.epoch_tables import (EPOCH, CommitKey, CommitResult, EpochTableError, already_committed, count_epoch,
-                                   open_table, scan)
+                                   open_table, retry_lost_races, scan)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -103,21 +102,20 @@ def publish(staged: StagedFiles) -> CommitResult:
 
     The check is repeated here, against the table as it is now, so that an attempt that
     staged its files before another attempt committed (a zombie) changes nothing. A
-    commit racing this one is caught by Delta's own conflict check (both replace the same
-    partition), and the later of the two fails instead of applying twice.
+    commit racing this one is caught by Delta's own conflict check, and the loser tries
+    again on the table as it is then (:func:`retry_lost_races`): if the winner committed
+    the same key, the loser writes nothing. Epochs that run side by side all find no
+    table at first and race to create it; the losers commit into the winner's table.
     """
     if staged.done is not None:
         return staged.done
-    uri, key, options = staged.uri, staged.key, staged.storage_options
-    table = staged.table
-    try:
+    first = [staged.table]
+
+    def attempt() -> CommitResult:
+        table = first.pop() if first else None  # a retry re-opens the table
         return _publish(staged, table)
-    except DeltaError as exc:
-        if table is not None or "already exists" not in str(exc):
-            raise
-    # Epochs that run side by side all find no table at first and race to create it; the
-    # losers commit into the winner's table instead (re-checking their key first).
-    return _publish(staged, open_table(uri, options))
+
+    return retry_lost_races(attempt)
 
 
 def _publish(staged: StagedFiles, table: "DeltaTable | None") -> CommitResult:

@@ -68,3 +68,36 @@ def test_epochs_racing_to_create_the_table_both_commit_once(spark, tmp_path: Pat
     assert sorted((r["item"], r["epoch"]) for r in scan(table).to_pylist()) == \
         [(10, 1), (11, 1), (12, 1), (20, 2), (21, 2), (22, 2)]
     assert not sink.publish(sink.stage(spark.range(3).selectExpr("id as item"), uri, keys[1])).applied
+
+
+
+def test_an_epoch_whose_table_changed_metadata_under_it_commits_on_a_second_look(
+        spark, tmp_path: Path, monkeypatch) -> None:
+    """A table can be created twice when first epochs race (the second creation lands as
+    version 1 with metadata of its own), and an epoch that read version 0 then fails
+    Delta's check with "Metadata changed since last commit". Here another writer changes
+    the metadata between the epoch's last look and its commit, every time: one attempt
+    fails, and publish retries against the table as it is and commits once."""
+    import spark_jobs.delta_sink as sink
+
+    uri = str(tmp_path / "table")
+    assert sink.publish(sink.stage(spark.range(2).selectExpr("id as item"), uri, CommitKey("sink", "t", 1))).applied
+    real_check, looks = sink.already_committed, []
+
+    def metadata_changes_after_the_first_look(table, key):
+        looks.append(key.epoch)
+        if len(looks) == 1:
+            open_table(uri).alter.set_table_properties({"delta.logRetentionDuration": "interval 31 days"})
+        return real_check(table, key)
+
+    staged = sink.stage(spark.range(2).selectExpr("id + 20 as item"), uri, CommitKey("sink", "t", 2))
+    monkeypatch.setattr(sink, "already_committed", metadata_changes_after_the_first_look)
+    with pytest.raises(Exception, match="Metadata changed"):  # what a single attempt meets
+        sink._publish(staged, staged.table)
+    looks.clear()
+    assert sink.publish(staged).applied and looks == [2, 2]
+    table = open_table(uri)
+    assert table.version() == 3  # epoch 1, two metadata changes, epoch 2
+    assert sorted((r["item"], r["epoch"]) for r in scan(table).to_pylist()) == [(0, 1), (1, 1), (20, 2), (21, 2)]
+    monkeypatch.undo()
+    assert not sink.publish(sink.stage(spark.range(2).selectExpr("id as item"), uri, CommitKey("sink", "t", 2))).applied

@@ -230,6 +230,9 @@ def shot(page, name: str) -> None:
     page.set_viewport_size(size)
 
 
+FALKIRK_TAB = "a[href$='/plugin/falkirk']"  # the tab the plugin adds to every DAG page
+
+
 def open_view(page, vs: ViewStack, dag: str, suffix: str = "plugin/falkirk"):
     started = time.monotonic()
     page.goto(f"{vs.stack.base_url}/dags/{dag}/{suffix}")
@@ -337,7 +340,9 @@ def test_view_of_50_tasks_and_500_epochs_loads_in_under_2s(view_stack: ViewStack
     """Timed in the browser, in ms since navigation to the DAG's Falkirk tab started: Airflow's
     UI starts, then loads the view's bundle; the view mounts, calls its API and renders the
     grid's visible window. The view's own load (bundle loaded to grid rendered) must take
-    under 2 s; the whole navigation, Airflow's start included, is reported."""
+    under 2 s, and so must the way a user gets there: a click on the Falkirk tab of the DAG's
+    page, with Airflow already started. A full page load, Airflow's own start included, is
+    reported."""
     graph = _wide_module().wide_graph()
     context, page = login(browser, view_stack, "admin")
     try:
@@ -348,6 +353,16 @@ def test_view_of_50_tasks_and_500_epochs_loads_in_under_2s(view_stack: ViewStack
             page.wait_for_function("globalThis.__falkirkTimings && globalThis.__falkirkTimings.grid !== undefined")
             t = page.evaluate("globalThis.__falkirkTimings")
             timings.append((t["grid"] / 1000, (t["grid"] - t["evaluated"]) / 1000))
+        # as a user gets there: from the DAG's page, a click on its Falkirk tab (no page reload)
+        clicks = []
+        for _ in range(3):
+            page.goto(f"{view_stack.stack.base_url}/dags/{WIDE}")
+            page.locator(FALKIRK_TAB).first.wait_for(timeout=60_000)
+            clicked = page.evaluate(
+                "sel => { const at = performance.now(); document.querySelector(sel).click(); return at; }", FALKIRK_TAB)
+            page.wait_for_function(
+                "at => globalThis.__falkirkTimings && globalThis.__falkirkTimings.grid > at", arg=clicked, timeout=60_000)
+            clicks.append((page.evaluate("globalThis.__falkirkTimings.grid") - clicked) / 1000)
         shot(page, "wide-50x500")
         assert page.get_by_test_id("falkirk-grid").get_attribute("data-epochs") == "500"
         # the latest epochs are in view, with the statuses the ledger holds
@@ -361,5 +376,7 @@ def test_view_of_50_tasks_and_500_epochs_loads_in_under_2s(view_stack: ViewStack
         context.close()
     print(f"\nfalkirk_wide (50 tasks x 500 epochs, {rendered} cells in view): navigation to rendered grid "
           f"{', '.join(f'{a:.2f}s' for a, _ in timings)}; of which the Falkirk view (bundle loaded to grid rendered) "
-          f"{', '.join(f'{b:.2f}s' for _, b in timings)}")
+          f"{', '.join(f'{b:.2f}s' for _, b in timings)}; "
+          f"click on the DAG page's Falkirk tab to rendered grid {', '.join(f'{c:.2f}s' for c in clicks)}")
     assert min(b for _, b in timings) < 2.0, timings
+    assert sorted(clicks)[1] < 2.0, clicks  # the median of three
