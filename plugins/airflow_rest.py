@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import httpx
 
@@ -96,13 +96,16 @@ class AirflowClient:
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
 
-    def trigger(self, dag_id: str, run_id: str, logical_date: datetime, attempts: int = 3) -> dict[str, Any]:
-        """Create the run; safe to repeat, since the run id names it.
+    def trigger(self, dag_id: str, run_id: str, logical_date: datetime, attempts: int = 3,
+                conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Create the run, with ``conf`` as its params; safe to repeat, since the run id names it.
 
         A server error (a busy metadata database) is retried; a retry that finds the run already
         created (409) returns that run rather than failing.
         """
-        body = {"dag_run_id": run_id, "logical_date": logical_date.isoformat()}
+        body: dict[str, Any] = {"dag_run_id": run_id, "logical_date": logical_date.isoformat()}
+        if conf:
+            body["conf"] = dict(conf)
         for attempt in range(1, attempts + 1):
             response = self.http.post(f"/api/v2/dags/{dag_id}/dagRuns", json=body)
             if response.status_code < 400:

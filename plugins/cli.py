@@ -61,8 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc = sub.add_parser("gc", help="garbage-collect checkpoints, logs and scratch below the low-watermarks")
     gc.add_argument("--dag", required=True)
     gc.add_argument("--dry-run", action="store_true", help="print what would be reclaimed; change nothing")
-    gc.add_argument("--retain-hours", type=float, default=1.0,
-                    help="keep files a table stopped referencing this long, for jobs still reading (default 1)")
+    gc.add_argument("--retain-hours", type=int, default=1, metavar="HOURS",
+                    help="keep files a table stopped referencing this many hours, for jobs still reading "
+                         "(a whole number; default 1)")
     delivered = sub.add_parser("delivered", help="record that an external system accepted a task's epochs")
     delivered.add_argument("--dag", required=True)
     delivered.add_argument("--task", required=True)

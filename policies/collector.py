@@ -164,7 +164,7 @@ class CollectionReport:
 
 
 def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, dry_run: bool = False,
-            retain_hours: float = 1.0, progress: Callable[[str], None] = lambda _: None,
+            retain_hours: int = 1, progress: Callable[[str], None] = lambda _: None,
             acknowledge: Mapping[str, Callable[[int], object]] | None = None) -> CollectionReport:
     """Collect ``dag_id``'s garbage in ``store`` (nothing is changed when ``dry_run``).
 
@@ -175,9 +175,12 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
     ``graph`` is the DAG's; by default the one the ledger shows, which is right once every
     task has committed an epoch (a consumer that never ran holds nothing back).
     ``retain_hours``: a file a Delta version stopped referencing is deleted only after
-    this long, so a job still reading the table, or one that has written its files and
-    not yet committed them, never loses a file under it.
+    this many hours (a whole number: Delta's vacuum takes no fractions), so a job still
+    reading the table, or one that has written its files and not yet committed them, never
+    loses a file under it.
     """
+    if isinstance(retain_hours, bool) or not isinstance(retain_hours, int) or retain_hours < 0:
+        raise ValueError(f"retain_hours={retain_hours!r}: give a whole number of hours, 0 or more")
     ledger = Ledger(store)
     rows = ledger.entries(dag_id)
     if not rows:
@@ -223,7 +226,7 @@ def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:
     return sizes
 
 
-def _delete_epochs(store: StoreConfig, uri: str, epochs: tuple[int, ...], retain_hours: float) -> int:
+def _delete_epochs(store: StoreConfig, uri: str, epochs: tuple[int, ...], retain_hours: int) -> int:
     from policies.epoch_tables import open_table
 
     table = open_table(uri, store.options_for(uri))

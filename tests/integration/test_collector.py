@@ -145,6 +145,9 @@ def test_dry_run_changes_nothing_and_a_second_run_reclaims_nothing(spark, tmp_pa
     assert "dry run: nothing was changed" in out and snapshot() == before
     assert main(["gc", "--dag", "nope", "--dry-run"]) == 2
     assert "has no rows for DAG 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # Delta's vacuum takes whole hours only
+        main(["gc", "--dag", GC, "--retain-hours", "0.5"])
+    assert refused.value.code == 2 and "--retain-hours" in capsys.readouterr().err and snapshot() == before
     dry = collect(store, GC, GRAPH, dry_run=True, retain_hours=0)
     assert snapshot() == before
     p = dry.plan

@@ -1,9 +1,11 @@
 """(a) three epochs through the real scheduler; (b) clearing one task instance is idempotent;
-(e) the plugin answers through the running API server, with Airflow's auth."""
+(e) the plugin answers through the running API server, with Airflow's auth; (f) the
+falkirk_maintenance DAG collects garbage on its schedule (last: it deletes what (b) re-reads)."""
 
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 import httpx
 
@@ -14,6 +16,8 @@ from policies.store import StoreConfig
 from tests.integration.conftest import EPOCHS
 from tests.oracle import canonical, expected_tables
 from tests.tables import TABLES, snapshot, table_rows
+
+MAINTENANCE = "falkirk_maintenance"
 
 
 def test_three_epochs_fill_the_tables_exactly(three_epochs, local_store: StoreConfig) -> None:
@@ -79,3 +83,50 @@ def test_plugin_route_answers_through_the_api_server(three_epochs, airflow_stack
     assert httpx.get(f"{airflow_stack.base_url}/falkirk/api/v1/dags/{DAG_ID}/regimes").status_code == 401
     health = airflow_stack.client().request("GET", "/falkirk/api/v1/health")
     assert health == {"status": "ok", "ledger": airflow_stack.store.ledger_uri}
+
+
+def _epochs(store: StoreConfig, name: str) -> list[int]:
+    return sorted({r["epoch"] for r in table_rows(store, name)})
+
+
+def _first_scheduled_run(client, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = client.request("GET", f"/api/v2/dags/{MAINTENANCE}/dagRuns")["dag_runs"]
+        scheduled = [r["dag_run_id"] for r in runs if r["run_type"] == "scheduled"]
+        if scheduled:
+            return scheduled[0]
+        assert time.monotonic() < deadline, f"no scheduled run of {MAINTENANCE} after {timeout:.0f} s: {runs}"
+        time.sleep(2)
+
+
+def test_the_maintenance_dag_collects_on_its_schedule(three_epochs, airflow_stack: AirflowStack,
+                                                      local_store: StoreConfig) -> None:
+    client = airflow_stack.client()
+    client.wait_for_dag(MAINTENANCE)
+    state_3 = [r for r in table_rows(local_store, "aggregate/state") if r["epoch"] == 3]
+    publish = table_rows(local_store, "publish/output")
+    client.set_paused(MAINTENANCE, False)  # the scheduler creates the latest hourly run at once
+    try:
+        scheduled = _first_scheduled_run(client)
+        assert client.wait_for_run(MAINTENANCE, scheduled, progress=print) == "success"
+
+        # Every task's low-watermark is epoch 3 (aggregate checkpoints durably every epoch,
+        # publish logs its output), so: aggregate's states of epochs 1-2 go, its checkpoint of 3
+        # stays; the outputs of epochs 1-3 that only aggregate and publish read go, since
+        # neither re-runs an epoch before 4; publish's output is the product and stays whole.
+        assert _epochs(local_store, "aggregate/state") == [3]
+        assert canonical(table_rows(local_store, "aggregate/state")) == canonical(state_3)
+        assert _epochs(local_store, "ingest/output") == [] and _epochs(local_store, "aggregate/output") == []
+        assert canonical(table_rows(local_store, "publish/output")) == canonical(publish)
+        assert Ledger(local_store).collected(DAG_ID) == {"ingest": 2, "aggregate": 2, "publish": 2}
+
+        # A dry run, then a second real run, through Airflow: neither changes anything.
+        after = snapshot(local_store)
+        for run_id, dry_run in (("maintenance-dry-run", True), ("maintenance-again", False)):
+            client.trigger(MAINTENANCE, run_id, datetime.now(timezone.utc), conf={"dry_run": dry_run})
+            assert client.wait_for_run(MAINTENANCE, run_id, progress=print) == "success"
+            assert snapshot(local_store) == after, run_id
+            assert Ledger(local_store).collected(DAG_ID) == {"ingest": 2, "aggregate": 2, "publish": 2}
+    finally:
+        client.set_paused(MAINTENANCE, True)

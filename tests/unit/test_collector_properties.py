@@ -13,6 +13,7 @@ fall, and a second collection reclaims nothing.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
@@ -147,3 +148,14 @@ def test_every_planned_recovery_stays_executable_after_collections(every, steps,
                     up = store.regimes[edge.src]
                     assert read in rerun[edge.src] or read in store.live.get(output_uri(up, edge.src, read), ()), \
                         f"{t.task_id} re-runs epoch {e} but {edge.src}'s epoch {read} is neither stored nor re-run"
+
+
+def test_collect_refuses_a_retention_delta_cannot_vacuum_before_reading_anything(tmp_path) -> None:
+    from policies.collector import collect
+    from policies.store import StoreConfig
+
+    store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
+    for bad in (1.5, -1, True):
+        with pytest.raises(ValueError, match=r"retain_hours=.*whole number of hours"):
+            collect(store, "d", retain_hours=bad)
+    assert list(tmp_path.iterdir()) == []  # nothing was created, not even the ledger
