@@ -140,7 +140,8 @@ def _gc(args: argparse.Namespace) -> int:
     elif args.dry_run:
         print("dry run: nothing was changed; run without --dry-run to reclaim it")
     else:
-        print(f"reclaimed {plan.bytes} bytes; {report.files_removed} files removed from disk")
+        print(f"reclaimed {plan.bytes} bytes; {report.files_removed} files removed from disk (files dropped less "
+              f"than {args.retain_hours} h ago stay; a later collection of the same table removes them)")
     return 0
 
 
