@@ -152,6 +152,19 @@ class StoreReadability:
         return recorded is not None and recorded >= key.incarnation
 
 
+def reads_back(entries: Iterable[LedgerEntry]) -> dict[tuple[str, str, str], int]:
+    """Per (upstream task, output, reader): how many epochs before its own a reader's epoch reads.
+
+    0 when each epoch reads only the same epoch; 2 for a window of three epochs.
+    """
+    back: dict[tuple[str, str, str], int] = {}
+    for r in entries:
+        for i in r.inputs:
+            k = (i.task_id, i.output, r.task_id)
+            back[k] = max(back.get(k, 0), i.reads_back)
+    return back
+
+
 def current_rows(entries: Iterable[LedgerEntry]) -> dict[str, list[LedgerEntry]]:
     """Per task, its rows in epoch order, keeping the latest incarnation of each epoch."""
     latest: dict[tuple[str, int], LedgerEntry] = {}

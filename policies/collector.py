@@ -45,7 +45,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from policies.checkpoint_chains import Readable, StoreReadability, TaskGraph, chains_from_ledger, current_rows
+from policies.checkpoint_chains import (Readable, StoreReadability, TaskGraph, chains_from_ledger, current_rows,
+                                       reads_back)
 from policies.ledger import Ledger, LedgerEntry
 from policies.monitor import durable_only, low_watermarks
 from policies.regimes import Tier
@@ -123,12 +124,7 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
     by_task = current_rows(rows)
     done = dict(collected or {})
     marks = {t: w - 1 for t, w in low.items() if w - 1 > done.get(t, 0)}
-    # How far back each consumer reads each of its inputs.
-    back: dict[tuple[str, str, str], int] = {}
-    for r in rows:
-        for i in r.inputs:
-            k = (i.task_id, i.output, r.task_id)
-            back[k] = max(back.get(k, 0), i.reads_back)
+    back = reads_back(rows)  # how far back each consumer reads each of its inputs
     tables: list[Reclaim] = []
     for task in graph.tasks:
         task_rows = by_task.get(task, [])

@@ -49,7 +49,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Union
 
-from policies.checkpoint_chains import Readable, TaskGraph, chains_from_ledger, current_rows, sent_undelivered
+from policies.checkpoint_chains import (Readable, TaskGraph, chains_from_ledger, current_rows, reads_back,
+                                       sent_undelivered)
 from policies.ledger import LedgerEntry
 from policies.regimes import Regime
 from policies.solver import solve
@@ -249,7 +250,8 @@ def plan_recovery(
     frontier = {t: max(int(answer.bound(t)) - 1, first_epoch - 1) for t in graph.tasks}
     notified = {t: int(min(answer.notification[t], last_epoch + 1)) - 1 for t in graph.tasks}
     by_epoch = {t: {e.epoch: e for e in rs} for t, rs in current_rows(kept).items()}
-    rerun = _rerun_sets(graph, frontier, stateful, by_epoch, still_readable, last_epoch)
+    back = reads_back(rows)
+    rerun = _rerun_sets(graph, frontier, stateful, by_epoch, still_readable, last_epoch, back)
     clear = _clear_downstream(graph, failures, current_rows(rows), lost, readable, last_epoch)
 
     tasks = []
@@ -262,7 +264,9 @@ def plan_recovery(
         rereads = []
         for e in graph.edges:
             if e.dst == t:
-                epochs = tuple(x for x in rerun[t] if x not in rerun[e.src])
+                b = back.get((e.src, e.output, t), 0)
+                read = {y for x in rerun[t] for y in range(max(x - b, first_epoch), x + 1)}
+                epochs = tuple(sorted(read - set(rerun[e.src])))
                 if epochs:
                     rereads.append((e.src, e.output, epochs))
         tasks.append(TaskPlan(t, regime, frontier[t], notified[t], rerun[t], restore, tuple(rereads),
@@ -272,14 +276,18 @@ def plan_recovery(
 
 def _rerun_sets(graph: TaskGraph, frontier: Mapping[str, int], stateful: Mapping[str, bool],
                 by_epoch: Mapping[str, Mapping[int, LedgerEntry]], readable: Readable,
-                last_epoch: int) -> dict[str, tuple[int, ...]]:
+                last_epoch: int, back: Mapping[tuple[str, str, str], int] | None = None,
+                ) -> dict[str, tuple[int, ...]]:
     """The epochs each task re-runs: past its frontier, all of them for a stateful task.
 
     A stateless task's epochs do not depend on one another, so one past its frontier
     re-runs an epoch only when it must: it has no usable row for it, an upstream task
-    re-runs that epoch (its input changes), or a downstream task re-runs it and this
-    task's output of it can no longer be read. The rest keep their committed output.
+    re-runs an epoch it reads (its input changes; with a window of ``back`` epochs, a redone
+    epoch ``e`` is read by epochs ``e`` to ``e + back``), or a downstream task re-runs an
+    epoch that reads this task's output of it and that output can no longer be read. The
+    rest keep their committed output.
     """
+    back = back or {}
     later = {t: set(range(frontier[t] + 1, last_epoch + 1)) for t in graph.tasks}
     rerun = {t: set(later[t]) if stateful[t] else {e for e in later[t] if e not in by_epoch.get(t, {})}
              for t in graph.tasks}
@@ -294,9 +302,10 @@ def _rerun_sets(graph: TaskGraph, frontier: Mapping[str, int], stateful: Mapping
         changed = False
         for edge in graph.edges:
             src, dst = edge.src, edge.dst
-            grow_dst = {e for e in rerun[src] if e in later[dst]} - rerun[dst]
-            grow_src = {e for e in rerun[dst] if e in later[src] and e not in rerun[src]
-                        and not output_readable(src, edge.output, e)}
+            b = back.get((src, edge.output, dst), 0)
+            grow_dst = {x for e in rerun[src] for x in range(e, e + b + 1) if x in later[dst]} - rerun[dst]
+            grow_src = {x for e in rerun[dst] for x in range(e - b, e + 1) if x in later[src]
+                        and x not in rerun[src] and not output_readable(src, edge.output, x)}
             for task, grow in ((dst, grow_dst), (src, grow_src)):
                 if grow:
                     rerun[task] |= grow

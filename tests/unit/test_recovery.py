@@ -184,3 +184,26 @@ def test_bad_requests_name_the_field() -> None:
     edited = {**plan.to_json(), "last_epoch": 2}
     with pytest.raises(PlanError, match="plan_id .* does not match the plan's content"):
         RecoveryPlan.from_json(edited)
+
+
+@pytest.mark.parametrize("window, rerun_window, rereads", [
+    # each epoch of `window` reads source's epochs e-2..e: a redone source epoch 3 changes
+    # window's epochs 3, 4 and 5 (6 reads 4-6), which read source's kept epochs 1, 2, 4, 5
+    (3, [3, 4, 5], (1, 2, 4, 5)),
+    (1, [3], ()),  # reading only its own epoch, window redoes epoch 3 alone
+])
+def test_a_windowed_reader_reruns_every_epoch_whose_window_holds_a_redone_epoch(
+        window: int, rerun_window: list[int], rereads: tuple[int, ...]) -> None:
+    regimes = {"source": Batch(log_outputs=True), "window": Batch(log_outputs=True), "report": Ephemeral()}
+    graph = TaskGraph(tuple(regimes), (DataEdge("source", "output", "window"), DataEdge("window", "output", "report")))
+    back = {"source": (), "window": ("source", window - 1), "report": ("window", 0)}
+    rows = [LedgerEntry("pipe", task, t, regimes[task].spec(), f"run-{t}", 1, notified_through=t,
+                        outputs=(OutputRef("output", f"/durable/{task}/output", "durable", t, 10, None),),
+                        inputs=(InputRef(back[task][0], "output", t, min(back[task][1], t - 1)),) if back[task] else ())
+            for t in range(1, 7) for task in regimes]
+    plan = plan_recovery("pipe", graph, rows, [BadEpoch("source", 3)], last_epoch=6, readable=readable_when(False),
+                         regimes=regimes)
+    assert {t.task_id: list(t.rerun) for t in plan.tasks if t.rerun} == {
+        "source": [3], "window": rerun_window, "report": rerun_window}
+    reread = {(src, e) for src, _, epochs in plan.task("window").rereads for e in epochs}
+    assert reread == {("source", e) for e in rereads}
