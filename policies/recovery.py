@@ -276,8 +276,7 @@ def plan_recovery(
 
 def _rerun_sets(graph: TaskGraph, frontier: Mapping[str, int], stateful: Mapping[str, bool],
                 by_epoch: Mapping[str, Mapping[int, LedgerEntry]], readable: Readable,
-                last_epoch: int, back: Mapping[tuple[str, str, str], int] | None = None,
-                ) -> dict[str, tuple[int, ...]]:
+                last_epoch: int, back: Mapping[tuple[str, str, str], int]) -> dict[str, tuple[int, ...]]:
     """The epochs each task re-runs: past its frontier, all of them for a stateful task.
 
     A stateless task's epochs do not depend on one another, so one past its frontier
@@ -287,7 +286,6 @@ def _rerun_sets(graph: TaskGraph, frontier: Mapping[str, int], stateful: Mapping
     epoch that reads this task's output of it and that output can no longer be read. The
     rest keep their committed output.
     """
-    back = back or {}
     later = {t: set(range(frontier[t] + 1, last_epoch + 1)) for t in graph.tasks}
     rerun = {t: set(later[t]) if stateful[t] else {e for e in later[t] if e not in by_epoch.get(t, {})}
              for t in graph.tasks}

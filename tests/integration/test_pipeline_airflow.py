@@ -4,13 +4,13 @@ falkirk_maintenance DAG collects garbage on its schedule (last: it deletes what 
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 
 import httpx
 
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, run_id_of
+from devstack.processes import wait_until
 from policies.ledger import Ledger
 from policies.store import StoreConfig
 from tests.integration.conftest import EPOCHS
@@ -89,15 +89,16 @@ def _epochs(store: StoreConfig, name: str) -> list[int]:
     return sorted({r["epoch"] for r in table_rows(store, name)})
 
 
-def _first_scheduled_run(client, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
+def _first_scheduled_run(stack: AirflowStack, timeout: float = 120) -> str:
+    client, found = stack.client(), []
+
+    def scheduled() -> bool:
         runs = client.request("GET", f"/api/v2/dags/{MAINTENANCE}/dagRuns")["dag_runs"]
-        scheduled = [r["dag_run_id"] for r in runs if r["run_type"] == "scheduled"]
-        if scheduled:
-            return scheduled[0]
-        assert time.monotonic() < deadline, f"no scheduled run of {MAINTENANCE} after {timeout:.0f} s: {runs}"
-        time.sleep(2)
+        found[:] = [r["dag_run_id"] for r in runs if r["run_type"] == "scheduled"]
+        return bool(found)
+
+    wait_until(f"a scheduled run of {MAINTENANCE}", scheduled, timeout, stack.services, interval=2)
+    return found[0]
 
 
 def test_the_maintenance_dag_collects_on_its_schedule(three_epochs, airflow_stack: AirflowStack,
@@ -108,7 +109,7 @@ def test_the_maintenance_dag_collects_on_its_schedule(three_epochs, airflow_stac
     publish = table_rows(local_store, "publish/output")
     client.set_paused(MAINTENANCE, False)  # the scheduler creates the latest hourly run at once
     try:
-        scheduled = _first_scheduled_run(client)
+        scheduled = _first_scheduled_run(airflow_stack)
         assert client.wait_for_run(MAINTENANCE, scheduled, progress=print) == "success"
 
         # Every task's low-watermark is epoch 3 (aggregate checkpoints durably every epoch,
