@@ -37,15 +37,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
+from deltalake.exceptions import DeltaError
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import select
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
-from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import (
     GetUserDep,
     bearer_scheme,
@@ -55,6 +56,7 @@ from airflow.api_fastapi.core_api.security import (
 from airflow.configuration import conf
 from airflow.models.serialized_dag import SerializedDagModel
 from airflow.models.taskinstance import TaskInstance
+from airflow.utils.session import create_session
 from plugins.airflow_rest import AirflowClient, AirflowError
 from plugins.recovery import RunningReplay, compute_plan, start_replay
 from plugins.view import DagTask, dag_view, plan_view, recovery_history
@@ -78,6 +80,78 @@ app = FastAPI(
 ReadDag = Depends(requires_access_dag("GET"))
 EditTaskInstances = Depends(requires_access_dag("PUT", DagAccessEntity.TASK_INSTANCE))
 
+MAX_BODY_BYTES = 1024 * 1024  # a request body larger than this is refused (413) before it is parsed
+MAX_ITEMS = 256  # failures named in one request
+MAX_EPOCH = 10**9
+CSRF_HEADER = "x-falkirk-request"  # the view sends it; a cross-site form cannot
+
+
+class _LimitBody:
+    """ASGI middleware: refuse a body over ``MAX_BODY_BYTES`` (declared or streamed) with 413."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+            return await _too_large(send)
+        seen = 0
+
+        async def counted() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _BodyTooLarge:
+            await _too_large(send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _too_large(send: Any) -> None:
+    body = (f'{{"detail":"request body over {MAX_BODY_BYTES} bytes; name at most {MAX_ITEMS} '
+            f'failures per request"}}').encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+app.add_middleware(_LimitBody)
+
+
+@app.exception_handler(HTTPException)
+async def _invalid_token_is_401(request: Request, exc: HTTPException):
+    # Airflow answers 403 for a token it cannot verify; a credential that is not valid is 401.
+    if exc.status_code == 403 and exc.detail == "Invalid JWT token":
+        exc = HTTPException(status_code=401, detail="Invalid token: sign in again", headers={"WWW-Authenticate": "Bearer"})
+    return await http_exception_handler(request, exc)
+
+
+@app.exception_handler(DeltaError)
+async def _damaged_store(request: Request, exc: DeltaError) -> JSONResponse:
+    return JSONResponse(status_code=503, content={
+        "detail": f"the Falkirk store cannot be read: {exc}. A table's _delta_log is damaged: restore it from a "
+                  f"backup. Nothing was changed."})
+
+
+def _not_cross_site(request: Request, bearer: HTTPAuthorizationCredentials | None = Depends(bearer_scheme)) -> None:
+    """A state-changing request carries the token in its Authorization header, or comes from the
+    view (which sends ``X-Falkirk-Request``): the UI's cookie alone, which a page on another
+    site can make a browser send, is refused."""
+    if bearer is None and request.headers.get(CSRF_HEADER) is None:
+        raise HTTPException(status_code=403, detail=f"a state-changing request needs the token in the Authorization "
+                                                    f"header (or the {CSRF_HEADER} header the Falkirk view sends)")
+
 
 # -- request bodies ---------------------------------------------------------------------------
 
@@ -86,23 +160,24 @@ class TaskEpoch(BaseModel):
     """One task instance, by task and epoch (epoch N is the DAG run ``epoch-N``)."""
 
     model_config = ConfigDict(extra="forbid")
-    task_id: str = Field(min_length=1, examples=["clean"])
-    epoch: int = Field(ge=1, examples=[4])
+    task_id: str = Field(min_length=1, max_length=250, examples=["clean"])
+    epoch: StrictInt = Field(ge=1, le=MAX_EPOCH, examples=[4])
 
 
 class FailureSpec(BaseModel):
     """The failures to recover from; name at least one."""
 
     model_config = ConfigDict(extra="forbid")
-    failed_tasks: list[TaskEpoch] = Field(default=[], description="task instances that failed")
-    lost_scratch: list[str] = Field(default=[], description="scratch locations whose contents are gone")
-    bad_epochs: list[TaskEpoch] = Field(default=[], description="task epochs whose results are wrong")
+    failed_tasks: list[TaskEpoch] = Field(default=[], max_length=MAX_ITEMS, description="task instances that failed")
+    lost_scratch: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        default=[], max_length=MAX_ITEMS, description="scratch locations whose contents are gone")
+    bad_epochs: list[TaskEpoch] = Field(default=[], max_length=MAX_ITEMS, description="task epochs whose results are wrong")
 
 
 class ReplayRequest(FailureSpec):
     """A replay of the plan for these failures, as previewed at ``ledger_version``."""
 
-    ledger_version: int | None = Field(description="the ledger version the preview showed; the replay is "
+    ledger_version: StrictInt | None = Field(ge=0, description="the ledger version the preview showed; the replay is "
                                                    "refused (409) if the ledger has changed since")
 
 
@@ -121,8 +196,11 @@ def _invalid(loc: list[str | int], msg: str) -> HTTPException:
     return HTTPException(status_code=422, detail=[{"loc": ["body", *loc], "msg": msg, "type": "value_error"}])
 
 
-def _dag_tasks(dag_id: str, session: Any) -> list[DagTask]:
-    dag = SerializedDagModel.get_dag(dag_id, session=session)
+def _dag_tasks(dag_id: str) -> list[DagTask]:
+    """The DAG's tasks, read in a session of its own that ends here: plan computations that
+    follow never hold one of the metadata database's connections."""
+    with create_session() as session:
+        dag = SerializedDagModel.get_dag(dag_id, session=session)
     if dag is None:
         raise HTTPException(status_code=404, detail=f"DAG {dag_id!r} is not in the metadata database")
     return [DagTask(t.task_id, getattr(t, "falkirk_regime", None), tuple(sorted(t.upstream_task_ids)))
@@ -143,20 +221,19 @@ def _failures(spec: FailureSpec, tasks: list[DagTask], store: StoreConfig, last_
                                                     f"the last epoch is {last_epoch}")
             kind = FailedTask if field == "failed_tasks" else BadEpoch
             failures.append(kind(item.task_id, item.epoch))
-    scratch = store.scratch_uri.rstrip("/")
     for i, location in enumerate(spec.lost_scratch):
-        if location.rstrip("/") != scratch and not location.startswith(scratch + "/"):
-            raise _invalid(["lost_scratch", i], f"{location!r} is not under the store's scratch location "
-                                                f"{scratch!r}; name a directory under it")
-        failures.append(LostScratch(location))
+        try:
+            failures.append(LostScratch(store.scratch_location(location)))
+        except StoreError as exc:
+            raise _invalid(["lost_scratch", i], str(exc)) from None
     if not failures:
         raise _invalid([], "name at least one failure: failed_tasks, lost_scratch or bad_epochs")
     return failures
 
 
-def _plan(dag_id: str, spec: FailureSpec, session: Any, record: bool):
+def _plan(dag_id: str, spec: FailureSpec, record: bool):
     store = _store()
-    tasks = _dag_tasks(dag_id, session)
+    tasks = _dag_tasks(dag_id)
     ledger = Ledger(store)
     entries, rolled_back = ledger.entries_and_invalidated(dag_id)
     last = max((e.epoch for e in [*entries, *rolled_back]), default=0)
@@ -192,21 +269,22 @@ def health(user: GetUserDep) -> dict[str, Any]:
 
 
 @app.get("/api/v1/dags/{dag_id}/view", dependencies=[ReadDag])
-def view(dag_id: str, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     """Everything the Falkirk view shows at load: the DAG's tasks with their regimes and upstream
     tasks, the grid of checkpoint statuses (one letter per epoch, see ``statuses``), Airflow's
     state of the instances that are not plainly successful, the failed instances (preselected
     as the failure), scratch locations, the ledger version, whether the caller may replay, and
     the history of recoveries."""
     store = _store()
-    tasks = _dag_tasks(dag_id, session)
+    tasks = _dag_tasks(dag_id)
+    with create_session() as session:
+        rows = session.execute(select(TaskInstance.task_id, TaskInstance.run_id, TaskInstance.state).where(
+            TaskInstance.dag_id == dag_id, (TaskInstance.state != "success") | TaskInstance.state.is_(None))).all()
+    live = {(task, run): (str(state.value if hasattr(state, "value") else state) if state else None)
+            for task, run, state in rows}
     ledger = Ledger(store)
     version = ledger.version()
     grid = grid_from_ledger(ledger, dag_id, [t.task_id for t in tasks], collected_through=ledger.collected(dag_id))
-    rows = session.execute(select(TaskInstance.task_id, TaskInstance.run_id, TaskInstance.state).where(
-        TaskInstance.dag_id == dag_id, (TaskInstance.state != "success") | TaskInstance.state.is_(None)))
-    live = {(task, run): (str(state.value if hasattr(state, "value") else state) if state else None)
-            for task, run, state in rows}
     can_replay = get_auth_manager().is_authorized_dag(
         method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
     body = dag_view(dag_id, tasks, grid, live, RecoveryLog(store).events(dag_id), store.scratch_uri, version,
@@ -216,19 +294,19 @@ def view(dag_id: str, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
 
 
 @app.post("/api/v1/dags/{dag_id}/preview", dependencies=[ReadDag])
-def preview(dag_id: str, spec: FailureSpec, session: SessionDep) -> dict[str, Any]:
+def preview(dag_id: str, spec: FailureSpec) -> dict[str, Any]:
     """The recovery plan for ``spec``, computed and not recorded: each task's frontier, the exact
     re-run set, and what Airflow's clear-downstream from each failure would re-run."""
-    return plan_view(_plan(dag_id, spec, session, record=False))
+    return plan_view(_plan(dag_id, spec, record=False))
 
 
-@app.post("/api/v1/dags/{dag_id}/recoveries", dependencies=[EditTaskInstances], status_code=202)
+@app.post("/api/v1/dags/{dag_id}/recoveries", dependencies=[EditTaskInstances, Depends(_not_cross_site)],
+          status_code=202)
 def start_recovery(
     dag_id: str,
     spec: ReplayRequest,
     request: Request,
     user: GetUserDep,
-    session: SessionDep,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> dict[str, Any]:
     """Roll back and replay: record the plan for ``spec``, take the DAG's recovery lease,
@@ -236,7 +314,7 @@ def start_recovery(
     REST API with the caller's token. Answers 202 once the task instances are cleared; the
     recovery's outcome then appears in ``GET .../recoveries``. 409 when the ledger changed
     since the preview, another recovery of the DAG is running, or the plan already ran."""
-    plan = _plan(dag_id, spec, session, record=False)
+    plan = _plan(dag_id, spec, record=False)
     if plan.ledger_version != spec.ledger_version:
         raise HTTPException(status_code=409, detail=f"the ledger changed since the preview (version "
                                                     f"{spec.ledger_version} then, {plan.ledger_version} now); "
@@ -264,23 +342,24 @@ def _finish(running: RunningReplay) -> None:
 
 
 @app.get("/api/v1/dags/{dag_id}/recoveries", dependencies=[ReadDag])
-def recoveries(dag_id: str, session: SessionDep) -> dict[str, Any]:
+def recoveries(dag_id: str) -> dict[str, Any]:
     """The DAG's recoveries, newest first: failures, re-run counts, who ran each, when, and the outcome."""
-    _dag_tasks(dag_id, session)
+    _dag_tasks(dag_id)
     return {"dag_id": dag_id, "recoveries": recovery_history(RecoveryLog(_store()).events(dag_id))}
 
 
 @app.get("/api/v1/dags/{dag_id}/ledger", dependencies=[ReadDag])
 def dag_ledger(dag_id: str) -> dict[str, Any]:
-    """Every checkpoint recorded for ``dag_id``, ordered by epoch and task."""
+    """Every checkpoint recorded for ``dag_id``, ordered by epoch and task (404 for a DAG Airflow does not know)."""
+    _dag_tasks(dag_id)
     entries = Ledger(_store()).entries(dag_id)
     return {"dag_id": dag_id, "total_entries": len(entries), "entries": [_entry_json(e) for e in entries]}
 
 
 @app.get("/api/v1/dags/{dag_id}/regimes", dependencies=[ReadDag])
-def dag_regimes(dag_id: str, session: SessionDep) -> dict[str, Any]:
+def dag_regimes(dag_id: str) -> dict[str, Any]:
     """Each task's fault-tolerance regime, read from the serialized DAG (no DAG file is imported)."""
-    tasks = [{"task_id": t.task_id, "regime": t.regime} for t in _dag_tasks(dag_id, session)]
+    tasks = [{"task_id": t.task_id, "regime": t.regime} for t in _dag_tasks(dag_id)]
     return {"dag_id": dag_id, "tasks": sorted(tasks, key=lambda t: t["task_id"])}
 
 

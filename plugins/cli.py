@@ -8,6 +8,11 @@
   re-run. It changes no table and no task instance.
 * ``falkirk replay PLAN_ID``: execute a recorded plan through Airflow and show progress
   until every re-run has finished (see :mod:`plugins.recovery`).
+* ``falkirk release --dag D --reason TEXT``: end the DAG's recovery (or collection) lease by
+  hand, when its holder is known to be dead; recorded in the recovery log with who and why.
+  A lease also expires by itself when its holder stops renewing it
+  (``FALKIRK_LEASE_SECONDS``, default 120); either way ``falkirk replay PLAN_ID`` then
+  resumes the plan where it stopped.
 * ``falkirk gc --dag D [--dry-run]``: garbage-collect what the DAG's low-watermarks
   release (see :mod:`policies.collector`) and print it, with the space reclaimed;
   ``--dry-run`` only prints. Needs only the store, not Airflow.
@@ -31,11 +36,14 @@ import os
 import sys
 from typing import Sequence
 
+from deltalake.exceptions import DeltaError
+
 from plugins.airflow_rest import AirflowClient, AirflowError
 from policies import cli as solver_cli
 from policies.recovery import PlanError
 
 EXIT_INVALID = 2
+EXIT_STORE = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="a scratch directory that is gone")
     plan.add_argument("--bad-epoch", action="append", default=[], metavar="TASK:EPOCH",
                       help="an epoch of a task whose results are wrong (e.g. its input was corrected)")
-    plan.add_argument("--last-epoch", type=int, help="the latest epoch with a DAG run (default: the ledger's)")
+    plan.add_argument("--last-epoch", type=_epoch_arg, help="the latest epoch with a DAG run (default: the ledger's)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     replay = sub.add_parser("replay", help="execute a recorded plan through Airflow and wait for it")
     replay.add_argument("plan_id")
@@ -64,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.add_argument("--retain-hours", type=int, default=1, metavar="HOURS",
                     help="keep files a table stopped referencing this many hours, for jobs still reading "
                          "(a whole number; default 1)")
+    release = sub.add_parser("release", help="end a DAG's recovery lease by hand (its holder is dead)")
+    release.add_argument("--dag", required=True)
+    release.add_argument("--reason", required=True, help="why; recorded in the recovery log")
     delivered = sub.add_parser("delivered", help="record that an external system accepted a task's epochs")
     delivered.add_argument("--dag", required=True)
     delivered.add_argument("--task", required=True)
@@ -74,10 +85,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
     args = parser.parse_args(argv)
     try:
-        return {"plan": _plan, "replay": _replay, "gc": _gc, "delivered": _delivered}[args.command](args)
+        return {"plan": _plan, "replay": _replay, "gc": _gc, "delivered": _delivered,
+                "release": _release}[args.command](args)
     except (PlanError, AirflowError, ValueError) as exc:
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except DeltaError as exc:
+        print(f"falkirk {args.command}: the store cannot be read: {exc}. A table's _delta_log is damaged: restore "
+              f"it from a backup (nothing was changed)", file=sys.stderr)
+        return EXIT_STORE
+
+
+def _epoch_arg(value: str) -> int:
+    if not value.isascii() or not value.isdigit() or len(value) > 10 or not 1 <= int(value) <= MAX_EPOCH:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}: give an epoch from 1 to {MAX_EPOCH}")
+    return int(value)
 
 
 def _client(url: str | None, required: bool) -> AirflowClient | None:
@@ -119,8 +141,8 @@ def _replay(args: argparse.Namespace) -> int:
 
     client = _client(args.airflow_url, required=True)
     try:
-        replay(args.plan_id, StoreConfig.from_env(), client, progress=lambda m: print(m, flush=True),
-               timeout=args.timeout)
+        replay(args.plan_id, StoreConfig.from_env(), client, holder=os.environ.get("FALKIRK_AIRFLOW_USER"),
+               progress=lambda m: print(m, flush=True), timeout=args.timeout)
     except AlreadyReplayed as exc:
         print(f"falkirk replay: {exc}")
     return 0
@@ -130,8 +152,8 @@ def _gc(args: argparse.Namespace) -> int:
     from policies.collector import collect
     from policies.store import StoreConfig
 
-    if args.retain_hours < 0:
-        raise ValueError(f"--retain-hours {args.retain_hours}: give 0 or more")
+    if not 0 <= args.retain_hours <= 87_600:
+        raise ValueError(f"--retain-hours {args.retain_hours}: give a whole number of hours from 0 to 87600")
     report = collect(StoreConfig.from_env(), args.dag, dry_run=args.dry_run, retain_hours=args.retain_hours,
                      progress=lambda m: print(m, flush=True))
     plan = report.plan
@@ -142,6 +164,19 @@ def _gc(args: argparse.Namespace) -> int:
     else:
         print(f"reclaimed {plan.bytes} bytes; {report.files_removed} files removed from disk (files dropped less "
               f"than {args.retain_hours} h ago stay; a later collection of the same table removes them)")
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    import getpass
+
+    from policies.recovery_log import RecoveryLog
+    from policies.store import StoreConfig
+
+    by = os.environ.get("FALKIRK_AIRFLOW_USER") or getpass.getuser()
+    held = RecoveryLog(StoreConfig.from_env()).release(args.dag, by, args.reason)
+    print(f"released the lease of plan {held.plan_id} on {args.dag} (held by {held.holder} since "
+          f"{held.since:%Y-%m-%d %H:%M:%S}Z); resume the plan with: falkirk replay {held.plan_id}")
     return 0
 
 
@@ -156,10 +191,15 @@ def _delivered(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_EPOCH = 10**9
+
+
 def _task_epoch(flag: str, value: str) -> tuple[str, int]:
     task, sep, epoch = value.rpartition(":")
-    if not sep or not task or not epoch.isdigit():
-        raise ValueError(f"{flag} {value!r}: write it as TASK:EPOCH, e.g. aggregate:4")
+    if not sep or not task or not epoch.isascii() or not epoch.isdigit() or len(epoch) > 10 \
+            or not 1 <= int(epoch) <= MAX_EPOCH:
+        raise ValueError(f"{flag} {value!r:.80}: write it as TASK:EPOCH with an epoch from 1 to {MAX_EPOCH}, "
+                         f"e.g. aggregate:4")
     return task, int(epoch)
 
 

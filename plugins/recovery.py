@@ -32,15 +32,20 @@ from __future__ import annotations
 import getpass
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping, Sequence
 
 from plugins.airflow_rest import AirflowClient, AirflowError
 from policies.checkpoint_chains import StoreReadability, TaskGraph
 from policies.ledger import Ledger, LedgerEntry
 from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan, plan_recovery
-from policies.recovery_log import AlreadyReplayed, Lease, LeaseHeld, RecoveryLog
+from policies.faults import crash_point
+from policies.recovery_log import AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds
 from policies.regimes import Regime
-from policies.store import StoreConfig
+from policies.store import StoreConfig, StoreError
+
+# How far past the ledger's newest epoch --last-epoch may name DAG runs (runs that committed nothing).
+MAX_EPOCHS_AHEAD = 1000
 
 Progress = Callable[[str], None]
 
@@ -95,11 +100,25 @@ def compute_plan(
     if not entries:
         raise PlanError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}; "
                         f"has it run with Falkirk's operator?")
+    newest = max(e.epoch for e in [*entries, *rolled_back])
+    if last_epoch is not None and (isinstance(last_epoch, bool) or not isinstance(last_epoch, int)
+                                   or not 1 <= last_epoch <= newest + MAX_EPOCHS_AHEAD):
+        raise PlanError(f"--last-epoch {last_epoch!r:.40}: give the latest epoch with a DAG run, from 1 to "
+                        f"{newest + MAX_EPOCHS_AHEAD} (the ledger's newest epoch is {newest})")
+    checked: list[Failure] = []
+    for f in failures:
+        if isinstance(f, LostScratch):
+            try:
+                f = LostScratch(store.scratch_location(f.location))
+            except StoreError as exc:
+                raise PlanError(f"--lost-scratch {exc}") from None
+        checked.append(f)
+    failures = checked
     graph = TaskGraph.from_ledger(entries)
     if regimes:
         graph = TaskGraph(tuple(sorted(set(graph.tasks) | set(regimes))), graph.edges)
     last = last_epoch if last_epoch is not None else max(e.epoch for e in [*entries, *rolled_back])
-    result = plan_recovery(dag_id, graph, entries, failures, last, StoreReadability(store),
+    result = plan_recovery(dag_id, graph, entries, failures, last, StoreReadability(store, [*entries, *rolled_back]),
                            regimes=regimes, ledger_version=version)
     if record:
         RecoveryLog(store).record(result)
@@ -115,6 +134,7 @@ class ReplayReport:
     invalidated: int
     seconds: float
     already_done: bool = False
+    resumed: bool = False
 
 
 def replay(
@@ -126,7 +146,12 @@ def replay(
     timeout: float = 3600,
     poll: float = 2.0,
 ) -> ReplayReport:
-    """Execute the recorded plan ``plan_id`` (see the module docstring) and wait for it."""
+    """Execute the recorded plan ``plan_id`` (see the module docstring) and wait for it.
+
+    Running it again after an executor died half-way resumes it: what is already
+    invalidated stays so, and only the task instances that did not already re-run (or are
+    not already waiting to) are cleared.
+    """
     try:
         running = start_replay(plan_id, store, client, holder, progress)
     except AlreadyReplayed:
@@ -147,19 +172,31 @@ class RunningReplay:
     cleared: dict[str, tuple[str, ...]]
     invalidated: int
     started: float
+    store: StoreConfig | None = None
 
     def wait(self, progress: Progress = print, timeout: float = 3600, poll: float = 2.0) -> ReplayReport:
-        """Wait until every cleared task instance succeeded, then give the lease back."""
+        """Wait until every re-run succeeded, renewing the lease, then clear what later DAG runs
+        computed from rolled-back epochs meanwhile, and give the lease back."""
         rerun = self.plan.rerun_set()
         try:
-            _wait(self.client, self.plan, self.runs, progress, timeout, poll, self.started)
+            _wait(self, set(rerun), progress, timeout, poll)
+            follow_on = _later_runs(self, progress)
+            while follow_on:
+                _wait(self, follow_on, progress, timeout, poll)
+                follow_on = _later_runs(self, progress)
         except BaseException as exc:
             self.fail(exc)
             raise
         self.log.end(self.lease, "finished", f"{len(rerun)} task instances re-ran")
         seconds = time.monotonic() - self.started
         progress(f"plan {self.plan.plan_id}: done, {len(rerun)} task instances re-ran in {seconds:.0f}s")
-        return ReplayReport(self.plan.plan_id, self.cleared, self.invalidated, seconds)
+        return ReplayReport(self.plan.plan_id, self.cleared, self.invalidated, seconds, resumed=self.lease.resumed)
+
+    def renew(self) -> None:
+        """Renew the lease if a third of it has passed (raises ``LeaseLost`` if it was taken)."""
+        now = datetime.now(timezone.utc)
+        if (now - (self.lease.last_seen or self.lease.since)).total_seconds() >= lease_seconds() / 3:
+            self.lease = self.log.renew(self.lease)
 
     def fail(self, exc: BaseException) -> None:
         self.log.end(self.lease, "failed", f"{type(exc).__name__}: {exc}"[:2000])
@@ -172,47 +209,202 @@ def start_replay(
     holder: str | None = None,
     progress: Progress = print,
 ) -> RunningReplay:
-    """Steps 1-4 of the module docstring: check, take the lease, invalidate, clear.
+    """Check, take the lease, check again, invalidate, clear (see the module docstring).
 
     Raises :class:`AlreadyReplayed` for a plan that finished, :class:`LeaseHeld` while
-    another recovery of the DAG runs, :class:`PlanError` when the ledger changed since the
-    plan was computed; in each case nothing was changed.
+    another recovery (or a garbage collection) of the DAG runs, :class:`PlanError` when the
+    ledger or the store changed since the plan was computed (a checkpoint it restores, or an
+    input it re-reads, is gone), and :class:`AirflowError` when Airflow refuses to clear the
+    task instances (checked with a dry run first); in each case no ledger row is invalidated
+    and no task instance cleared.
     """
     started = time.monotonic()
     holder = holder or getpass.getuser()
     log, ledger = RecoveryLog(store), Ledger(store)
     recovery = log.plan(plan_id)
-    log.check_not_finished(recovery)
-    now = ledger.version()
-    if now != recovery.ledger_version:
-        raise PlanError(f"plan {plan_id}: the ledger changed since the plan was computed (version "
-                        f"{recovery.ledger_version} then, {now} now); compute a new plan with `falkirk plan`")
+    events = log.events(recovery.dag_id)
+    check_not_finished(events, plan_id)
+    resuming = any(r["plan_id"] == plan_id and r["event"] in ("started", "resumed") for r in events)
+    _validate(recovery, store, resuming)  # refuse early, before anything is written
     runs = _run_ids(recovery, ledger.entries(recovery.dag_id, include_invalidated=True))
     lease = log.begin(recovery, holder)
-    running = RunningReplay(recovery, log, lease, client, runs, {}, 0, started)
+    running = RunningReplay(recovery, log, lease, client, runs, {}, 0, started, store)
     try:
+        if lease.resumed:
+            progress(f"plan {plan_id}: resuming (the lease was {'taken over' if not resuming else 'taken again'})")
+        crash_point("replay", 0, "after-lease", dag_id=recovery.dag_id)
+        _validate(recovery, store, resuming)  # again under the lease: nothing can change it from here
         rerun = recovery.rerun_set()
+        for epoch in sorted({e for _, e in rerun}):  # Airflow checks the caller's rights, changing nothing
+            client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
+        # One append per plan: a resumed replay whose invalidations were made adds none.
         doomed = [e for e in ledger.entries(recovery.dag_id) if (e.task_id, e.epoch) in rerun]
         running.invalidated = ledger.invalidate(doomed, plan_id)
         progress(f"plan {plan_id}: invalidated {running.invalidated} ledger rows past the frontiers")
-        for epoch in sorted({e for _, e in rerun}):
-            tasks = tuple(sorted(t for t, e in rerun if e == epoch))
-            client.clear(recovery.dag_id, runs[epoch], list(tasks))
-            running.cleared[runs[epoch]] = tasks
-            progress(f"plan {plan_id}: cleared epoch {epoch} ({runs[epoch]}): {', '.join(tasks)}")
+        crash_point("replay", 0, "after-invalidations", dag_id=recovery.dag_id)
+        _sweep_later_rows(running, ledger, progress)
+        todo = _to_clear(running, ledger)
+        skipped = len(rerun) - len(todo)
+        if skipped:
+            progress(f"plan {plan_id}: {skipped} task instances already re-ran or are waiting to; not cleared again")
+        _clear(running, todo, progress)
     except BaseException as exc:
         running.fail(exc)
         raise
     return running
 
 
-def _wait(client: AirflowClient, recovery: RecoveryPlan, runs: dict[int, str], progress: Progress,
-          timeout: float, poll: float, started: float) -> None:
-    todo = set(recovery.rerun_set())
+def _clear(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress) -> None:
+    recovery = running.plan
+    for epoch in sorted({e for _, e in todo}):
+        tasks = tuple(sorted(t for t, e in todo if e == epoch))
+        running.client.clear(recovery.dag_id, running.runs[epoch], list(tasks))
+        running.cleared[running.runs[epoch]] = tuple(sorted({*running.cleared.get(running.runs[epoch], ()), *tasks}))
+        progress(f"plan {recovery.plan_id}: cleared epoch {epoch} ({running.runs[epoch]}): {', '.join(tasks)}")
+        running.renew()
+        crash_point("replay", epoch, "after-clear", dag_id=recovery.dag_id)
+
+
+# Airflow states in which a task instance will not run again unless it is cleared.
+_SETTLED = {"success", "failed", "upstream_failed", "skipped", "removed"}
+
+
+def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str, int]] | None = None
+              ) -> set[tuple[str, int]]:
+    """Of ``wanted`` (the plan's re-run set), the task instances that still need a clear: not
+    redone (no current ledger row) and settled in Airflow, or never run in a run that ended.
+
+    A resumed replay therefore never clears an instance the previous executor already cleared
+    (it is queued, running, or has re-run and committed).
+    """
+    recovery = running.plan
+    wanted = set(recovery.rerun_set() if wanted is None else wanted)
+    gone = {(t, e, m, inc) for _, t, m, e, inc in ledger.invalidated(recovery.dag_id)}
+    current = {(e.task_id, e.epoch) for e in ledger.entries(recovery.dag_id)
+               if (e.task_id, e.epoch, e.map_index, e.incarnation) not in gone}
+    todo = set()
+    for epoch in sorted({e for _, e in wanted}):
+        run = running.runs[epoch]
+        tis = running.client.task_instances(recovery.dag_id, run)
+        run_state = running.client.dag_run(recovery.dag_id, run).get("state")
+        for task in sorted(t for t, e in wanted if e == epoch):
+            if (task, epoch) in current:
+                continue
+            state = tis.get(task, {}).get("state")
+            if state in _SETTLED or (state is None and run_state in ("success", "failed")):
+                todo.add((task, epoch))
+    return todo
+
+
+def _affected_later(running: RunningReplay, ledger: Ledger) -> set[str]:
+    """The tasks whose epochs after the plan's last one depend on epochs the plan redoes: the
+    stateful tasks it re-runs, and every task downstream of a task it re-runs."""
+    entries = ledger.entries(running.plan.dag_id, include_invalidated=True)
+    graph = TaskGraph.from_ledger(entries)
+    regimes = {t.task_id: Regime.parse(t.regime) for t in running.plan.tasks}
+    redone = {t.task_id for t in running.plan.tasks if t.rerun}
+    affected = {t for t in redone if regimes[t].keeps_state}
+    frontier = list(redone)
+    seen = set(redone)
+    while frontier:
+        t = frontier.pop()
+        for e in graph.edges:
+            if e.src == t and e.dst not in seen:
+                seen.add(e.dst)
+                affected.add(e.dst)
+                frontier.append(e.dst)
+    return affected
+
+
+def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress) -> int:
+    """Invalidate rows committed after the plan's last epoch from data the plan rolls back (a
+    DAG run that arrived while the replay started). Rows appended after this sweep are
+    withdrawn by their own job (``spark_jobs.runtime``): it re-checks its inputs after its
+    commit point."""
+    recovery = running.plan
+    affected = _affected_later(running, ledger)
+    later = [e for e in ledger.entries(recovery.dag_id) if e.epoch > recovery.last_epoch and e.task_id in affected]
+    if not later:
+        return 0
+    digest = ",".join(sorted(f"{e.task_id}:{e.epoch}:{e.incarnation}" for e in later))
+    n = ledger.invalidate(later, f"{recovery.plan_id}+later:{_short_hash(digest)}")
+    if n:
+        progress(f"plan {recovery.plan_id}: invalidated {n} rows of later DAG runs computed from rolled-back epochs")
+    return n
+
+
+def _later_runs(running: RunningReplay, progress: Progress) -> set[tuple[str, int]]:
+    """Task instances of DAG runs after the plan's last epoch that need a re-run because of it
+    (they failed waiting for a rolled-back epoch, or their rows were swept), cleared here."""
+    if running.store is None:
+        return set()
+    ledger = Ledger(running.store)
+    _sweep_later_rows(running, ledger, progress)
+    recovery = running.plan
+    every = ledger.entries(recovery.dag_id, include_invalidated=True)
+    running.runs.update({e.epoch: e.run_id for e in every if e.epoch not in running.runs})
+    affected = _affected_later(running, ledger)
+    wanted = {(t, e) for e in running.runs if e > recovery.last_epoch for t in affected}
+    todo = _to_clear(running, ledger, wanted)
+    if todo:
+        progress(f"plan {recovery.plan_id}: later DAG runs arrived during the recovery; re-running "
+                 + ", ".join(f"{t}@{e}" for t, e in sorted(todo, key=lambda x: (x[1], x[0]))))
+        _clear(running, todo, progress)
+    return todo
+
+
+def _validate(recovery: RecoveryPlan, store: StoreConfig, resuming: bool) -> None:
+    """Refuse a plan the store can no longer execute (see :func:`start_replay`)."""
+    ledger = Ledger(store)
+    if not resuming:
+        now = ledger.version()
+        if now != recovery.ledger_version:
+            raise PlanError(f"plan {recovery.plan_id}: the ledger changed since the plan was computed (version "
+                            f"{recovery.ledger_version} then, {now} now); compute a new plan with `falkirk plan`")
+    entries = ledger.entries(recovery.dag_id, include_invalidated=True)
+    readable = StoreReadability(store, entries)
+    by_key = {(e.task_id, e.epoch): e for e in ledger.entries(recovery.dag_id)}
+    problems = []
+    for t in recovery.tasks:
+        if t.restore_from is not None:
+            row = by_key.get((t.task_id, t.restore_from.epoch))
+            if row is None or not readable(t.restore_from.uri, row.key):
+                problems.append(f"{t.task_id}'s state of epoch {t.restore_from.epoch} at {t.restore_from.uri}")
+        for src, output, epochs in t.rereads:
+            for epoch in epochs:
+                row = by_key.get((src, epoch))
+                ref = next((o for o in row.outputs if o.name == output), None) if row else None
+                if ref is None or not readable(ref.uri, row.key):
+                    where = f" at {ref.uri}" if ref else ""
+                    problems.append(f"{src}'s output {output!r} of epoch {epoch}{where}")
+    if problems:
+        raise PlanError(f"plan {recovery.plan_id} can no longer run: it restores or re-reads "
+                        f"{'; '.join(problems)}, which the store no longer holds (garbage-collected or lost "
+                        f"since the plan was computed); compute a new plan with `falkirk plan`")
+    if not resuming:
+        regimes = {t.task_id: Regime.parse(t.regime) for t in recovery.tasks}
+        again = compute_plan(recovery.dag_id, store, recovery.failures, regimes, last_epoch=recovery.last_epoch,
+                             record=False)
+        if again.plan_id != recovery.plan_id:
+            raise PlanError(f"plan {recovery.plan_id}: the store changed since the plan was computed (it would "
+                            f"now be plan {again.plan_id}: a checkpoint was collected or lost); compute a new "
+                            f"plan with `falkirk plan`")
+
+
+def _short_hash(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress, timeout: float,
+          poll: float) -> None:
+    client, recovery, runs, started = running.client, running.plan, running.runs, running.started
     seen: dict[tuple[str, int], str | None] = {}
     deadline = time.monotonic() + timeout
     while True:
         client.on_poll()
+        running.renew()
         done = 0
         for epoch in sorted({e for _, e in todo}):
             tis = client.task_instances(recovery.dag_id, runs[epoch])
@@ -223,12 +415,13 @@ def _wait(client: AirflowClient, recovery: RecoveryPlan, runs: dict[int, str], p
                     progress(f"  {time.monotonic() - started:6.1f}s  epoch {epoch}  {task:<12} {state or 'waiting'}")
                 if state in ("failed", "upstream_failed"):
                     raise AirflowError(f"{task} of epoch {epoch} ({runs[epoch]}) ended {state}; see its log in "
-                                       f"Airflow, fix the cause, then plan again")
+                                       f"Airflow, fix the cause, then resume with: falkirk replay {recovery.plan_id}")
                 done += state == "success"
         if done == len(todo):
             return
         if time.monotonic() > deadline:
-            raise AirflowError(f"timed out after {timeout:.0f}s with {done}/{len(todo)} task instances done")
+            raise AirflowError(f"timed out after {timeout:.0f}s with {done}/{len(todo)} task instances done; "
+                               f"resume with: falkirk replay {recovery.plan_id}")
         time.sleep(poll)
 
 

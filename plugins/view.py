@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from policies.checkpoint_status import CheckpointGrid, CheckpointStatus
 from policies.recovery import RecoveryPlan
+from policies.recovery_log import GC_PREFIX
 from policies.regimes import Regime, RegimeError
 
 # Airflow task-instance states worth showing over a cell; "success" is what the ledger shows.
@@ -130,9 +131,11 @@ def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     """
     plans: dict[str, dict[str, Any]] = {}
     for r in events:
+        if r["plan_id"].startswith(GC_PREFIX):  # a garbage collection's lease, not a recovery
+            continue
         p = plans.setdefault(r["plan_id"], {"plan_id": r["plan_id"], "failures": [], "rerun_count": None,
                                             "clear_downstream_count": None, "by": None, "started_at": None,
-                                            "ended_at": None, "outcome": None, "detail": ""})
+                                            "ended_at": None, "outcome": None, "detail": "", "resumptions": 0})
         at = r["recorded_at"].isoformat() if hasattr(r["recorded_at"], "isoformat") else str(r["recorded_at"])
         if r["event"] == "planned":
             plan = RecoveryPlan.from_json(json.loads(r["detail"]))
@@ -140,10 +143,22 @@ def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                      clear_downstream_count=len(plan.clear_downstream_set()))
         elif r["event"] == "started":
             p.update(by=r["holder"], started_at=at, outcome="running", ended_at=None, detail="")
+        elif r["event"] == "resumed":  # the same recovery, continued by another executor
+            p.update(by=r["holder"], outcome="running", ended_at=None, resumptions=p["resumptions"] + 1,
+                     started_at=p["started_at"] or at)
         elif r["event"] in ("finished", "failed"):
             p.update(ended_at=at, outcome=r["event"], detail=r["detail"])
+        elif r["event"] in ("released", "expired"):
+            p.update(ended_at=at, outcome=r["event"], detail=_note(r["detail"]))
     started = [p for p in plans.values() if p["started_at"]]
     return sorted(started, key=lambda p: p["started_at"], reverse=True)
+
+
+def _note(detail: str) -> str:
+    try:
+        return str(json.loads(detail).get("note", detail))
+    except (ValueError, AttributeError):
+        return detail
 
 
 __all__ = ["DagTask", "dag_view", "plan_view", "recovery_history", "topological"]

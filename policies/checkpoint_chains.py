@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from policies.epoch_tables import CommitKey, open_table
+from policies.epoch_tables import CommitKey, epoch_rows, open_table
 from policies.graph import Edge, Graph, Processor
 from policies.ledger import LedgerEntry, is_external
 from policies.metadata import Chain, Checkpoint
@@ -114,42 +114,74 @@ class TaskGraph:
 class StoreReadability:
     """A :data:`Readable` over a store's Delta tables; each table's log is read once.
 
-    A table holds a commit when the table opens and records that (task, epoch)'s app
-    transaction at this incarnation or a later one; for a state table, also when no
-    garbage collection has taken that checkpoint (:meth:`policies.ledger.Ledger.collected`).
-    (Outputs are collected only at epochs that every consumer's low-watermark has passed,
-    where whether they are readable no longer matters.) A tier that is gone (its directory
-    deleted) has no tables, so nothing in it is readable. An external destination
-    (``external:…``) holds an epoch once the ledger records its delivery.
+    A table holds a commit when :func:`policies.epoch_tables.missing_commit` finds nothing
+    missing: the table opens, records that (task, epoch)'s app transaction at this
+    incarnation or a later one, and its epoch still holds the rows the ledger recorded (a
+    partition deleted by garbage collection keeps the transaction record but not the rows).
+    A state table is also unreadable at epochs a garbage collection has marked
+    (:meth:`policies.ledger.Ledger.collected`). A tier that is gone (its directory deleted)
+    has no tables, so nothing in it is readable. An external destination (``external:…``)
+    holds an epoch once the ledger records its delivery.
+
+    ``entries`` are the ledger rows whose row counts to check (all of the DAG's, with the
+    rolled-back ones, when not given: read from the ledger on first use).
     """
 
-    def __init__(self, store: StoreConfig) -> None:
+    def __init__(self, store: StoreConfig, entries: Iterable[LedgerEntry] | None = None) -> None:
         self.store = store
         self._tables: dict[str, object] = {}
+        self._epoch_rows: dict[str, dict[int, int]] = {}
         self._collected: dict[str, dict[str, int]] = {}
         self._delivered: dict[str, dict[str, int]] = {}
+        self._rows: dict[str, dict[tuple[str, str, int], int]] = {}
+        if entries is not None:
+            for e in entries:
+                _index_rows(self._rows.setdefault(e.dag_id, {}), e)
 
     def __call__(self, uri: str, key: CommitKey) -> bool:
+        from policies.ledger import Ledger
+
         if is_external(uri):
             if key.dag_id not in self._delivered:
-                from policies.ledger import Ledger
-
                 self._delivered[key.dag_id] = Ledger(self.store).delivered(key.dag_id)
             return key.epoch <= self._delivered[key.dag_id].get(key.task_id, 0)
         if key.dag_id not in self._collected:
-            from policies.ledger import Ledger
-
             self._collected[key.dag_id] = Ledger(self.store).collected(key.dag_id)
         if key.epoch <= self._collected[key.dag_id].get(key.task_id, 0) and uri in (
                 self.store.table_uri(tier, key.dag_id, key.task_id, "state") for tier in Tier):
             return False
+        if not self.store.contains(uri):
+            return False  # a ledger row naming a table outside the store: never read
         if uri not in self._tables:
             self._tables[uri] = open_table(uri, self.store.options_for(uri))
         table = self._tables[uri]
         if table is None:
             return False
         recorded = table.transaction_version(key.app_id)  # type: ignore[attr-defined]
-        return recorded is not None and recorded >= key.incarnation
+        if recorded is None or recorded < key.incarnation:
+            return False
+        if recorded > key.incarnation:
+            return True  # a later incarnation replaced the epoch; its own row answers for it
+        if key.dag_id not in self._rows:
+            index: dict[tuple[str, str, int], int] = {}
+            for e in Ledger(self.store).entries(key.dag_id, include_invalidated=True):
+                _index_rows(index, e)
+            self._rows[key.dag_id] = index
+        expected = self._rows[key.dag_id].get((uri, key.app_id, key.incarnation))
+        if expected is None:
+            return True
+        if uri not in self._epoch_rows:
+            self._epoch_rows[uri] = epoch_rows(table)  # type: ignore[arg-type]
+        return self._epoch_rows[uri].get(int(key.epoch), 0) == expected
+
+
+def _index_rows(index: dict[tuple[str, str, int], int], e: LedgerEntry) -> None:
+    """Record the rows ``e``'s commit wrote to each of its tables."""
+    app = e.key.app_id
+    if e.state_uri is not None and e.state_rows is not None:
+        index[e.state_uri, app, e.incarnation] = e.state_rows
+    for o in e.outputs:
+        index[o.uri, app, e.incarnation] = o.rows
 
 
 def reads_back(entries: Iterable[LedgerEntry]) -> dict[tuple[str, str, str], int]:

@@ -18,6 +18,7 @@ from typing import Sequence
 from policies.scenario import ScenarioError, load_scenario
 
 EXIT_INVALID = 2
+MAX_SCENARIO_BYTES = 16 * 1024 * 1024
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,15 +28,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     solve.add_argument("scenario", help="path to the scenario file, or - for standard input")
     args = parser.parse_args(argv)
 
+    # Read at most one byte past the limit: /dev/zero or a huge file is refused, not slurped.
     try:
-        text = sys.stdin.read() if args.scenario == "-" else open(args.scenario, encoding="utf-8").read()
+        if args.scenario == "-":
+            text = sys.stdin.read(MAX_SCENARIO_BYTES + 1)
+        else:
+            with open(args.scenario, encoding="utf-8") as f:
+                text = f.read(MAX_SCENARIO_BYTES + 1)
     except OSError as exc:
         print(f"{args.scenario}: cannot read: {exc.strerror}", file=sys.stderr)
+        return EXIT_INVALID
+    except UnicodeDecodeError:
+        print(f"{args.scenario}: not UTF-8 text; a scenario is a JSON file", file=sys.stderr)
+        return EXIT_INVALID
+    if len(text) > MAX_SCENARIO_BYTES:
+        print(f"{args.scenario}: larger than {MAX_SCENARIO_BYTES // (1024 * 1024)} MiB; a scenario is a small "
+              f"JSON file", file=sys.stderr)
         return EXIT_INVALID
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        print(f"(file): not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=sys.stderr)
+        print(f"{args.scenario}: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=sys.stderr)
+        return EXIT_INVALID
+    except RecursionError:
+        print(f"{args.scenario}: JSON nested too deeply", file=sys.stderr)
         return EXIT_INVALID
     try:
         scenario = load_scenario(doc)

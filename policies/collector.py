@@ -49,6 +49,7 @@ from policies.checkpoint_chains import (Readable, StoreReadability, TaskGraph, c
                                        reads_back)
 from policies.ledger import Ledger, LedgerEntry
 from policies.monitor import durable_only, low_watermarks
+from policies.recovery_log import RecoveryLog
 from policies.regimes import Tier
 from policies.store import StoreConfig
 
@@ -159,9 +160,13 @@ class CollectionReport:
     files_removed: int = 0
 
 
+MAX_RETAIN_HOURS = 87_600
+
+
 def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, dry_run: bool = False,
             retain_hours: int = 1, progress: Callable[[str], None] = lambda _: None,
-            acknowledge: Mapping[str, Callable[[int], object]] | None = None) -> CollectionReport:
+            acknowledge: Mapping[str, Callable[[int], object]] | None = None,
+            holder: str = "falkirk gc") -> CollectionReport:
     """Collect ``dag_id``'s garbage in ``store`` (nothing is changed when ``dry_run``).
 
     ``acknowledge`` maps a source task to what acknowledges its external input (for example
@@ -177,33 +182,58 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
     """
     if isinstance(retain_hours, bool) or not isinstance(retain_hours, int) or retain_hours < 0:
         raise ValueError(f"retain_hours={retain_hours!r}: give a whole number of hours, 0 or more")
+    if retain_hours > MAX_RETAIN_HOURS:
+        raise ValueError(f"retain_hours={retain_hours}: at most {MAX_RETAIN_HOURS} (ten years)")
     ledger = Ledger(store)
-    rows = ledger.entries(dag_id)
-    if not rows:
+    if not ledger.entries(dag_id):
         raise ValueError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}")
+    if dry_run:
+        plan = _plan(store, ledger, dag_id, graph, acknowledge)
+        progress(plan.describe())
+        return CollectionReport(plan, dry_run)
+    # A collection holds the DAG's recovery lease: a replay never finds a checkpoint it
+    # restores deleted under it, and a collection never runs while a replay does.
+    log = RecoveryLog(store)
+    lease = log.begin_collection(dag_id, holder)
+    try:
+        plan = _plan(store, ledger, dag_id, graph, acknowledge)
+        progress(plan.describe())
+        # Marks first: from here on no plan counts those checkpoints, before any file goes.
+        if plan.marks:
+            ledger.mark_collected(dag_id, dict(plan.marks))
+        removed = 0
+        for r in plan.tables:
+            removed += _delete_epochs(store, r.uri, r.epochs, retain_hours)
+            progress(f"  deleted epochs {_epochs(r.epochs)} of {r.uri}")
+        for task, ack in sorted((acknowledge or {}).items()):
+            if plan.acknowledged[task] > 0:
+                ack(plan.acknowledged[task])
+    except BaseException as exc:
+        log.end(lease, "failed", f"{type(exc).__name__}: {exc}"[:2000])
+        raise
+    log.end(lease, "finished", f"{len(plan.tables)} tables, {plan.bytes} bytes")
+    return CollectionReport(plan, dry_run, removed)
+
+
+def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | None,
+          acknowledge: Mapping[str, Callable[[int], object]] | None) -> CollectionPlan:
+    rows = ledger.entries(dag_id)
     graph = graph or TaskGraph.from_ledger(rows)
-    readable = durable_only(StoreReadability(store), store.scratch_uri)
+    readable = durable_only(StoreReadability(store, rows), store.scratch_uri)
     plan = plan_collection(dag_id, rows, graph, readable, lambda uri: live_partitions(store, uri),
                            ledger.collected(dag_id),
                            lambda task: [store.table_uri(tier, dag_id, task, "state") for tier in Tier])
-    progress(plan.describe())
+    for r in plan.tables:  # whatever a ledger row says, only the task's own tables are touched
+        own = {store.table_uri(tier, dag_id, r.task_id, r.what) for tier in Tier}
+        if r.uri not in own:
+            raise ValueError(f"ledger of {dag_id}: task {r.task_id!r} names its {r.what} table {r.uri!r}, which is "
+                             f"not where the store keeps it ({' or '.join(sorted(own))}); refusing to delete "
+                             f"anything. Repair the ledger row or collect nothing for this DAG")
     unknown = sorted(set(acknowledge or {}) - set(plan.acknowledged))
     if unknown:
         raise ValueError(f"acknowledge: {unknown} are not source tasks of {dag_id}; "
                          f"its sources are {sorted(plan.acknowledged)}")
-    if dry_run:
-        return CollectionReport(plan, dry_run)
-    # Marks first: from here on no plan counts those checkpoints, before any file goes.
-    if plan.marks:
-        ledger.mark_collected(dag_id, dict(plan.marks))
-    removed = 0
-    for r in plan.tables:
-        removed += _delete_epochs(store, r.uri, r.epochs, retain_hours)
-        progress(f"  deleted epochs {_epochs(r.epochs)} of {r.uri}")
-    for task, ack in sorted((acknowledge or {}).items()):
-        if plan.acknowledged[task] > 0:
-            ack(plan.acknowledged[task])
-    return CollectionReport(plan, dry_run, removed)
+    return plan
 
 
 def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:

@@ -82,6 +82,49 @@ def already_committed(table: DeltaTable | None, key: CommitKey) -> bool:
     return recorded is not None and recorded >= key.incarnation
 
 
+def epoch_rows(table: DeltaTable) -> dict[int, int]:
+    """Rows per epoch in the table's current version, from the Delta log's file statistics
+    (no data file is read). An epoch with no file is absent.
+    """
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    rows: dict[int, int] = {}
+    for epoch, n in zip(actions.get(f"partition.{EPOCH}", []), actions.get("num_records", [])):
+        rows[int(epoch)] = rows.get(int(epoch), 0) + int(n or 0)
+    return rows
+
+
+def missing_commit(table: DeltaTable | None, uri: str, key: CommitKey, rows: int | None) -> str | None:
+    """Why ``table`` no longer holds the commit of ``key`` with its ``rows`` rows (``None``: it does).
+
+    The one answer to "is this commit still readable?": the table exists, records this
+    incarnation of the (task, epoch) or a later one, and, at this incarnation, its epoch
+    holds exactly the rows committed. A deleted partition (garbage collection, a lost file
+    listing) keeps the transaction record, so the row count is what tells it apart from an
+    epoch that committed no rows.
+
+    >>> import tempfile, pyarrow as pa
+    >>> uri = tempfile.mkdtemp() + "/t"
+    >>> key = CommitKey("d", "t", epoch=1)
+    >>> _ = commit_epoch(uri, pa.table({"epoch": [1, 1], "x": [10, 20]}), key)
+    >>> missing_commit(open_table(uri), uri, key, rows=2) is None
+    True
+    >>> _ = open_table(uri).delete("epoch = 1")
+    >>> missing_commit(open_table(uri), uri, key, rows=2)  # doctest: +ELLIPSIS
+    '... epoch 1 holds 0 rows where its commit wrote 2 (deleted since, e.g. by garbage collection)'
+    """
+    if table is None:
+        return f"no Delta table at {uri}"
+    recorded = table.transaction_version(key.app_id)
+    if recorded is None or recorded < key.incarnation:
+        return f"{uri} has no commit of {key.task_id} epoch {key.epoch} (incarnation {key.incarnation})"
+    if rows is not None and recorded == key.incarnation:
+        held = epoch_rows(table).get(int(key.epoch), 0)
+        if held != rows:
+            return (f"{uri} epoch {key.epoch} holds {held} rows where its commit wrote {rows} "
+                    f"(deleted since, e.g. by garbage collection)")
+    return None
+
+
 def commit_epoch(
     uri: str,
     rows: pa.Table,
@@ -114,7 +157,7 @@ def append_once(
         lambda: _write_once(uri, rows, key, storage_options, mode="append", predicate=None, partition_by=None))
 
 
-COMMIT_ATTEMPTS = 8
+COMMIT_ATTEMPTS = 20
 
 T = TypeVar("T")
 
@@ -171,16 +214,22 @@ def _write_once(
         # Skipped: report the rows already there (for a shared append-only table, none of ours).
         existing = count_epoch(table, key.epoch) if predicate else 0
         return CommitResult(uri, table.version(), existing, applied=False)
+    # A first commit creates the table and fails if it exists by then ("error"): writing to a bare
+    # URI in mode append would let delta-rs load a table another writer created after the key
+    # was checked, and append there unchecked.
     write_deltalake(
         table if table is not None else uri,
         rows,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode if table is not None else "error",  # type: ignore[arg-type]
         predicate=predicate,
         partition_by=partition_by,
         storage_options=storage_options,
+        # No retry inside delta-rs: a loser must not be replayed on top of the winner (two
+        # creations of the table would both keep their rows); retry_lost_races re-checks the key.
         commit_properties=CommitProperties(
             app_transactions=[Transaction(key.app_id, key.incarnation)],
             custom_metadata={"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)},
+            max_commit_retries=0,
         ),
     )
     after = DeltaTable(uri, storage_options=storage_options)

@@ -1,13 +1,22 @@
 """The recovery log: every plan, and who executed it when, beside the ledger.
 
 ``falkirk plan`` records each plan it computes (event ``planned``); an executor takes
-the DAG's *lease* by appending ``started`` and gives it back with ``finished`` or
-``failed``. The log is a Delta table (``_falkirk/recoveries``) and is append-only.
+the DAG's *lease* by appending ``started`` (``resumed`` when it continues a plan that an
+earlier executor left half-done) and gives it back with ``finished`` or ``failed``. The
+log is a Delta table (``_falkirk/recoveries``) and is append-only. Garbage collection
+takes the same lease (plan ids ``gc-…``), so a collection and a recovery of one DAG never
+run at the same time.
 
 The lease is an optimistic lock: :meth:`RecoveryLog.begin` reads the log, checks that no
-other recovery of the DAG is running, and appends ``started`` as the very next table
-version, with no commit retry. Two executors that read the same version cannot both
-commit the next one: the loser gets :class:`LeaseHeld`, and nothing else happens.
+other holder's lease is live, and appends its row as the very next table version, with
+no commit retry. Two executors that read the same version cannot both commit the next
+one: the loser gets :class:`LeaseHeld`, and nothing else happens.
+
+A lease cannot outlive its holder. The holder renews it (``heartbeat``) while it works;
+a lease not renewed for :func:`lease_seconds` (``FALKIRK_LEASE_SECONDS``, default 120)
+has expired, and the next :meth:`~RecoveryLog.begin` takes it over, recording ``expired``
+for the old holder in the same commit. ``falkirk release --dag D`` ends a lease by hand
+(``released``, with who and why).
 
 >>> import tempfile
 >>> from policies.recovery import FailedTask, RecoveryPlan
@@ -23,8 +32,9 @@ True
 >>> log.begin(plan, holder="bob")
 Traceback (most recent call last):
 ...
-policies.recovery_log.LeaseHeld: DAG 'orders' is being recovered by plan ... (alice, since ...); wait until it finishes, then plan again
+policies.recovery_log.LeaseHeld: DAG 'orders' is being recovered by plan ... (alice, since ...); wait until it finishes, ...
 >>> log.end(lease, "finished")
+True
 >>> log.begin(plan, holder="bob")
 Traceback (most recent call last):
 ...
@@ -34,8 +44,10 @@ policies.recovery_log.AlreadyReplayed: plan ... was already executed (finished .
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
@@ -49,19 +61,44 @@ SCHEMA = pa.schema(
     [
         pa.field("dag_id", pa.string(), nullable=False),
         pa.field("plan_id", pa.string(), nullable=False),
-        # planned | started | finished | failed
+        # planned | started | resumed | heartbeat | finished | failed | released | expired
         pa.field("event", pa.string(), nullable=False),
         pa.field("holder", pa.string(), nullable=False),
-        # the plan's JSON for "planned"; a message otherwise
+        # the plan's JSON for "planned"; for the lease's own rows JSON {"token", "note"}; a message otherwise
         pa.field("detail", pa.string(), nullable=False),
         pa.field("recorded_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
-ENDED = ("finished", "failed")
+ENDED = ("finished", "failed", "released", "expired")
+TAKEN = ("started", "resumed")
+LEASE_ENV = "FALKIRK_LEASE_SECONDS"
+DEFAULT_LEASE_SECONDS = 120
+GC_PREFIX = "gc-"
+
+
+def lease_seconds() -> int:
+    """How long a lease lasts without renewal: ``FALKIRK_LEASE_SECONDS`` (default 120, 5 to 86400)."""
+    raw = os.environ.get(LEASE_ENV, "")
+    try:
+        value = int(raw) if raw else DEFAULT_LEASE_SECONDS
+    except ValueError:
+        value = -1
+    if not 5 <= value <= 86400:
+        raise ValueError(f"{LEASE_ENV}={raw!r}: give a whole number of seconds from 5 to 86400 "
+                         f"(default {DEFAULT_LEASE_SECONDS})")
+    return value
 
 
 class LeaseHeld(PlanError):
     """Another recovery of the same DAG is running (or started at the same moment)."""
+
+
+class LeaseLost(PlanError):
+    """This holder's lease expired and was taken over, or was released by hand: stop working."""
+
+
+class NoLease(PlanError):
+    """There is no lease to release."""
 
 
 class AlreadyReplayed(PlanError):
@@ -70,12 +107,26 @@ class AlreadyReplayed(PlanError):
 
 @dataclass(frozen=True)
 class Lease:
-    """The right to execute ``plan_id`` on ``dag_id``, held by ``holder`` since ``since``."""
+    """The right to execute ``plan_id`` on ``dag_id``, held by ``holder`` since ``since``.
+
+    ``token`` tells this holder's rows from another's; ``resumed`` is set when the plan was
+    started before by a holder that did not finish it; ``last_seen`` is the holder's latest
+    row (taken or renewed).
+    """
 
     dag_id: str
     plan_id: str
     holder: str
     since: datetime
+    token: str = ""
+    resumed: bool = False
+    last_seen: datetime | None = None
+
+    def expires_at(self, seconds: int | None = None) -> datetime:
+        return (self.last_seen or self.since) + timedelta(seconds=seconds or lease_seconds())
+
+    def expired(self, now: datetime | None = None, seconds: int | None = None) -> bool:
+        return (now or datetime.now(timezone.utc)) > self.expires_at(seconds)
 
 
 class RecoveryLog:
@@ -88,9 +139,9 @@ class RecoveryLog:
     def record(self, plan: RecoveryPlan) -> str:
         """Record a computed plan (once per plan id); returns its id for ``falkirk replay``."""
         if not any(r["plan_id"] == plan.plan_id and r["event"] == "planned" for r in self.events(plan.dag_id)):
-            self._append(plan.dag_id, plan.plan_id, "planned", "falkirk plan",
-                         json.dumps(plan.to_json(), sort_keys=True), table=open_table(self.uri, self._options),
-                         retries=None)
+            self._append([_row(plan.dag_id, plan.plan_id, "planned", "falkirk plan",
+                               json.dumps(plan.to_json(), sort_keys=True))],
+                         table=open_table(self.uri, self._options), retries=None)
         return plan.plan_id
 
     def plan(self, plan_id: str) -> RecoveryPlan:
@@ -109,67 +160,159 @@ class RecoveryLog:
         return sorted(rows, key=lambda r: r["recorded_at"])
 
     def running(self, dag_id: str) -> Lease | None:
-        """The recovery of ``dag_id`` that has started and not ended, if any."""
+        """The lease of ``dag_id`` that was taken and not given back, if any (it may have expired)."""
         return _running(self.events(dag_id), dag_id)
 
     def check_not_finished(self, plan: RecoveryPlan) -> None:
         """Raise :class:`AlreadyReplayed` if ``plan`` was executed to the end."""
-        _check_not_finished(self.events(plan.dag_id), plan.plan_id)
+        check_not_finished(self.events(plan.dag_id), plan.plan_id)
 
     def begin(self, plan: RecoveryPlan, holder: str) -> Lease:
-        """Take the DAG's lease for ``plan``; raises :class:`LeaseHeld` or :class:`AlreadyReplayed`."""
+        """Take the DAG's lease for ``plan``; raises :class:`LeaseHeld` or :class:`AlreadyReplayed`.
+
+        The lease is ``resumed`` when the plan was started before and never finished (its
+        executor failed, was killed, or its lease was released or expired).
+        """
+        return self._take(plan.dag_id, plan.plan_id, holder, check_finished=True)
+
+    def begin_collection(self, dag_id: str, holder: str) -> Lease:
+        """Take the DAG's lease for a garbage collection; raises :class:`LeaseHeld` while a
+        recovery (or another collection) of the DAG holds it."""
+        return self._take(dag_id, f"{GC_PREFIX}{uuid.uuid4().hex[:12]}", holder, check_finished=False)
+
+    def renew(self, lease: Lease) -> Lease:
+        """Renew ``lease`` (a ``heartbeat`` row); raises :class:`LeaseLost` if it is no longer held."""
+        self._check_held(lease)
+        now = datetime.now(timezone.utc)
+        self._append([_row(lease.dag_id, lease.plan_id, "heartbeat", lease.holder, _lease_detail(lease.token), now)],
+                     table=open_table(self.uri, self._options), retries=None)
+        self._check_held(lease)
+        return Lease(lease.dag_id, lease.plan_id, lease.holder, lease.since, lease.token, lease.resumed, now)
+
+    def end(self, lease: Lease, event: str, detail: str = "") -> bool:
+        """Give the lease back: ``finished`` (the plan is done) or ``failed``. Returns ``False``
+        (and records nothing) when the lease was taken over or released meanwhile."""
+        if event not in ("finished", "failed"):
+            raise ValueError(f"event={event!r}: use finished or failed")
+        try:
+            self._check_held(lease)
+        except LeaseLost:
+            return False
+        self._append([_row(lease.dag_id, lease.plan_id, event, lease.holder, detail)],
+                     table=open_table(self.uri, self._options), retries=None)
+        return True
+
+    def release(self, dag_id: str, by: str, reason: str) -> Lease:
+        """End the DAG's lease by hand, whoever holds it (``released``, recorded with ``by`` and
+        ``reason``); returns the lease that was released. For a holder known to be dead: a
+        live one notices at its next renewal and stops."""
+        if not reason or not reason.strip():
+            raise PlanError("--reason: say why the lease is released (it is recorded in the recovery log)")
+        if len(reason) > 2000:
+            raise PlanError(f"--reason: {len(reason)} characters; keep it under 2000")
+        held = _running(self.events(dag_id), dag_id)
+        if held is None:
+            raise NoLease(f"--dag: no recovery or collection of DAG {dag_id!r} holds a lease; nothing to release")
+        detail = json.dumps({"token": held.token, "note": f"released by {by}: {reason.strip()} "
+                                                           f"(held by {held.holder} since {_at(held.since)})"})
+        self._append([_row(dag_id, held.plan_id, "released", by, detail)],
+                     table=open_table(self.uri, self._options), retries=None)
+        return held
+
+    def _take(self, dag_id: str, plan_id: str, holder: str, check_finished: bool) -> Lease:
         table = open_table(self.uri, self._options)
         events = [] if table is None else sorted(
-            scan(table, where={"dag_id": plan.dag_id}).to_pylist(), key=lambda r: r["recorded_at"])
-        _check_not_finished(events, plan.plan_id)
-        other = _running(events, plan.dag_id)
-        if other is not None:
-            raise LeaseHeld(f"DAG {plan.dag_id!r} is being recovered by plan {other.plan_id} ({other.holder}, "
-                            f"since {other.since:%Y-%m-%d %H:%M:%S}Z); wait until it finishes, then plan again")
+            scan(table, where={"dag_id": dag_id}).to_pylist(), key=lambda r: r["recorded_at"])
+        if check_finished:
+            check_not_finished(events, plan_id)
         now = datetime.now(timezone.utc)
+        rows = []
+        other = _running(events, dag_id)
+        if other is not None:
+            if not other.expired(now):
+                what = "collected (garbage collection)" if other.plan_id.startswith(GC_PREFIX) else \
+                    f"recovered by plan {other.plan_id}"
+                raise LeaseHeld(
+                    f"DAG {dag_id!r} is being {what} ({other.holder}, since {_at(other.since)}); wait until it "
+                    f"finishes, then plan again. Its lease expires at {_at(other.expires_at())} unless renewed; "
+                    f"if its holder is dead, release it: falkirk release --dag {dag_id} --reason '...'")
+            rows.append(_row(dag_id, other.plan_id, "expired", holder, json.dumps({
+                "token": other.token, "note": f"lease of {other.holder} not renewed since "
+                                              f"{_at(other.last_seen or other.since)}; taken over by {holder}"}),
+                             now))
+            now += timedelta(microseconds=1)  # the takeover orders after the expiry
+        token = uuid.uuid4().hex
+        resumed = any(r["plan_id"] == plan_id and r["event"] in TAKEN for r in events)
+        note = ""
+        if resumed:
+            note = "resumes the plan where its last executor stopped"
+        rows.append(_row(dag_id, plan_id, "resumed" if resumed else "started", holder,
+                         _lease_detail(token, note), now))
         try:
-            self._append(plan.dag_id, plan.plan_id, "started", holder, "", table=table, retries=0, at=now)
+            self._append(rows, table=table, retries=0)
         except CommitFailedError:
-            raise LeaseHeld(f"DAG {plan.dag_id!r}: another recovery took the lease at the same moment; "
+            raise LeaseHeld(f"DAG {dag_id!r}: another recovery took the lease at the same moment; "
                             f"wait until it finishes, then plan again") from None
-        return Lease(plan.dag_id, plan.plan_id, holder, now)
+        return Lease(dag_id, plan_id, holder, now, token, resumed, now)
 
-    def end(self, lease: Lease, event: str, detail: str = "") -> None:
-        """Give the lease back: ``finished`` (the plan is done) or ``failed``."""
-        if event not in ENDED:
-            raise ValueError(f"event={event!r}: use one of {ENDED}")
-        self._append(lease.dag_id, lease.plan_id, event, lease.holder, detail,
-                     table=open_table(self.uri, self._options), retries=None)
+    def _check_held(self, lease: Lease) -> None:
+        held = _running(self.events(lease.dag_id), lease.dag_id)
+        if held is None or held.token != lease.token:
+            raise LeaseLost(f"plan {lease.plan_id}: the lease of {lease.holder} on DAG {lease.dag_id!r} was "
+                            f"released or taken over; stopping. Resume with: falkirk replay {lease.plan_id}")
 
     @property
     def _options(self) -> dict[str, str] | None:
         return self.store.options_for(self.uri)
 
-    def _append(self, dag_id: str, plan_id: str, event: str, holder: str, detail: str, *, table,
-                retries: int | None, at: datetime | None = None) -> None:
-        row = {"dag_id": dag_id, "plan_id": plan_id, "event": event, "holder": holder, "detail": detail,
-               "recorded_at": at or datetime.now(timezone.utc)}
-        write_deltalake(table if table is not None else self.uri, pa.Table.from_pylist([row], schema=SCHEMA),
+    def _append(self, rows: list[dict], *, table, retries: int | None) -> None:
+        write_deltalake(table if table is not None else self.uri, pa.Table.from_pylist(rows, schema=SCHEMA),
                         mode="append", storage_options=self._options,
                         commit_properties=CommitProperties(max_commit_retries=retries))
 
 
+def _row(dag_id: str, plan_id: str, event: str, holder: str, detail: str, at: datetime | None = None) -> dict:
+    return {"dag_id": dag_id, "plan_id": plan_id, "event": event, "holder": holder, "detail": detail,
+            "recorded_at": at or datetime.now(timezone.utc)}
+
+
+def _lease_detail(token: str, note: str = "") -> str:
+    return json.dumps({"token": token, **({"note": note} if note else {})})
+
+
+def _token(row: dict) -> str:
+    try:
+        return str(json.loads(row["detail"]).get("token", ""))
+    except (ValueError, AttributeError):
+        return ""
+
+
 def _running(events: list[dict], dag_id: str) -> Lease | None:
-    state: dict[str, dict] = {}
+    """The lease taken last and not ended (``events`` oldest first), with its latest renewal."""
+    held: Lease | None = None
     for r in events:
-        if r["event"] == "started" or (r["event"] in ENDED and r["plan_id"] in state):
-            state[r["plan_id"]] = r
-    for plan_id, r in state.items():
-        if r["event"] == "started":
-            return Lease(dag_id, plan_id, r["holder"], r["recorded_at"])
-    return None
+        if r["event"] in TAKEN:
+            held = Lease(dag_id, r["plan_id"], r["holder"], r["recorded_at"], _token(r), r["event"] == "resumed",
+                         r["recorded_at"])
+        elif held is not None and r["plan_id"] == held.plan_id:
+            if r["event"] == "heartbeat" and _token(r) == held.token:
+                held = Lease(held.dag_id, held.plan_id, held.holder, held.since, held.token, held.resumed,
+                             r["recorded_at"])
+            elif r["event"] in ENDED and (r["event"] in ("finished", "failed") or _token(r) in ("", held.token)):
+                held = None
+    return held
 
 
-def _check_not_finished(events: list[dict], plan_id: str) -> None:
+def check_not_finished(events: list[dict], plan_id: str) -> None:
+    """Raise :class:`AlreadyReplayed` if ``events`` (the DAG's log) show ``plan_id`` finished."""
     done = [r for r in events if r["plan_id"] == plan_id and r["event"] == "finished"]
     if done:
         raise AlreadyReplayed(f"plan {plan_id} was already executed (finished {_when(done[-1])}); nothing to do")
 
 
 def _when(row: dict) -> str:
-    return f"{row['recorded_at']:%Y-%m-%d %H:%M:%S}Z"
+    return _at(row["recorded_at"])
+
+
+def _at(when: datetime) -> str:
+    return f"{when:%Y-%m-%d %H:%M:%S}Z"

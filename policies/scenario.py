@@ -157,8 +157,10 @@ def _checkpoint(c: Any, path: str, dom: Domain, ins: Mapping[str, Edge], outs: M
     for d in ins:
         if d in c.get("M", {}):
             M[d] = _bound(c["M"][d], dom, f"{path}.M.{d}")
+            if isinstance(dom, SeqDomain) and M[d] == dom.top:  # "top" on edge d: ⊤ restricted to d
+                M[d] = _only_edge(dom, d, dom.top)
         elif isinstance(dom, SeqDomain):  # default: only edge d's count of f
-            M[d] = tuple(x if j == dom.index[d] else 0 for j, x in enumerate(f[:-1])) + (0,)
+            M[d] = _only_edge(dom, d, f)
         else:
             M[d] = f
     if "N" in c:
@@ -188,6 +190,11 @@ def _checkpoint(c: Any, path: str, dom: Domain, ins: Mapping[str, Edge], outs: M
         else:
             D[e] = phis[e].apply(f)
     return Checkpoint(f=f, M=M, N=N, D=D, phi=phi_values)
+
+
+def _only_edge(dom: SeqDomain, d: str, f: Bound) -> Bound:
+    """The seq frontier that counts only edge ``d``'s messages of ``f`` (M̄(d, f) in seq domains)."""
+    return tuple(x if j == dom.index[d] else 0 for j, x in enumerate(f[:-1])) + (0,)
 
 
 def _domains(procs: list[dict], edges: list[Edge], ids: Mapping[str, int]) -> dict[str, Domain]:

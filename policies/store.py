@@ -95,6 +95,49 @@ class StoreConfig:
         """One of Falkirk's own tables beside the ledger (``invalidations``, ``recoveries``)."""
         return f"{self.durable_uri}/_falkirk/{name}"
 
+    def contains(self, uri: str) -> bool:
+        """Whether ``uri`` lies strictly inside the durable or the scratch root (``..`` resolved).
+
+        Everything the project reads or deletes is checked with this first, whatever a ledger
+        row or a request says.
+
+        >>> store = StoreConfig("/data/falkirk", "/tmp/scratch")
+        >>> store.contains("/data/falkirk/orders/ingest/output"), store.contains("/tmp/scratch/../etc")
+        (True, False)
+        >>> store.contains("/data/falkirk"), store.contains("/data/falkirk-other/x")
+        (False, False)
+        """
+        if not isinstance(uri, str) or not uri or "\x00" in uri:
+            return False
+        if "://" in uri and not uri.startswith(("s3://", "file://")):
+            return False
+        target = _normalise(uri)
+        if _is_remote(target) and any(part in ("..", ".") for part in target[len("s3://"):].split("/")):
+            return False
+        return any(target.startswith(root.rstrip("/") + "/") and len(target) > len(root.rstrip("/")) + 1
+                   for root in (self.durable_uri, self.scratch_uri))
+
+    def scratch_location(self, location: str) -> str:
+        """``location`` normalised, if it is the scratch root or a directory inside it; else
+        :class:`StoreError` naming the root. A lost scratch location names only scratch.
+
+        >>> StoreConfig("/data/falkirk", "/tmp/scratch").scratch_location("/tmp/scratch/orders/")
+        '/tmp/scratch/orders'
+        >>> StoreConfig("/data/falkirk", "/tmp/scratch").scratch_location("/tmp/scratch/../etc")
+        Traceback (most recent call last):
+        ...
+        policies.store.StoreError: '/tmp/scratch/../etc' is not the scratch root /tmp/scratch or a directory inside it; name a directory under it
+        """
+        if not isinstance(location, str) or not location.strip() or "\x00" in location or len(location) > 4096:
+            raise StoreError(f"{location!r:.80}: name the scratch directory that was lost")
+        if location.startswith("s3://") or ("://" in location and not location.startswith("file://")):
+            raise StoreError(f"{location!r}: scratch is a local directory ({self.scratch_uri})")
+        normal = _normalise(location)
+        if not (normal == self.scratch_uri or normal.startswith(self.scratch_uri.rstrip("/") + "/")):
+            raise StoreError(f"{location!r} is not the scratch root {self.scratch_uri} or a directory inside it; "
+                             f"name a directory under it")
+        return normal
+
     def options_for(self, uri: str) -> dict[str, str] | None:
         """delta-rs ``storage_options`` for ``uri`` (``None`` for local paths)."""
         return dict(self.storage_options) if _is_remote(uri) and self.storage_options else None

@@ -38,7 +38,7 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from policies.epoch_tables import (EPOCH, CommitKey, CommitResult, EpochTableError, already_committed, count_epoch,
-                                   open_table, retry_lost_races, scan)
+                                   missing_commit, open_table, retry_lost_races, scan)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -130,9 +130,13 @@ def _publish(staged: StagedFiles, table: "DeltaTable | None") -> CommitResult:
     now = int(time.time() * 1000)
     actions = [AddAction(path, size, {EPOCH: str(key.epoch)}, now, True, json.dumps({"numRecords": rows}))
                for path, size, rows in staged.files]
+    # No retry inside delta-rs: a commit that loses the race must not be replayed on top of the
+    # winner (a replayed CREATE or overwrite would add this attempt's files beside the winner's
+    # for the same key). retry_lost_races re-reads the table and re-checks the key instead.
     props = CommitProperties(
         app_transactions=[Transaction(key.app_id, key.incarnation)],
         custom_metadata={"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)},
+        max_commit_retries=0,
     )
     if table is None:
         create_table_with_add_actions(uri, Schema.from_arrow(staged.schema), actions, mode="error",
@@ -148,10 +152,17 @@ def _publish(staged: StagedFiles, table: "DeltaTable | None") -> CommitResult:
 DRIVER_READ_MAX_BYTES = 16 * 1024 * 1024
 
 
-def read_frame(spark: "SparkSession", uri: str, epoch: int,
+def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None,
                storage_options: dict[str, str] | None = None,
                driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES) -> "DataFrame":
-    """Epoch ``epoch`` of the Delta table at ``uri`` as a DataFrame, without its ``epoch`` column.
+    """The rows that commit ``key`` wrote to the Delta table at ``uri`` (its epoch ``key.epoch``),
+    as a DataFrame without the ``epoch`` column.
+
+    ``rows`` is the row count the ledger recorded for that commit. The epoch is read only
+    while the table still holds exactly that commit: a table that is gone, a commit that was
+    never made, or a partition deleted since (garbage collection) raises
+    :class:`~policies.epoch_tables.EpochTableError` naming the table and the epoch, never an
+    empty DataFrame that a job would take for an epoch without data.
 
     The driver reads only the Delta log: which files make up the epoch, their sizes, the
     schema. The data is read in parallel by the executors: with Spark's own Parquet
@@ -162,9 +173,11 @@ def read_frame(spark: "SparkSession", uri: str, epoch: int,
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    epoch = key.epoch
     table = open_table(uri, storage_options)
-    if table is None:
-        raise EpochTableError(f"no Delta table at {uri}: has the task that writes it run for epoch {epoch}?")
+    why = missing_commit(table, uri, key, rows)
+    if why is not None:
+        raise EpochTableError(why)
     schema = pa.schema([f for f in pa.schema(table.schema().to_arrow()) if f.name != EPOCH])
     spark_schema = from_arrow_schema(schema)
     files = table.file_uris(file_pruning_predicate=[(EPOCH, "=", str(int(epoch)))])

@@ -53,6 +53,11 @@ class JobError(RuntimeError):
     """A job cannot run or commit; the message says what is missing and what to do."""
 
 
+class RolledBack(JobError):
+    """A checkpoint this epoch depends on was rolled back by a recovery (or is missing): the
+    epoch must not run from an older one. The recovery that rolled it back re-runs this epoch."""
+
+
 class StateLost(JobError):
     """The checkpoint a stateful task must start from was in scratch and is gone.
 
@@ -100,6 +105,8 @@ class EpochContext:
     spark: "SparkSession"
     consumed: dict[tuple[str, str], int] = field(default_factory=dict)
     reads_back: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The ledger rows this epoch was computed from: checked again around the commit point.
+    depends_on: dict[tuple[str, int], LedgerEntry] = field(default_factory=dict)
     _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
 
     @property
@@ -129,7 +136,8 @@ class EpochContext:
         if ref.tier == EXTERNAL_TIER:
             raise JobError(f"{self.args.task_id}: {task_id!r} sent {output!r} to {ref.uri[len('external:'):]}, "
                            f"outside the store; read one of its output tables instead")
-        frame = self._read(ref.uri, epoch, f"output {output!r} of {task_id!r}")
+        frame = self._read(ref.uri, entry, ref.rows, f"output {output!r} of {task_id!r}")
+        self.depends_on[task_id, epoch] = entry
         key = (task_id, output)
         self.consumed[key] = max(self.consumed.get(key, epoch), epoch)
         self.reads_back[key] = max(self.reads_back.get(key, 0), self.epoch - epoch)
@@ -144,26 +152,57 @@ class EpochContext:
             return None
         if entry.state_uri is None:
             raise JobError(f"ledger row of {self.args.task_id} epoch {entry.epoch} records no state table")
-        if entry.state_tier == Tier.SCRATCH.value and not _holds_epoch(entry.state_uri, entry, self.store):
-            where = self.store.scratch_uri
-            raise StateLost(
-                f"state lost: {self.args.task_id}'s state of epoch {entry.epoch} was kept in scratch at "
-                f"{entry.state_uri} and is gone. Not starting from empty state. Recover with: "
-                f"falkirk plan --dag {self.args.dag_id} --lost-scratch {where}/{self.args.dag_id}")
-        return self._read(entry.state_uri, entry.epoch, f"state of {self.args.task_id!r}")
+        self.depends_on[self.args.task_id, entry.epoch] = entry
+        _check_inside(self.store, entry.state_uri, entry, "state_uri")
+        try:
+            return read_frame(self.spark, entry.state_uri, entry.key, entry.state_rows,
+                              self.store.options_for(entry.state_uri))
+        except EpochTableError as exc:
+            if entry.state_tier == Tier.SCRATCH.value:
+                where = self.store.scratch_uri
+                raise StateLost(
+                    f"state lost: {self.args.task_id}'s state of epoch {entry.epoch} was kept in scratch at "
+                    f"{entry.state_uri} and is gone ({exc}). Not starting from empty state. Recover with: "
+                    f"falkirk plan --dag {self.args.dag_id} --lost-scratch {where}/{self.args.dag_id}") from exc
+            raise JobError(f"{self.args.task_id}: cannot restore the state of epoch {entry.epoch}: {exc}. "
+                           f"Not starting from empty state. Plan a recovery: falkirk plan --dag "
+                           f"{self.args.dag_id} --bad-epoch {self.args.task_id}:{entry.epoch}") from exc
 
     def previous_checkpoint(self) -> LedgerEntry | None:
-        """This task's ledger row with the greatest epoch below this one (read once)."""
+        """This task's checkpoint of the epoch just before this one (read once).
+
+        ``None`` only when the task has no checkpoint before this epoch at all (its first
+        epoch). A stateful task never restores across a gap: when the previous epoch's row is
+        missing or was rolled back by a recovery (and not redone yet), this raises
+        :class:`RolledBack` rather than fall back to an older checkpoint.
+        """
         if self._previous is False:
             a = self.args
-            self._previous = self.ledger.latest(a.dag_id, a.task_id, a.epoch, a.map_index)
+            current, rolled_back = self.ledger.entries_and_invalidated(a.dag_id, a.task_id, a.map_index)
+            before = [e for e in current if e.epoch < a.epoch]
+            previous = max((e for e in before if e.epoch == a.epoch - 1), key=lambda e: e.incarnation, default=None)
+            earlier = [e.epoch for e in [*before, *rolled_back] if e.epoch < a.epoch]
+            if previous is None and earlier and a.regime.keeps_state:
+                gone = sorted({e.epoch for e in rolled_back if e.epoch == a.epoch - 1})
+                why = (f"was rolled back by a recovery and has not been redone yet" if gone
+                       else "has no checkpoint (its task instance failed or never ran)")
+                raise RolledBack(
+                    f"{a.task_id} epoch {a.epoch}: the previous epoch {a.epoch - 1} {why}. Not restoring an "
+                    f"older checkpoint across the gap. Once epoch {a.epoch - 1} is redone this epoch can run: "
+                    f"a running recovery clears it when it finishes; otherwise plan one with "
+                    f"falkirk plan --dag {a.dag_id} --failed-task {a.task_id}:{a.epoch - 1}")
+            self._previous = previous if a.regime.keeps_state else (
+                max(before, key=lambda e: (e.epoch, e.incarnation), default=None))
         return self._previous  # type: ignore[return-value]
 
-    def _read(self, uri: str, epoch: int, what: str) -> "DataFrame":
+    def _read(self, uri: str, entry: LedgerEntry, rows: int | None, what: str) -> "DataFrame":
+        _check_inside(self.store, uri, entry, "outputs[].uri")
         try:
-            return read_frame(self.spark, uri, epoch, self.store.options_for(uri))
+            return read_frame(self.spark, uri, entry.key, rows, self.store.options_for(uri))
         except EpochTableError as exc:
-            raise JobError(f"{self.args.task_id}: cannot read the {what} at epoch {epoch}: {exc}") from exc
+            raise JobError(f"{self.args.task_id}: cannot read the {what} at epoch {entry.epoch}: {exc}. "
+                           f"Plan a recovery that redoes it: falkirk plan --dag {entry.dag_id} "
+                           f"--bad-epoch {entry.task_id}:{entry.epoch}") from exc
 
 
 def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] | None = None) -> int:
@@ -281,18 +320,38 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         # on the completion of every epoch up to this one.
         notified_through=args.epoch,
     )
+    _check_still_current(ctx, entry, appended=False)
     ctx.ledger.append(entry)
+    _check_still_current(ctx, entry, appended=True)
     return entry
 
 
-def _holds_epoch(uri: str, entry: LedgerEntry, store: StoreConfig) -> bool:
-    """Whether the table at ``uri`` still exists and holds ``entry``'s commit."""
-    from policies.epoch_tables import already_committed, open_table
+def _check_inside(store: StoreConfig, uri: str, entry: LedgerEntry, field_name: str) -> None:
+    if not store.contains(uri):
+        raise JobError(f"ledger row of {entry.task_id} epoch {entry.epoch}: {field_name} {uri!r} is outside the "
+                       f"store ({store.durable_uri}) and scratch ({store.scratch_uri}) roots; not reading it. "
+                       f"The ledger is damaged: repair the row, or plan a recovery that redoes the epoch")
 
-    try:
-        return already_committed(open_table(uri, store.options_for(uri)), entry.key)
-    except Exception:  # a half-deleted directory reads as gone
-        return False
+
+def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) -> None:
+    """Refuse a commit computed from a ledger row a recovery has rolled back meanwhile.
+
+    Checked just before the ledger append and again just after it: a recovery invalidates
+    before it clears, and sweeps rows appended before its invalidation, so a row built on
+    rolled-back data is either never appended or withdrawn here (invalidated in turn).
+    """
+    if not ctx.depends_on:
+        return
+    gone = ctx.ledger.invalidated(ctx.args.dag_id)
+    stale = sorted((t, e) for (t, e), row in ctx.depends_on.items()
+                   if (row.dag_id, row.task_id, row.map_index, row.epoch, row.incarnation) in gone)
+    if not stale:
+        return
+    if appended:
+        ctx.ledger.invalidate([entry], f"withdrawn:{entry.task_id}:{entry.epoch}:{entry.incarnation}")
+    raise RolledBack(f"{entry.task_id} epoch {entry.epoch}: {', '.join(f'{t} epoch {e}' for t, e in stale)} "
+                     f"was rolled back by a recovery while this epoch ran; its commit is "
+                     f"{'withdrawn' if appended else 'not made'}, and the recovery re-runs it")
 
 
 def _driver_write_max_rows() -> int:

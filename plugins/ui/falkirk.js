@@ -48,7 +48,7 @@ function apiUrl(path) {
 async function api(path, options = {}) {
   const response = await fetch(apiUrl(path), {
     credentials: "same-origin",
-    headers: { "Content-Type": "application/json" },
+    headers: { "Content-Type": "application/json", "X-Falkirk-Request": "view" },
     ...options,
   });
   const text = await response.text();

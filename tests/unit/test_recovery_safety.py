@@ -1,0 +1,264 @@
+"""Recovery never loses or doubles data: the faults of the recovery path, each injected for
+real on Delta tables on local disk (no Airflow, no Spark: those drills are in
+``tests/integration/test_recovery_replay.py``).
+
+* two attempts racing on a table's first commit, and on the ledger: one commit each;
+* a stateful task never restores across an epoch a recovery rolled back;
+* a partition deleted under a ledger row (garbage collection) is no longer "readable";
+* leases expire, are taken over (recorded), released by hand, and exclude collections;
+* garbage collection never deletes outside the store, whatever a ledger row says;
+* bounded inputs on the command line; lost scratch locations confined to the scratch root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from policies.checkpoint_chains import StoreReadability
+from policies.epoch_tables import CommitKey, commit_epoch, open_table, scan
+from policies.ledger import Ledger, LedgerEntry, OutputRef
+from policies.recovery import FailedTask, RecoveryPlan
+from policies.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog
+from policies.regimes import LazyCheckpoint
+from policies.store import StoreConfig, StoreError
+from spark_jobs.delta_sink import StagedFiles, publish
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> StoreConfig:
+    return StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
+
+
+def _staged(uri: str, key: CommitKey, tag: str, rows: int = 10) -> StagedFiles:
+    os.makedirs(f"{uri}/epoch={key.epoch}", exist_ok=True)
+    relative = f"epoch={key.epoch}/part-{tag}.parquet"
+    pq.write_table(pa.table({"x": pa.array(range(rows), pa.int64())}), f"{uri}/{relative}")
+    return StagedFiles(uri, key, pa.schema([("x", pa.int64()), ("epoch", pa.int64())]),
+                       ((relative, os.path.getsize(f"{uri}/{relative}"), rows),), None, table=open_table(uri))
+
+
+def _race(*calls) -> list:
+    barrier, results = threading.Barrier(len(calls)), [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        results[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_two_attempts_racing_on_a_tables_first_commit_commit_once(tmp_path: Path) -> None:
+    """Both attempts find no table; before the fix delta-rs replayed the loser's CREATE as
+    version 1 and both files counted (20 rows) in about half the trials."""
+    doubled = []
+    for trial in range(20):
+        uri = str(tmp_path / f"t{trial}")
+        key = CommitKey("d", "t", 1, -1, 0)
+        a, b = _staged(uri, key, "a"), _staged(uri, key, "b")
+        results = _race(lambda: publish(a), lambda: publish(b))
+        rows = scan(open_table(uri)).num_rows
+        if rows != 10 or sorted(r.applied for r in results) != [False, True]:
+            doubled.append((trial, rows, [r.applied for r in results]))
+    assert doubled == []
+
+
+def test_racing_ledger_appends_record_each_key_once(store: StoreConfig) -> None:
+    ledger = Ledger(store)
+    entries = [LedgerEntry("d", f"t{i}", 1, "ephemeral", "epoch-1", 1) for i in range(5)]
+    same = LedgerEntry("d", "twice", 1, "ephemeral", "epoch-1", 1)
+    results = _race(*[lambda e=e: ledger.append(e) for e in entries], lambda: ledger.append(same),
+                    lambda: ledger.append(same))
+    assert results[:5] == [True] * 5 and sorted(results[5:]) == [False, True]
+    raw = scan(open_table(store.ledger_uri)).column("task_id").to_pylist()  # every physical row
+    assert sorted(raw) == sorted([f"t{i}" for i in range(5)] + ["twice"])
+
+
+def _lazy_rows(store: StoreConfig, epochs: range) -> list[LedgerEntry]:
+    """model (LazyCheckpoint every=3) committed ``epochs``, each with its state table's epoch."""
+    uri = store.table_uri(LazyCheckpoint(every=3).state_tier(1), "d", "model", "state")
+    rows = []
+    for e in epochs:
+        key = CommitKey("d", "model", e)
+        commit_epoch(uri, pa.table({"epoch": [e, e], "total": [e, 2 * e]}), key)
+        rows.append(LedgerEntry("d", "model", e, "lazy_checkpoint(every=3)", f"epoch-{e}", 1, state_uri=uri,
+                                state_tier="scratch", state_rows=2, notified_through=e))
+    return rows
+
+
+def test_a_stateful_task_never_restores_across_a_rolled_back_epoch(store: StoreConfig) -> None:
+    """Epochs 4-6 are rolled back by a recovery and not redone yet; a new DAG run's epoch 7
+    used to restore epoch 3's state (the latest current row) and commit wrong totals."""
+    from policies.job_spec import JobSpec
+    from spark_jobs.runtime import EpochContext, RolledBack
+
+    ledger = Ledger(store)
+    rows = _lazy_rows(store, range(1, 7))
+    for r in rows:
+        ledger.append(r)
+    ledger.invalidate(rows[3:], "plan-x")
+    spec = lambda epoch: JobSpec(dag_id="d", task_id="model", epoch=epoch, regime=LazyCheckpoint(every=3),  # noqa: E731
+                                 run_id=f"epoch-{epoch}", try_number=1)
+    with pytest.raises(RolledBack, match=r"model epoch 7: the previous epoch 6 was rolled back by a recovery"):
+        EpochContext(spec(7), store, ledger, spark=None).previous_checkpoint()
+    # The redo of epoch 4 restores epoch 3, as the plan says; a first epoch restores nothing.
+    assert EpochContext(spec(4), store, ledger, spark=None).previous_checkpoint().epoch == 3
+    assert EpochContext(spec(1), store, ledger, spark=None).previous_checkpoint() is None
+
+
+def test_a_partition_deleted_under_its_ledger_row_is_not_readable(store: StoreConfig) -> None:
+    rows = _lazy_rows(store, range(1, 4))
+    readable = StoreReadability(store, rows)
+    assert all(readable(r.state_uri, r.key) for r in rows)
+    open_table(rows[0].state_uri).delete("epoch = 1")  # what a collection does to the table
+    readable = StoreReadability(store, rows)
+    assert [readable(r.state_uri, r.key) for r in rows] == [False, True, True]
+
+
+def _plan(dag: str = "d", epoch: int = 2) -> RecoveryPlan:
+    return RecoveryPlan(dag, (FailedTask("a", epoch),), epoch, 7, ())
+
+
+def test_a_lease_not_renewed_expires_and_the_takeover_is_recorded(store: StoreConfig, monkeypatch) -> None:
+    monkeypatch.setenv("FALKIRK_LEASE_SECONDS", "5")
+    log, plan = RecoveryLog(store), _plan()
+    log.record(plan)
+    first = log.begin(plan, holder="alice")
+    first = log.renew(first)
+    with pytest.raises(LeaseHeld, match="falkirk release --dag d"):
+        log.begin(plan, holder="bob")
+    with pytest.raises(LeaseHeld, match="recovered by plan"):
+        log.begin_collection("d", holder="gc")
+    time.sleep(5.5)  # alice died: no renewal
+    second = log.begin(plan, holder="bob")
+    assert second.resumed
+    with pytest.raises(LeaseLost, match=f"Resume with: falkirk replay {plan.plan_id}"):
+        log.renew(first)  # alice comes back: she must stop
+    assert log.end(first, "failed") is False  # and cannot end bob's lease
+    assert log.end(second, "finished")
+    events = [(r["event"], r["holder"]) for r in log.events("d") if r["event"] != "heartbeat"]
+    assert events == [("planned", "falkirk plan"), ("started", "alice"), ("expired", "bob"), ("resumed", "bob"),
+                      ("finished", "bob")]
+
+
+def test_a_lease_released_by_hand_is_audited_and_its_holder_stops(store: StoreConfig) -> None:
+    log, plan = RecoveryLog(store), _plan()
+    log.record(plan)
+    with pytest.raises(NoLease, match="no recovery or collection of DAG 'd' holds a lease"):
+        log.release("d", "admin", "nothing to release")
+    lease = log.begin(plan, holder="alice")
+    with pytest.raises(ValueError, match="--reason"):
+        log.release("d", "admin", "  ")
+    released = log.release("d", "admin", "the replay's host was lost")
+    assert released.plan_id == plan.plan_id and log.running("d") is None
+    row = [r for r in log.events("d") if r["event"] == "released"][0]
+    assert row["holder"] == "admin" and "the replay's host was lost" in row["detail"]
+    with pytest.raises(LeaseLost):
+        log.renew(lease)
+    assert log.begin(plan, holder="bob").resumed
+
+
+def test_collection_and_recovery_exclude_each_other(store: StoreConfig) -> None:
+    from policies.collector import collect
+
+    ledger = Ledger(store)
+    for r in _lazy_rows(store, range(1, 4)):
+        ledger.append(r)
+    log, plan = RecoveryLog(store), _plan()
+    lease = log.begin(plan, holder="alice")
+    with pytest.raises(LeaseHeld, match=f"is being recovered by plan {plan.plan_id}"):
+        collect(store, "d", retain_hours=0)
+    assert ledger.collected("d") == {}
+    log.end(lease, "finished")
+    gc = log.begin_collection("d", holder="gc")
+    with pytest.raises(LeaseHeld, match="is being collected"):
+        log.begin(_plan(epoch=3), holder="bob")
+    log.end(gc, "finished")
+
+
+def _checksum(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(store: StoreConfig,
+                                                                               tmp_path: Path) -> None:
+    from policies.collector import collect
+
+    sentinel = tmp_path / "sentinel" / "table"  # a Delta table outside the store, epochs 1-3
+    for e in (1, 2, 3):
+        commit_epoch(str(sentinel), pa.table({"epoch": [e], "x": [e]}), CommitKey("d", "src", e))
+    before = _checksum(tmp_path / "sentinel")
+    ledger = Ledger(store)
+    own = store.table_uri(LazyCheckpoint(every=1).state_tier(1), "d", "src", "output")
+    for e in (1, 2, 3):  # src's output rows point at the sentinel; dst reads them
+        ledger.append(LedgerEntry("d", "src", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
+                                  outputs=(OutputRef("output", str(sentinel), "durable", e, 1),)))
+        from policies.ledger import InputRef
+        ledger.append(LedgerEntry("d", "dst", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
+                                  outputs=(OutputRef("output", own, "durable", e, 0),),
+                                  inputs=(InputRef("src", "output", e),)))
+    with pytest.raises(ValueError, match=rf"task 'src' names its output table '{sentinel}', which is not where "
+                                         rf"the store keeps it.*refusing to delete anything"):
+        collect(store, "d", retain_hours=0)
+    assert _checksum(tmp_path / "sentinel") == before and ledger.collected("d") == {}
+    assert not StoreReadability(store)(str(sentinel), CommitKey("d", "src", 1))  # never read either
+
+
+def _falkirk(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "falkirk"), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["plan", "--dag", "d", "--bad-epoch", "a:1", "--last-epoch", "100000000000000000000"],
+     "argument --last-epoch: '100000000000000000000': give an epoch from 1 to 1000000000"),
+    (["plan", "--dag", "d", "--bad-epoch", "a:99999999999999999999"],
+     "--bad-epoch 'a:99999999999999999999': write it as TASK:EPOCH with an epoch from 1 to 1000000000"),
+    (["gc", "--dag", "d", "--retain-hours", "100000000000000000000"],
+     "--retain-hours 100000000000000000000: give a whole number of hours from 0 to 87600"),
+    (["solve", "/dev/zero"], "/dev/zero: larger than 16 MiB"),
+    (["plan", "--dag", "d", "--lost-scratch", "/"], "--lost-scratch '/' is not the scratch root"),
+    (["plan", "--dag", "d", "--lost-scratch", "SCRATCH/../durable"], "is not the scratch root"),
+    (["release", "--dag", "d", "--reason", "x"], "no recovery or collection of DAG 'd' holds a lease"),
+])
+def test_bad_command_lines_are_refused_quickly_naming_the_field_and_change_nothing(
+        store: StoreConfig, tmp_path: Path, args: list[str], message: str) -> None:
+    ledger = Ledger(store)
+    for r in _lazy_rows(store, range(1, 4)):
+        ledger.append(r)
+    before = _checksum(tmp_path)
+    args = [a.replace("SCRATCH", store.scratch_uri) for a in args]
+    started = time.monotonic()
+    proc = _falkirk(*args, env=store.env())
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert time.monotonic() - started < 30  # refused, not computed
+    assert _checksum(tmp_path) == before
+
+
+def test_scratch_locations_are_confined_to_the_scratch_root(store: StoreConfig) -> None:
+    inside = store.scratch_location(store.scratch_uri + "/d/model/")
+    assert inside == store.scratch_uri + "/d/model"
+    for bad in ("/", store.durable_uri, store.scratch_uri + "/../durable", "s3://bucket/x", "", "é" * 5000):
+        with pytest.raises(StoreError):
+            store.scratch_location(bad)
