@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test test-unit bench bench-ledger bench-regimes install java test-tools lock clean
+.PHONY: demo test test-faults test-unit bench bench-ledger bench-regimes install java test-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -19,6 +19,11 @@ demo: install
 ## test: the whole suite (unit, property, integration against real components)
 test: install test-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## test-faults: the fault drills of the recovery itself (a replay killed and resumed, a collection
+## between plan and replay) through real Airflow, Spark and Delta
+test-faults: install
+	$(PY) -m pytest -m faults tests/faults $(PYTEST_ARGS)
 
 ## test-unit: the fast part only (no Airflow, Spark or S3 processes)
 test-unit: install
