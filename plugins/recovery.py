@@ -303,17 +303,8 @@ def _affected_later(running: RunningReplay, ledger: Ledger) -> set[str]:
     graph = TaskGraph.from_ledger(entries)
     regimes = {t.task_id: Regime.parse(t.regime) for t in running.plan.tasks}
     redone = {t.task_id for t in running.plan.tasks if t.rerun}
-    affected = {t for t in redone if regimes[t].keeps_state}
-    frontier = list(redone)
-    seen = set(redone)
-    while frontier:
-        t = frontier.pop()
-        for e in graph.edges:
-            if e.src == t and e.dst not in seen:
-                seen.add(e.dst)
-                affected.add(e.dst)
-                frontier.append(e.dst)
-    return affected
+    stateful = {t for t in redone if regimes[t].keeps_state}
+    return stateful | {d for t in redone for d in graph.downstream(t)[1:]}
 
 
 def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress) -> int:

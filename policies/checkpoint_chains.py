@@ -101,6 +101,21 @@ class TaskGraph:
                 edges.setdefault(DataEdge(i.task_id, i.output, e.task_id))
         return cls(tuple(tasks), tuple(edges))
 
+    def downstream(self, task: str) -> list[str]:
+        """``task`` and every task that reads its outputs, directly or through others.
+
+        >>> TaskGraph(("a", "b", "c"), (DataEdge("a", "output", "b"), DataEdge("b", "output", "c"))).downstream("b")
+        ['b', 'c']
+        """
+        seen, todo = [task], [task]
+        while todo:
+            t = todo.pop()
+            for e in self.edges:
+                if e.src == t and e.dst not in seen:
+                    seen.append(e.dst)
+                    todo.append(e.dst)
+        return seen
+
     def solver_graph(self, failed: Iterable[str] = ()) -> Graph:
         """The same graph as the solver sees it: processors in the epoch domain, identity φ."""
         down = set(failed)

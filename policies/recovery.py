@@ -350,20 +350,9 @@ def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Map
                 origins.append((task, min(hit)))
     clear: dict[str, set[int]] = {}
     for task, epoch in origins:
-        for t in _downstream(graph, task):
+        for t in graph.downstream(task):
             clear.setdefault(t, set()).update(range(epoch, last_epoch + 1))
     return clear
-
-
-def _downstream(graph: TaskGraph, task: str) -> list[str]:
-    seen, todo = [task], [task]
-    while todo:
-        t = todo.pop()
-        for e in graph.edges:
-            if e.src == t and e.dst not in seen:
-                seen.append(e.dst)
-                todo.append(e.dst)
-    return seen
 
 
 def _dir(location: str) -> str:
