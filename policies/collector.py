@@ -187,13 +187,16 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
     ledger = Ledger(store)
     if not ledger.entries(dag_id):
         raise ValueError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}")
-    if dry_run:
-        plan = _plan(store, ledger, dag_id, graph, acknowledge)
+    plan = _plan(store, ledger, dag_id, graph, acknowledge)
+    log = RecoveryLog(store)
+    if dry_run or (plan.empty and not acknowledge):
+        if not dry_run:  # nothing to do, and nothing written: still refused during a recovery
+            log.check_free(dag_id)
         progress(plan.describe())
         return CollectionReport(plan, dry_run)
     # A collection holds the DAG's recovery lease: a replay never finds a checkpoint it
-    # restores deleted under it, and a collection never runs while a replay does.
-    log = RecoveryLog(store)
+    # restores deleted under it, and a collection never runs while a replay does. The
+    # plan is made again under the lease; one made before it only said there was work.
     lease = log.begin_collection(dag_id, holder)
     try:
         plan = _plan(store, ledger, dag_id, graph, acknowledge)

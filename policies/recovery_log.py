@@ -163,6 +163,12 @@ class RecoveryLog:
         """The lease of ``dag_id`` that was taken and not given back, if any (it may have expired)."""
         return _running(self.events(dag_id), dag_id)
 
+    def check_free(self, dag_id: str) -> None:
+        """Raise :class:`LeaseHeld` if a live lease of ``dag_id`` is held (reads only)."""
+        held = self.running(dag_id)
+        if held is not None and not held.expired():
+            raise _held(held)
+
     def check_not_finished(self, plan: RecoveryPlan) -> None:
         """Raise :class:`AlreadyReplayed` if ``plan`` was executed to the end."""
         check_not_finished(self.events(plan.dag_id), plan.plan_id)
@@ -230,12 +236,7 @@ class RecoveryLog:
         other = _running(events, dag_id)
         if other is not None:
             if not other.expired(now):
-                what = "collected (garbage collection)" if other.plan_id.startswith(GC_PREFIX) else \
-                    f"recovered by plan {other.plan_id}"
-                raise LeaseHeld(
-                    f"DAG {dag_id!r} is being {what} ({other.holder}, since {_at(other.since)}); wait until it "
-                    f"finishes, then plan again. Its lease expires at {_at(other.expires_at())} unless renewed; "
-                    f"if its holder is dead, release it: falkirk release --dag {dag_id} --reason '...'")
+                raise _held(other)
             rows.append(_row(dag_id, other.plan_id, "expired", holder, json.dumps({
                 "token": other.token, "note": f"lease of {other.holder} not renewed since "
                                               f"{_at(other.last_seen or other.since)}; taken over by {holder}"}),
@@ -269,6 +270,15 @@ class RecoveryLog:
         write_deltalake(table if table is not None else self.uri, pa.Table.from_pylist(rows, schema=SCHEMA),
                         mode="append", storage_options=self._options,
                         commit_properties=CommitProperties(max_commit_retries=retries))
+
+
+def _held(other: Lease) -> LeaseHeld:
+    what = "collected (garbage collection)" if other.plan_id.startswith(GC_PREFIX) else \
+        f"recovered by plan {other.plan_id}"
+    return LeaseHeld(
+        f"DAG {other.dag_id!r} is being {what} ({other.holder}, since {_at(other.since)}); wait until it "
+        f"finishes, then plan again. Its lease expires at {_at(other.expires_at())} unless renewed; "
+        f"if its holder is dead, release it: falkirk release --dag {other.dag_id} --reason '...'")
 
 
 def _row(dag_id: str, plan_id: str, event: str, holder: str, detail: str, at: datetime | None = None) -> dict:
