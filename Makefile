@@ -23,7 +23,7 @@ test: install test-tools
 ## test-faults: the fault drills of the recovery itself (a replay killed and resumed, a collection
 ## between plan and replay) through real Airflow, Spark and Delta
 test-faults: install
-	$(PY) -m pytest -m faults tests/faults $(PYTEST_ARGS)
+	$(PY) -m pytest -m faults tests/integration/recovery $(PYTEST_ARGS)
 
 ## test-unit: the fast part only (no Airflow, Spark or S3 processes)
 test-unit: install

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
 import subprocess
 import time
@@ -59,6 +60,17 @@ class AirflowStack:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def jwt_secret(self) -> str:
+        """The secret that signs this Airflow's tokens: random, made once per home (0600)."""
+        path = self.home / "jwt_secret"
+        if not path.exists():
+            self.home.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(48))
+        return path.read_text().strip()
+
     def env(self) -> dict[str, str]:
         """The environment every component (and every task it runs) sees."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -82,7 +94,7 @@ class AirflowStack:
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
                 # Workers wait longer than the default 5 s for the API server on a loaded machine.
                 "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
-                "AIRFLOW__API_AUTH__JWT_SECRET": "falkirk-embedded-default-jwt-secret",
+                "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, (r, _) in USERS.items()),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
@@ -129,6 +141,24 @@ class AirflowStack:
             self.services.append(Service(name, argv, env, self.home / "logs" / f"{name}.out", cwd=self.home).start())
         wait_until("the Airflow API server and scheduler", self._healthy, timeout, self.services)
         return self
+
+    def kill(self, component: str) -> None:
+        """SIGKILL one component (``api-server``, ``scheduler``, ...) and the processes it
+        started, such as the scheduler's running task instances; the others keep running."""
+        self._service(component).kill()
+
+    def restart(self, *components: str, timeout: float = 120) -> None:
+        """Start killed or stopped components again and wait until Airflow is healthy."""
+        for service in [self._service(c) for c in components]:
+            service.stop()
+            service.start()
+        wait_until("the Airflow API server and scheduler", self._healthy, timeout, self.services)
+
+    def _service(self, component: str) -> Service:
+        found = [s for s in self.services if s.name == component]
+        if not found:
+            raise ValueError(f"component={component!r}: running are {[s.name for s in self.services]}")
+        return found[0]
 
     def _healthy(self) -> bool:
         health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()

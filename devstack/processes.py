@@ -71,6 +71,16 @@ class Service:
         except FileNotFoundError:
             return "(no log)"
 
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once, as a lost machine would (fault drills)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self.proc.wait(30)
+
     def stop(self, timeout: float = 20.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return

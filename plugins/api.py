@@ -13,6 +13,7 @@ route                                         needs
 ``GET  /api/v1/dags/{dag_id}/recoveries``     read access to the DAG
 ``POST /api/v1/dags/{dag_id}/preview``        read access to the DAG
 ``POST /api/v1/dags/{dag_id}/recoveries``     edit access to the DAG's task instances
+``POST /api/v1/dags/{dag_id}/lease/release``  edit access to the DAG's task instances
 ``GET  /ui/falkirk.js``                       any signed-in user (the view's code)
 ============================================  =====================================
 
@@ -61,9 +62,10 @@ from plugins.airflow_rest import AirflowClient, AirflowError
 from plugins.recovery import RunningReplay, compute_plan, start_replay
 from plugins.view import DagTask, dag_view, plan_view, recovery_history
 from policies.checkpoint_status import grid_from_ledger
+from policies.epoch_tables import UnreadableTable
 from policies.ledger import Ledger, LedgerEntry
 from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
-from policies.recovery_log import AlreadyReplayed, LeaseHeld, RecoveryLog
+from policies.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog
 from policies.regimes import Regime
 from policies.store import StoreConfig, StoreError
 
@@ -137,6 +139,11 @@ async def _invalid_token_is_401(request: Request, exc: HTTPException):
     return await http_exception_handler(request, exc)
 
 
+@app.exception_handler(UnreadableTable)
+async def _unreadable_table(request: Request, exc: UnreadableTable) -> JSONResponse:
+    return JSONResponse(status_code=503, content={"detail": str(exc)})
+
+
 @app.exception_handler(DeltaError)
 async def _damaged_store(request: Request, exc: DeltaError) -> JSONResponse:
     return JSONResponse(status_code=503, content={
@@ -179,6 +186,13 @@ class ReplayRequest(FailureSpec):
 
     ledger_version: StrictInt | None = Field(ge=0, description="the ledger version the preview showed; the replay is "
                                                    "refused (409) if the ledger has changed since")
+
+
+class ReleaseRequest(BaseModel):
+    """Why the DAG's lease is released by hand (recorded in the recovery log with the caller)."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=2000, examples=["the executor's host was lost"])
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -332,6 +346,22 @@ def start_recovery(
     return {"plan_id": plan.plan_id, "status": "running", "by": user.get_name(),
             "cleared": {run: list(tasks) for run, tasks in running.cleared.items()},
             "invalidated": running.invalidated, "rerun_count": len(plan.rerun_set())}
+
+
+@app.post("/api/v1/dags/{dag_id}/lease/release", dependencies=[EditTaskInstances, Depends(_not_cross_site)])
+def release_lease(dag_id: str, spec: ReleaseRequest, user: GetUserDep) -> dict[str, Any]:
+    """End the DAG's recovery (or collection) lease by hand, for an executor known to be dead
+    (audited as ``released``, with the caller and the reason); the same as ``falkirk release``.
+    The plan is resumed by replaying it again. 409 when no lease is held."""
+    _dag_tasks(dag_id)
+    if not spec.reason.strip():
+        raise _invalid(["reason"], "say why the lease is released (it is recorded in the recovery log)")
+    try:
+        held = RecoveryLog(_store()).release(dag_id, by=user.get_name(), reason=spec.reason)
+    except NoLease as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from exc
+    return {"dag_id": dag_id, "plan_id": held.plan_id, "holder": held.holder, "since": held.since.isoformat(),
+            "released_by": user.get_name()}
 
 
 def _finish(running: RunningReplay) -> None:

@@ -40,6 +40,7 @@ from deltalake.exceptions import DeltaError
 
 from plugins.airflow_rest import AirflowClient, AirflowError
 from policies import cli as solver_cli
+from policies.epoch_tables import UnreadableTable
 from policies.recovery import PlanError
 
 EXIT_INVALID = 2
@@ -90,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PlanError, AirflowError, ValueError) as exc:
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except UnreadableTable as exc:
+        print(f"falkirk {args.command}: {exc}", file=sys.stderr)
+        return EXIT_STORE
     except DeltaError as exc:
         print(f"falkirk {args.command}: the store cannot be read: {exc}. A table's _delta_log is damaged: restore "
               f"it from a backup (nothing was changed)", file=sys.stderr)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import getpass
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Mapping, Sequence
 
 from plugins.airflow_rest import AirflowClient, AirflowError
@@ -267,12 +267,15 @@ def _clear(running: RunningReplay, todo: set[tuple[str, int]], progress: Progres
 
 # Airflow states in which a task instance will not run again unless it is cleared.
 _SETTLED = {"success", "failed", "upstream_failed", "skipped", "removed"}
+_FAILED = {"failed", "upstream_failed"}
 
 
 def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str, int]] | None = None
               ) -> set[tuple[str, int]]:
     """Of ``wanted`` (the plan's re-run set), the task instances that still need a clear: not
-    redone (no current ledger row) and settled in Airflow, or never run in a run that ended.
+    redone (no current ledger row) and settled in Airflow, or never run in a run that ended;
+    and those redone but marked failed in Airflow (killed after their commit: the re-run finds
+    the commit and succeeds without changing it).
 
     A resumed replay therefore never clears an instance the previous executor already cleared
     (it is queued, running, or has re-run and committed).
@@ -288,9 +291,9 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
         tis = running.client.task_instances(recovery.dag_id, run)
         run_state = running.client.dag_run(recovery.dag_id, run).get("state")
         for task in sorted(t for t, e in wanted if e == epoch):
-            if (task, epoch) in current:
-                continue
             state = tis.get(task, {}).get("state")
+            if (task, epoch) in current and state not in _FAILED:
+                continue
             if state in _SETTLED or (state is None and run_state in ("success", "failed")):
                 todo.add((task, epoch))
     return todo
@@ -307,14 +310,26 @@ def _affected_later(running: RunningReplay, ledger: Ledger) -> set[str]:
     return stateful | {d for t in redone for d in graph.downstream(t)[1:]}
 
 
+# Ledger rows and invalidations are stamped by different processes (perhaps machines): a later
+# row stamped up to this long after the plan's invalidation is still swept. One swept needlessly
+# only runs again, once.
+CLOCK_SKEW = timedelta(seconds=5)
+
+
 def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress) -> int:
-    """Invalidate rows committed after the plan's last epoch from data the plan rolls back (a
-    DAG run that arrived while the replay started). Rows appended after this sweep are
-    withdrawn by their own job (``spark_jobs.runtime``): it re-checks its inputs after its
-    commit point."""
+    """Invalidate rows of epochs after the plan's last one that were computed before the plan
+    rolled back what they depend on (a DAG run that arrived while the replay started).
+
+    A row computed after the plan's invalidation is current: its job found the rolled-back
+    rows gone (a stateful task waits for its previous epoch's redo), or, if it read them just
+    before, refused or withdrew its own commit (``spark_jobs.runtime``)."""
     recovery = running.plan
+    since = ledger.invalidated_at(recovery.dag_id, recovery.plan_id)
+    if since is None:  # the plan rolled nothing back: nothing later was computed from it
+        return 0
     affected = _affected_later(running, ledger)
-    later = [e for e in ledger.entries(recovery.dag_id) if e.epoch > recovery.last_epoch and e.task_id in affected]
+    later = [e for e in ledger.entries(recovery.dag_id) if e.epoch > recovery.last_epoch
+             and e.task_id in affected and e.committed_at < since + CLOCK_SKEW]
     if not later:
         return 0
     digest = ",".join(sorted(f"{e.task_id}:{e.epoch}:{e.incarnation}" for e in later))

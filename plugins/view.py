@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from policies.checkpoint_status import CheckpointGrid, CheckpointStatus
 from policies.recovery import RecoveryPlan
-from policies.recovery_log import GC_PREFIX
+from policies.recovery_log import GC_PREFIX, lease_seconds
 from policies.regimes import Regime, RegimeError
 
 # Airflow task-instance states worth showing over a cell; "success" is what the ledger shows.
@@ -130,6 +131,7 @@ def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     Plans that were only previewed or planned and never started are left out.
     """
     plans: dict[str, dict[str, Any]] = {}
+    seen: dict[str, Any] = {}  # plan -> when its executor last showed life (started, resumed, heartbeat)
     for r in events:
         if r["plan_id"].startswith(GC_PREFIX):  # a garbage collection's lease, not a recovery
             continue
@@ -141,7 +143,9 @@ def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             plan = RecoveryPlan.from_json(json.loads(r["detail"]))
             p.update(failures=[f.describe() for f in plan.failures], rerun_count=len(plan.rerun_set()),
                      clear_downstream_count=len(plan.clear_downstream_set()))
-        elif r["event"] == "started":
+        if r["event"] in ("started", "resumed", "heartbeat"):
+            seen[r["plan_id"]] = r["recorded_at"]
+        if r["event"] == "started":
             p.update(by=r["holder"], started_at=at, outcome="running", ended_at=None, detail="")
         elif r["event"] == "resumed":  # the same recovery, continued by another executor
             p.update(by=r["holder"], outcome="running", ended_at=None, resumptions=p["resumptions"] + 1,
@@ -150,6 +154,17 @@ def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             p.update(ended_at=at, outcome=r["event"], detail=r["detail"])
         elif r["event"] in ("released", "expired"):
             p.update(ended_at=at, outcome=r["event"], detail=_note(r["detail"]))
+    now, seconds = datetime.now(timezone.utc), lease_seconds()
+    for plan_id, p in plans.items():
+        last = seen.get(plan_id)
+        if p["outcome"] != "running" or not isinstance(last, datetime):
+            continue
+        last = last if last.tzinfo else last.replace(tzinfo=timezone.utc)
+        expires = last + timedelta(seconds=seconds)
+        p["expires_at"] = expires.isoformat()
+        if expires < now:  # its executor died: the next recovery of the DAG takes the lease over
+            p.update(outcome="expired", detail=f"the lease was not renewed since {last.isoformat()}; the next "
+                                               f"recovery of the DAG takes it over (or resumes this plan)")
     started = [p for p in plans.values() if p["started_at"]]
     return sorted(started, key=lambda p: p["started_at"], reverse=True)
 

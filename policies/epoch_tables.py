@@ -40,6 +40,19 @@ class EpochTableError(ValueError):
     """Rows that cannot be committed as one epoch; the message names the column and the fix."""
 
 
+class UnreadableTable(Exception):
+    """A Delta table that exists but cannot be read: its storage is unreachable, or its
+    ``_delta_log`` or a data file is damaged. The message names the table and the way out."""
+
+    def __init__(self, uri: str, cause: BaseException) -> None:
+        self.uri = uri
+        reason = " ".join(str(cause).split())
+        super().__init__(
+            f"the Delta table {uri} cannot be read ({type(cause).__name__}: {reason[:400]}). If its storage is "
+            f"unreachable, retry once it is back; if its _delta_log or a data file is damaged, restore the table "
+            f"from a backup. Nothing was changed")
+
+
 @dataclass(frozen=True)
 class CommitKey:
     """The idempotency key of one (task, epoch) commit.
@@ -256,7 +269,10 @@ def scan(table: DeltaTable, where: Mapping[str, int | str] | None = None,
     sql = f"SELECT {select} FROM t"
     if where:
         sql += " WHERE " + " AND ".join(f"{_quote_name(k)} = {_literal(v)}" for k, v in where.items())
-    rows = pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
+    try:
+        rows = pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
+    except Exception as exc:  # a truncated or missing data file, an unreachable object store
+        raise UnreadableTable(table.table_uri, exc) from exc
     return _without_view_types(rows)
 
 
@@ -288,6 +304,8 @@ def open_table(uri: str, storage_options: dict[str, str] | None = None) -> Delta
         return DeltaTable(uri, storage_options=storage_options)
     except TableNotFoundError:
         return None
+    except (DeltaError, OSError) as exc:  # a gap in _delta_log, a torn commit file, storage gone
+        raise UnreadableTable(uri, exc) from exc
 
 
 def count_epoch(table: DeltaTable, epoch: int) -> int:

@@ -273,6 +273,14 @@ class Ledger:
         cols = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pydict()
         return set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
 
+    def invalidated_at(self, dag_id: str, plan_id: str) -> datetime | None:
+        """When recovery ``plan_id`` rolled back its rows of ``dag_id`` (``None`` if it rolled back none)."""
+        table = open_table(self.invalidations_uri, self.store.options_for(self.invalidations_uri))
+        if table is None:
+            return None
+        times = scan(table, where={"dag_id": dag_id, "plan_id": plan_id}, columns=["invalidated_at"])
+        return min(times.column("invalidated_at").to_pylist(), default=None)
+
     def mark_collected(self, dag_id: str, through: "dict[str, int]") -> dict[str, int]:
         """Record that each task's rows at epochs <= ``through[task]`` are garbage-collected;
         returns the marks that raised a task's point (a mark at or below it changes nothing)."""

@@ -8,7 +8,7 @@
 // Sections: the DAG graph coloured by regime; the failure picker; the plan (frontiers,
 // re-run count next to clear-downstream's); the grid of epochs x tasks with checkpoint
 // statuses and the re-run set highlighted; the roll-back-and-replay action with a
-// confirmation; the history of recoveries.
+// confirmation; the history of recoveries, where an admin can release a dead executor's lease.
 
 // Read by the browser test: ms since navigation started when Airflow's UI loaded this
 // bundle, when the view mounted, and when the grid's visible window first rendered.
@@ -489,13 +489,38 @@ function ConfirmDialog({ plan, onCancel, onConfirm, busy }) {
   );
 }
 
-function History({ recoveries }) {
+// Releasing a lease by hand: for an executor known to be dead (audited with the reason).
+function ReleaseDialog({ recovery, onCancel, onConfirm, busy, error }) {
+  const [reason, setReason] = useState("");
+  return h(
+    "div",
+    { role: "dialog", "aria-modal": "true", "data-testid": "release-dialog",
+      style: { position: "fixed", inset: 0, background: "rgba(0,0,0,0.45)", display: "flex", alignItems: "center", justifyContent: "center", zIndex: 1400 } },
+    h(
+      "div",
+      { style: { background: C.bg, color: C.fg, border: `1px solid ${C.border}`, borderRadius: 8, padding: 20, maxWidth: 560 } },
+      h("h3", { style: { fontWeight: 600, fontSize: 16, marginTop: 0 } }, `Release the lease of recovery ${recovery.plan_id}?`),
+      h("p", null, `${recovery.by} holds it (expires at ${(recovery.expires_at || "?").replace("T", " ").slice(0, 19)} unless renewed). ` +
+        "Release it only if its executor is dead: a live one stops at its next renewal. Replaying the plan again resumes it."),
+      h("label", { style: { display: "block", fontSize: 13, marginBottom: 4 } }, "Reason (recorded in the recovery log)"),
+      h("input", { "data-testid": "release-reason", value: reason, maxLength: 2000, onChange: (e) => setReason(e.target.value),
+        style: { width: "100%", padding: 6, border: `1px solid ${C.border}`, borderRadius: 6, background: "transparent", color: C.fg } }),
+      error ? h("div", { role: "alert", "data-testid": "release-error", style: { color: "#e53e3e", marginTop: 8 } }, error) : null,
+      h("div", { style: { display: "flex", gap: 8, justifyContent: "flex-end", marginTop: 16 } },
+        h(Button, { onClick: onCancel, testid: "release-cancel" }, "Cancel"),
+        h(Button, { onClick: () => onConfirm(reason), primary: true, disabled: busy || !reason.trim(), testid: "release-confirm" },
+          busy ? "Releasing…" : "Release the lease")),
+    ),
+  );
+}
+
+function History({ recoveries, canRelease, onRelease }) {
   if (!recoveries.length) return h("div", { "data-testid": "history-empty", style: { color: C.muted, fontSize: 13 } }, "No recovery has run on this DAG.");
   const cell = { padding: "2px 10px", borderBottom: `1px solid ${C.border}`, textAlign: "left" };
   return h(
     "table",
     { "data-testid": "history", style: { borderCollapse: "collapse", fontSize: 13 } },
-    h("thead", null, h("tr", null, ...["plan", "failures", "re-runs (clear-downstream)", "by", "started", "ended", "outcome"].map((c) => h("th", { key: c, style: cell }, c)))),
+    h("thead", null, h("tr", null, ...["plan", "failures", "re-runs (clear-downstream)", "by", "started", "ended", "outcome", ""].map((c, i) => h("th", { key: i, style: cell }, c)))),
     h("tbody", null, ...recoveries.map((r) =>
       h("tr", { key: r.plan_id, "data-testid": `history-${r.plan_id}`, "data-outcome": r.outcome },
         h("td", { style: cell }, r.plan_id),
@@ -504,7 +529,10 @@ function History({ recoveries }) {
         h("td", { style: cell }, r.by),
         h("td", { style: cell }, (r.started_at || "").replace("T", " ").slice(0, 19)),
         h("td", { style: cell }, (r.ended_at || "").replace("T", " ").slice(0, 19)),
-        h("td", { style: cell, title: r.detail }, r.outcome)))),
+        h("td", { style: cell, title: r.detail }, r.outcome + (r.resumptions ? ` (resumed ${r.resumptions}×)` : "")),
+        h("td", { style: cell }, r.outcome === "running" && canRelease
+          ? h(Button, { testid: `release-${r.plan_id}`, onClick: () => onRelease(r), title: "Release the lease of a dead executor" }, "Release…")
+          : null)))),
   );
 }
 
@@ -533,6 +561,7 @@ function FalkirkView({ dagId, runId, taskId }) {
   const [planning, setPlanning] = useState(false);
   const [confirming, setConfirming] = useState(false);
   const [replay, setReplay] = useState(null); // {busy} | {plan_id, status} | {error}
+  const [releasing, setReleasing] = useState(null); // {recovery, busy, error}
 
   const load = useCallback(async (initial) => {
     try {
@@ -596,6 +625,17 @@ function FalkirkView({ dagId, runId, taskId }) {
     }
   };
 
+  const releaseLease = async (reason) => {
+    setReleasing((r) => ({ ...r, busy: true, error: null }));
+    try {
+      await api(`dags/${encodeURIComponent(dagId)}/lease/release`, { method: "POST", body: JSON.stringify({ reason }) });
+      setReleasing(null);
+      await load(false);
+    } catch (e) {
+      setReleasing((r) => ({ ...r, busy: false, error: e.message }));
+    }
+  };
+
   // minmax(0, 1fr): wide children (a long grid) scroll inside the view instead of widening it
   const page = { color: C.fg, padding: 12, display: "grid", gridTemplateColumns: "minmax(0, 1fr)", gap: 12, minWidth: 0 };
   if (loadError && !view) {
@@ -636,7 +676,9 @@ function FalkirkView({ dagId, runId, taskId }) {
     replay?.plan_id ? h("div", { "data-testid": "replay-started", style: { marginTop: 8 } },
       `Recovery ${replay.plan_id} started by ${replay.by}: ${replay.rerun_count} task instances cleared.`) : null),
     h(Panel, { title: "Checkpoints (epochs × tasks)", testid: "panel-grid" }, h(Grid, { view, plan })),
-    h(Panel, { title: "Recoveries", testid: "panel-history" }, h(History, { recoveries: view.recoveries })),
+    h(Panel, { title: "Recoveries", testid: "panel-history" },
+      h(History, { recoveries: view.recoveries, canRelease: view.can_replay, onRelease: (r) => setReleasing({ recovery: r }) })),
+    releasing ? h(ReleaseDialog, { ...releasing, onCancel: () => setReleasing(null), onConfirm: releaseLease }) : null,
     confirming && plan ? h(ConfirmDialog, { plan, busy: replay?.busy, onCancel: () => setConfirming(false), onConfirm: startReplay }) : null,
   );
 }

@@ -27,6 +27,10 @@ def test_compose_file_validates_and_declares_the_services() -> None:
         assert env["FALKIRK_STORE_URI"] == "s3://falkirk/store"
         assert env["AWS_ENDPOINT_URL"] == "http://minio:9000"
         assert "spark://spark-master:7077" in env["AIRFLOW_CONN_SPARK_DEFAULT"]
+        # No fixed token-signing secret: airflow-init generates one into the secrets volume.
+        assert "AIRFLOW__API_AUTH__JWT_SECRET" not in env
+        assert env["AIRFLOW__API_AUTH__JWT_SECRET_CMD"] == "cat /run/falkirk/jwt_secret"
         assert any(str(v).endswith(":/opt/falkirk:rw") or "/opt/falkirk" in str(v) for v in services[name]["volumes"])
+    assert "secrets.token_urlsafe" in str(services["airflow-init"]["entrypoint"])
     assert "mc mb --ignore-existing local/falkirk" in str(services["minio-create-bucket"]["entrypoint"])
     assert "spark://spark-master:7077" in " ".join(services["spark-worker"]["command"])

@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from plugins.airflow_rest import AirflowClient
 from policies.ledger import COMPACT_EVERY, SCHEMA, InputRef, Ledger, LedgerEntry, OutputRef
 from policies.store import StoreConfig
 from spark_jobs.clicks.feed import clicks_for_epoch, deliver
-from tests.integration.test_recovery_replay import wait_states
+from tests.integration.recovery.drill import wait_states
 
 pytestmark = pytest.mark.integration
 
@@ -196,6 +197,150 @@ def test_api_refuses_and_changes_nothing(view_stack: ViewStack) -> None:
             "/api/v1/dags/{dag_id}/recoveries"} <= set(schema["paths"])
 
 
+def _forged(vs: ViewStack, user: str, secret: str, **claims) -> str:
+    """``user``'s real token with ``claims`` changed, signed with ``secret``."""
+    import jwt
+
+    real = vs.token(user)
+    header = jwt.get_unverified_header(real)
+    body = {**jwt.decode(real, options={"verify_signature": False}), **claims}
+    return jwt.encode(body, secret, algorithm=header["alg"], headers={"kid": header.get("kid")} if header.get("kid")
+                      else None)
+
+
+def _checksum(root: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_every_credential_and_hostile_input_is_refused_naming_the_field(view_stack: ViewStack,
+                                                                         tmp_path: Path) -> None:
+    """Anonymous, viewer, admin, a token signed with another secret, an expired token and the
+    UI's cookie alone, on every route; then hostile bodies and paths. Each refusal is 401, 403,
+    404, 413 or 422 naming the field, and nothing changes: not the ledger, not Airflow, not a
+    sentinel directory outside the store (checksummed)."""
+    vs = view_stack
+    sentinel = tmp_path / "sentinel"
+    (sentinel / "table" / "_delta_log").mkdir(parents=True)
+    (sentinel / "table" / "_delta_log" / "00000000000000000000.json").write_text("{}")
+    (sentinel / "keep.txt").write_text("must survive")
+    before = (snapshot(vs), _checksum(sentinel), _checksum(Path(vs.store.durable_uri)))
+    base = f"{vs.stack.base_url}/falkirk/api/v1"
+    version = call(vs, "GET", f"dags/{DAG}/view", "admin").json()["ledger_version"]
+    failure = {"failed_tasks": [{"task_id": "clean", "epoch": 3}]}
+    routes = [("GET", f"dags/{DAG}/view", None), ("GET", f"dags/{DAG}/ledger", None),
+              ("GET", f"dags/{DAG}/regimes", None), ("GET", f"dags/{DAG}/recoveries", None),
+              ("POST", f"dags/{DAG}/preview", failure), ("GET", "health", None),
+              ("POST", f"dags/{DAG}/recoveries", {**failure, "ledger_version": version})]
+    now = int(time.time())
+    credentials = {
+        "anonymous": ({}, 401),
+        "another secret": ({"Authorization": f"Bearer {_forged(vs, 'admin', 'not-the-secret-' * 4)}"}, 401),
+        "expired": ({"Authorization": "Bearer " + _forged(vs, "admin", vs.stack.jwt_secret, iat=now - 7200,
+                                                          nbf=now - 7200, exp=now - 3600)}, 401),
+        "garbage": ({"Authorization": "Bearer not.a.jwt"}, 401),
+    }
+    for who, (headers, status) in credentials.items():
+        for method, path, body in routes:
+            r = httpx.request(method, f"{base}/{path}", headers=headers, json=body, timeout=60)
+            assert r.status_code == status, (who, method, path, r.status_code, r.text)
+    # The viewer reads everything and changes nothing.
+    for method, path, body in routes:
+        r = call(vs, method, path, "viewer", body)
+        assert r.status_code == (403 if path.endswith("recoveries") and method == "POST" else 200), (path, r.text)
+    # The UI's cookie alone reads, but cannot change state: a page on another site could send it.
+    cookie = {"_token": vs.token("admin")}
+    assert httpx.get(f"{base}/dags/{DAG}/view", cookies=cookie, timeout=60).status_code == 200
+    r = httpx.post(f"{base}/dags/{DAG}/recoveries", cookies=cookie, json=routes[-1][2], timeout=60)
+    assert r.status_code == 403 and "Authorization" in r.json()["detail"], r.text
+
+    # Hostile bodies, as admin: each a 422 naming the field (or 413 for the size).
+    outside = [str(sentinel), "/", f"{vs.store.scratch_uri}/../durable", f"{vs.store.scratch_uri}/../../",
+               vs.store.durable_uri, "s3://bucket/x", "\u00e9t\u00e9/\u2603", "\x00"]
+    hostile = [({"lost_scratch": [where]}, ["body", "lost_scratch", 0]) for where in outside]
+    hostile += [({"failed_tasks": [{"task_id": task, "epoch": 3}]}, ["body", "failed_tasks", 0, "task_id"])
+                for task in ("../../etc", "/", "\u2603", "x" * 251, "")]
+    hostile += [({"bad_epochs": [{"task_id": "clean", "epoch": epoch}]}, ["body", "bad_epochs", 0, "epoch"])
+                for epoch in (-1, 0, 10**12, 10**30, "4", True, 1.5, None)]
+    hostile += [({"failed_tasks": [{"task_id": "clean", "epoch": 3}] * 257}, ["body", "failed_tasks"]),
+                ({"lost_scratch": "not a list"}, ["body", "lost_scratch"]),
+                ([], ["body"])]
+    for body, loc in hostile:
+        for path, extra in ((f"dags/{DAG}/preview", {}), (f"dags/{DAG}/recoveries", {"ledger_version": version})):
+            r = call(vs, "POST", path, "admin", {**body, **extra} if isinstance(body, dict) else body)
+            assert r.status_code == 422, (path, body, r.status_code, r.text[:300])
+            assert r.json()["detail"][0]["loc"] == loc, (path, body, r.json())
+    headers = {"Authorization": f"Bearer {vs.token('admin')}", "Content-Type": "application/json"}
+    huge = json.dumps({"lost_scratch": ["/" + "x" * 1000] * 3000})  # about 3 MB
+    for path in (f"dags/{DAG}/preview", f"dags/{DAG}/recoveries"):
+        r = httpx.post(f"{base}/{path}", headers=headers, content=huge, timeout=60)
+        assert r.status_code == 413 and "request body over" in r.json()["detail"], r.text[:300]
+        r = httpx.post(f"{base}/{path}", headers=headers, content=b"{not json", timeout=60)
+        assert r.status_code == 422, r.text[:300]
+    # Hostile DAG ids in the path: never a table of another DAG or a path outside the store.
+    for dag in ("%2E%2E", "..%2F..%2Fetc", "%E2%98%83", "x" * 300, str(sentinel).replace("/", "%2F")):
+        for method, route, body in routes[:5]:
+            r = httpx.request(method, f"{base}/{route.replace(DAG, dag)}", headers=headers, json=body, timeout=60)
+            assert r.status_code == 404, (dag, route, r.status_code, r.text[:300])
+
+    assert (snapshot(vs), _checksum(sentinel), _checksum(Path(vs.store.durable_uri))) == before
+    assert call(vs, "GET", f"dags/{DAG}/recoveries", "admin").json()["recoveries"] == []
+
+
+def test_the_api_schema_and_docs_are_public_and_hold_no_data(view_stack: ViewStack) -> None:
+    """Decision: ``/falkirk/openapi.json`` and ``/falkirk/docs`` describe the routes, as
+    Airflow's own ``/openapi.json`` does, and hold no data of any DAG or store: they need no
+    token. Everything under ``/falkirk/api`` and ``/falkirk/ui`` does."""
+    vs = view_stack
+    schema = httpx.get(f"{vs.stack.base_url}/falkirk/openapi.json", timeout=60)
+    docs = httpx.get(f"{vs.stack.base_url}/falkirk/docs", timeout=60)
+    assert schema.status_code == 200 and docs.status_code == 200 and "swagger" in docs.text.lower()
+    for text in (schema.text, docs.text):
+        assert vs.store.durable_uri not in text and vs.store.scratch_uri not in text and DAG not in text
+    assert set(schema.json()["paths"]) == {"/api/v1/health", "/api/v1/dags/{dag_id}/view",
+                                           "/api/v1/dags/{dag_id}/preview", "/api/v1/dags/{dag_id}/recoveries",
+                                           "/api/v1/dags/{dag_id}/ledger", "/api/v1/dags/{dag_id}/regimes",
+                                           "/api/v1/dags/{dag_id}/lease/release"}
+
+
+def test_200_concurrent_previews_all_answer_while_airflow_keeps_serving(view_stack: ViewStack) -> None:
+    """200 previews at once: every one answers 200 with the same plan, Airflow's own API keeps
+    answering meanwhile (a preview never holds a metadata-database connection while it plans),
+    and the latencies are reported. Bounded: 200 requests, at most 10 minutes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    vs = view_stack
+    token = vs.token("viewer")
+    failure = {"failed_tasks": [{"task_id": "clean", "epoch": 3}]}
+    url = f"{vs.stack.base_url}/falkirk/api/v1/dags/{DAG}/preview"
+
+    def preview(_: int) -> tuple[int, float, str]:
+        start = time.monotonic()
+        r = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, json=failure, timeout=600)
+        return r.status_code, time.monotonic() - start, r.json().get("plan_id", r.text[:200])
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=200) as pool:
+        answers = pool.map(preview, range(200))
+        airflow = httpx.get(f"{vs.stack.base_url}/api/v2/monitor/health", timeout=120)
+        answers = list(answers)
+    wall = time.monotonic() - started
+    assert airflow.status_code == 200, airflow.text
+    assert [a[0] for a in answers] == [200] * 200, Counter(a[0] for a in answers)
+    assert len({a[2] for a in answers}) == 1  # one plan, however many asked
+    latencies = sorted(a[1] for a in answers)
+    p50, p95 = latencies[99], latencies[189]
+    print(f"200 concurrent previews: {wall:.1f} s in all; latency p50 {p50:.2f} s, p95 {p95:.2f} s, "
+          f"max {latencies[-1]:.2f} s")
+    assert wall < 600
+
+
 # -- the browser -----------------------------------------------------------------------------
 
 
@@ -334,6 +479,65 @@ def test_admin_previews_and_replays_from_the_view(view_stack: ViewStack, browser
     tries = {(t, e): ti["try_number"] for e in (3, 4) for t, ti in vs.admin.task_instances(DAG, run_id_of(e)).items()}
     assert tries == {("source", 3): 1, ("clean", 3): 2, ("model", 3): 1, ("sink", 3): 1,  # clean 3 re-ran
                      ("source", 4): 1, ("clean", 4): 1, ("model", 4): 1, ("sink", 4): 1}  # clean 4 kept
+
+
+def test_admin_releases_a_dead_executors_lease_from_the_view(view_stack: ViewStack, browser) -> None:
+    """``falkirk replay`` is SIGKILLed just after taking the DAG's lease. The viewer sees the
+    recovery running and no way to release it; the admin releases it from the history with a
+    reason, audited in the recovery log; the plan then resumes to the end."""
+    import signal
+    import subprocess
+
+    from devstack.processes import VENV_BIN
+    from policies.recovery_log import RecoveryLog
+
+    vs = view_stack
+    env = {**os.environ, **vs.store.env(), "FALKIRK_AIRFLOW_URL": vs.stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+           "FALKIRK_AIRFLOW_PASSWORD": USERS["admin"][1], "FALKIRK_CRASH_AT": f"{DAG}/replay:0:after-lease"}
+    falkirk = [str(VENV_BIN / "falkirk")]
+    planned = subprocess.run([*falkirk, "plan", "--dag", DAG, "--bad-epoch", "sink:4", "--json"], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert planned.returncode == 0, planned.stderr
+    plan_id = json.loads(planned.stdout)["plan_id"]
+    killed = subprocess.run([*falkirk, "replay", plan_id], env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+
+    context, page = login(browser, vs, "viewer")
+    try:
+        open_view(page, vs, DAG)
+        row = page.get_by_test_id(f"history-{plan_id}")
+        assert row.get_attribute("data-outcome") == "running"
+        assert page.get_by_test_id(f"release-{plan_id}").count() == 0
+        assert not page.get_by_test_id("replay-button").is_enabled()  # a recovery is running
+    finally:
+        context.close()
+    context, page = login(browser, vs, "admin")
+    try:
+        open_view(page, vs, DAG)
+        page.get_by_test_id(f"release-{plan_id}").click()
+        dialog = page.get_by_test_id("release-dialog")
+        assert "Release it only if its executor is dead" in dialog.inner_text()
+        assert not page.get_by_test_id("release-confirm").is_enabled()  # a reason is required
+        page.get_by_test_id("release-reason").fill("its falkirk replay was killed")
+        shot(page, "6-release-lease")
+        page.get_by_test_id("release-confirm").click()
+        row = page.get_by_test_id(f"history-{plan_id}")
+        deadline = time.monotonic() + 30
+        while row.get_attribute("data-outcome") != "released":
+            assert time.monotonic() < deadline, row.inner_text()
+            page.wait_for_timeout(500)
+        assert "released by admin: its falkirk replay was killed" in row.locator("td").nth(6).get_attribute("title")
+    finally:
+        context.close()
+    released = [r for r in RecoveryLog(vs.store).events(DAG) if r["event"] == "released"]
+    assert [(r["plan_id"], r["holder"]) for r in released] == [(plan_id, "admin")]
+    # Nothing left to release; the plan resumes by the documented path and finishes.
+    r = call(vs, "POST", f"dags/{DAG}/lease/release", "admin", {"reason": "again"})
+    assert r.status_code == 409 and "nothing to release" in r.json()["detail"]
+    env.pop("FALKIRK_CRASH_AT")
+    resumed = subprocess.run([*falkirk, "replay", plan_id], env=env, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert call(vs, "GET", f"dags/{DAG}/recoveries", "admin").json()["recoveries"][0]["outcome"] == "finished"
 
 
 def test_view_of_50_tasks_and_500_epochs_loads_in_under_2s(view_stack: ViewStack, browser) -> None:

@@ -75,3 +75,38 @@ def test_a_zombie_attempt_finishing_late_changes_nothing(spark, store: StoreConf
     assert [r["amount"] for r in tables(store)["output"][1]] == [20, 20]
     rows = Ledger(store).entries(DAG)
     assert len(rows) == 1 and rows[0].try_number == 2 and zombie.try_number == 1
+
+
+def test_two_attempts_at_the_same_instant_commit_once(spark, store: StoreConfig, monkeypatch) -> None:
+    """Not a staged zombie: both attempts (of a deterministic job) write their files, wait for
+    each other, and commit at once (two threads on one Spark session). Each table and the
+    ledger take one commit: no row is doubled, whichever attempt wins each race."""
+    import threading
+
+    both_staged = threading.Barrier(2, timeout=300)
+
+    def wait_for_the_other(task_id: str, epoch: int, step: str, dag_id: str | None = None) -> None:
+        if step == "after-files":
+            both_staged.wait()
+
+    monkeypatch.setattr(runtime, "crash_point", wait_for_the_other)
+    results: dict[int, object] = {}
+
+    def run(try_number: int) -> None:
+        try:
+            results[try_number] = commit(*attempt(spark, store, try_number=try_number, amount=10))
+        except BaseException as exc:  # reported below
+            results[try_number] = exc
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not [r for r in results.values() if isinstance(r, BaseException)], results
+    rows = Ledger(store).entries(DAG)
+    assert len(rows) == 1 and rows[0].try_number in (1, 2)
+    # one commit each: the table's first version, holding one attempt's two rows
+    assert tables(store) == {name: (0, [{"amount": 10, "customer": c, "epoch": 1} for c in "ab"])
+                             for name in ("output", "state")}
+    assert rows[0].state_version == 0 and [o.version for o in rows[0].outputs] == [0]

@@ -1,6 +1,6 @@
 """Recovery never loses or doubles data: the faults of the recovery path, each injected for
 real on Delta tables on local disk (no Airflow, no Spark: those drills are in
-``tests/integration/test_recovery_replay.py``).
+``tests/integration/recovery/test_replay.py``).
 
 * two attempts racing on a table's first commit, and on the ledger: one commit each;
 * a stateful task never restores across an epoch a recovery rolled back;
@@ -262,3 +262,78 @@ def test_scratch_locations_are_confined_to_the_scratch_root(store: StoreConfig) 
     for bad in ("/", store.durable_uri, store.scratch_uri + "/../durable", "s3://bucket/x", "", "é" * 5000):
         with pytest.raises(StoreError):
             store.scratch_location(bad)
+
+
+@pytest.mark.parametrize("damage", ["a missing _delta_log entry", "a truncated data file"])
+def test_a_damaged_ledger_is_named_with_the_way_out_and_nothing_changes(store: StoreConfig, tmp_path: Path,
+                                                                         damage: str) -> None:
+    ledger = Ledger(store)
+    for r in _lazy_rows(store, range(1, 5)):
+        ledger.append(r)
+    if damage == "a missing _delta_log entry":
+        (Path(store.ledger_uri) / "_delta_log" / "00000000000000000002.json").unlink()
+    else:
+        data = sorted(Path(store.ledger_uri).glob("*.parquet"))[0]
+        data.write_bytes(data.read_bytes()[:40])
+    before = _checksum(tmp_path)
+    for args in (["plan", "--dag", "d", "--bad-epoch", "model:2"], ["gc", "--dag", "d", "--retain-hours", "0"]):
+        proc = _falkirk(*args, env=store.env())
+        assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"the Delta table file://{store.ledger_uri}" in proc.stderr or store.ledger_uri in proc.stderr
+        assert "restore the table from a backup. Nothing was changed" in proc.stderr
+    assert _checksum(tmp_path) == before
+
+
+def test_a_ledger_row_pointing_at_a_collected_table_is_not_counted(store: StoreConfig) -> None:
+    """model's state table is gone (collected, or its scratch lost) while the ledger still
+    lists epochs 1-4: the plan restores nothing from it and re-runs model from empty state,
+    and a reader fails naming the table and epoch."""
+    from plugins.recovery import compute_plan
+    from policies.recovery import BadEpoch
+    from policies.regimes import Regime
+
+    ledger = Ledger(store)
+    rows = _lazy_rows(store, range(1, 5))
+    for r in rows:
+        ledger.append(r)
+    import shutil
+
+    shutil.rmtree(rows[0].state_uri)
+    plan = compute_plan("d", store, [BadEpoch("model", 2)], {"model": Regime.parse("lazy_checkpoint(every=3)")},
+                        record=False)
+    assert plan.task("model").restore_from is None and plan.task("model").rerun == (1, 2, 3, 4)
+    assert not StoreReadability(store, rows)(rows[0].state_uri, CommitKey("d", "model", 1))
+
+
+def test_a_later_run_is_swept_only_if_computed_before_the_rollback(store: StoreConfig) -> None:
+    """A DAG run arriving during a recovery: its row computed before the plan's invalidation
+    (from the rolled-back epoch) is swept; once redone after it, it is current and stays (the
+    sweep runs after every wave of re-runs, so sweeping it again would never end)."""
+    from types import SimpleNamespace
+
+    from plugins.recovery import _sweep_later_rows
+    from policies.recovery import TaskPlan
+
+    ledger = Ledger(store)
+    rows = _lazy_rows(store, range(1, 7))
+    for r in rows[:5]:
+        ledger.append(r)
+    early = rows[5]  # epoch 6, computed from epoch 5 before the rollback
+    ledger.append(early)
+    plan = RecoveryPlan("d", (FailedTask("model", 5),), 5, ledger.version(), (
+        TaskPlan("model", "lazy_checkpoint(every=3)", 3, 3, (4, 5), None, (), (4, 5)),))
+    running = SimpleNamespace(plan=plan)
+    assert _sweep_later_rows(running, ledger, print) == 0  # nothing rolled back yet
+    ledger.invalidate([r for r in rows if r.epoch in (4, 5)], plan.plan_id)
+    assert _sweep_later_rows(running, ledger, print) == 1
+    assert ("d", "model", -1, 6, 0) in ledger.invalidated("d")
+    from plugins.recovery import CLOCK_SKEW
+
+    time.sleep(CLOCK_SKEW.total_seconds() + 0.5)
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    redone = replace(early, incarnation=1, committed_at=datetime.now(timezone.utc))
+    ledger.append(redone)
+    assert _sweep_later_rows(running, ledger, print) == 0
+    assert [(e.epoch, e.incarnation) for e in ledger.entries("d") if e.epoch == 6] == [(6, 1)]

@@ -43,7 +43,7 @@ def test_history_has_one_row_per_started_plan_newest_first_with_who_and_outcome(
         TaskPlan("a", "batch", 1, 1, (2,), None, (), (2, 3)),))
     other = RecoveryPlan("d", (FailedTask("a", 3),), 3, 9, (
         TaskPlan("a", "batch", 2, 2, (3,), None, (), (3,)),))
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime.now(timezone.utc) - timedelta(seconds=60)  # the default lease lasts 120 s
     at = lambda s: t0 + timedelta(seconds=s)  # noqa: E731
     import json
 
@@ -61,3 +61,12 @@ def test_history_has_one_row_per_started_plan_newest_first_with_who_and_outcome(
     assert history[1]["failures"] == ["failed task a at epoch 2"] and history[1]["detail"] == "boom"
     assert (history[1]["rerun_count"], history[1]["clear_downstream_count"]) == (1, 2)
     assert plan_view(plan)["rerun"] == [["a", 2]] and plan_view(plan)["clear_downstream"] == [["a", 2], ["a", 3]]
+    assert history[0]["expires_at"] == at(124).isoformat()
+
+    # bob's executor renews at 40 s, then dies: from 160 s on the history says the lease expired.
+    events.append({"plan_id": other.plan_id, "event": "heartbeat", "holder": "bob", "detail": "", "recorded_at": at(40)})
+    assert recovery_history(events)[0]["expires_at"] == at(160).isoformat()
+    for e in events:
+        e["recorded_at"] -= timedelta(seconds=200)
+    expired = recovery_history(events)[0]
+    assert expired["outcome"] == "expired" and "takes it over" in expired["detail"]

@@ -1,0 +1,168 @@
+"""Faults of the recovery itself, injected for real through Airflow, Spark (Connect) and Delta
+(the drill DAGs are described in ``conftest.py``), each ending by the documented path with every
+table equal to the failure-free run. Marked ``faults``: ``make test-faults`` runs only these.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from devstack.demo import run_id_of
+from plugins.recovery import plan, replay
+from plugins.view import recovery_history
+from policies.ledger import Ledger
+from policies.recovery import PlanError
+from policies.recovery_log import RecoveryLog
+from tests.integration.recovery.drill import (EPOCHS, G, K, SUCCESS, Drill, assert_equals_reference, clock,
+                                              falkirk, tries, wait_states)
+
+pytestmark = pytest.mark.faults
+
+
+def _wait_for_expiry(drill: Drill, dag: str) -> None:
+    lease = RecoveryLog(drill.store).running(dag)
+    time.sleep(max((lease.expires_at(30) - datetime.now(timezone.utc)).total_seconds() + 1, 0))
+
+
+def test_a_replay_killed_at_each_step_resumes_while_new_runs_arrive(drill: Drill) -> None:
+    """clicks_k lost its scratch after epoch 4; epoch 5's model failed. The replay is killed
+    (SIGKILL) after taking its lease, after its invalidations, and after its first clear; in
+    between, epoch 6 is triggered as the schedule would. Each time the recovery goes on by the
+    documented path (``falkirk release``, or the lease's expiry, then ``falkirk replay`` again)."""
+    p = plan(K, drill.store, drill.client, lost_scratch=[f"{drill.store.scratch_uri}/{K}"])
+    assert {t.task_id: t.rerun for t in p.tasks if t.rerun} == {"model": (4, 5), "sink": (4, 5)}
+    rerun = {(e, t) for t, e in p.rerun_set()}
+    doomed = [e for e in Ledger(drill.store).entries(K) if (e.epoch, e.task_id) in rerun]
+    before = tries(drill.client, K, EPOCHS[:5])
+    log = RecoveryLog(drill.store)
+
+    def lifecycle() -> list[str]:
+        return [r["event"] for r in log.events(K) if r["plan_id"] == p.plan_id and r["event"] != "heartbeat"]
+
+    # 1. Killed just after taking the lease: nothing invalidated, nothing cleared.
+    killed = falkirk(drill, "replay", p.plan_id, crash=f"{K}/replay:0:after-lease")
+    assert killed.returncode == -signal.SIGKILL and "invalidated" not in killed.stdout
+    assert lifecycle() == ["planned", "started"] and not Ledger(drill.store).invalidated(K)
+    # While the dead executor's lease is live, a second replay and a collection are refused.
+    again = falkirk(drill, "replay", p.plan_id)
+    assert again.returncode == 2 and f"is being recovered by plan {p.plan_id}" in again.stderr
+    assert f"falkirk release --dag {K}" in again.stderr
+    gc = falkirk(drill, "gc", "--dag", K)
+    assert gc.returncode == 2 and f"is being recovered by plan {p.plan_id}" in gc.stderr
+    released = falkirk(drill, "release", "--dag", K, "--reason", "its executor was killed")
+    assert released.returncode == 0 and p.plan_id in released.stdout
+    assert tries(drill.client, K, EPOCHS[:5]) == before
+
+    # The schedule goes on: epoch 6 arrives; its model waits for epoch 5's (depends_on_past).
+    drill.client.trigger(K, run_id_of(6), clock().logical_date(6))
+    wait_states(drill.client, K, {6: {"source": {"success"}, "clean": {"success"}, "model": {None}}})
+
+    # 2. Killed after the invalidations, before any clear.
+    killed = falkirk(drill, "replay", p.plan_id, crash=f"{K}/replay:0:after-invalidations")
+    assert killed.returncode == -signal.SIGKILL and "resuming" in killed.stdout
+    assert f"invalidated {len(doomed)} ledger rows" in killed.stdout and "cleared epoch" not in killed.stdout
+    assert tries(drill.client, K, EPOCHS[:5]) == before
+
+    # 3. Killed half-way through the clears, after epoch 4's.
+    _wait_for_expiry(drill, K)
+    killed = falkirk(drill, "replay", p.plan_id, crash=f"{K}/replay:4:after-clear")
+    assert killed.returncode == -signal.SIGKILL and "invalidated 0 ledger rows" in killed.stdout
+    assert f"plan {p.plan_id}: cleared epoch 4" in killed.stdout and "cleared epoch 5" not in killed.stdout
+
+    # 4. Resumed to the end: only epoch 5 is left to clear; epoch 6 follows on its own.
+    _wait_for_expiry(drill, K)
+    resumed = falkirk(drill, "replay", p.plan_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout and "invalidated 0 ledger rows" in resumed.stdout
+    assert "cleared epoch 4" not in resumed.stdout and f"plan {p.plan_id}: cleared epoch 5" in resumed.stdout
+    assert f"plan {p.plan_id}: done, 4 task instances re-ran" in resumed.stdout
+    wait_states(drill.client, K, {e: SUCCESS for e in EPOCHS})
+
+    assert lifecycle() == ["planned", "started", "released", "resumed", "expired", "resumed", "expired", "resumed",
+                           "finished"]
+    history = [h for h in recovery_history(log.events(K)) if h["plan_id"] == p.plan_id]
+    assert len(history) == 1 and history[0]["resumptions"] == 3 and history[0]["outcome"] == "finished"
+    after = tries(drill.client, K)
+    # Every re-run instance was cleared exactly once; the rest of epochs 1-5 kept their tries;
+    # epoch 6 ran once, after the recovery.
+    assert {k: after[k][1] - before[k][1] for k in rerun} == {k: 1 for k in rerun}
+    assert {k: v for k, v in after.items() if k not in rerun and k[0] < 6} == \
+        {k: v for k, v in before.items() if k not in rerun}
+    assert {k: v for k, v in after.items() if k[0] == 6} == {(6, t): ("success", 1) for t in SUCCESS}
+    assert_equals_reference(drill.store, K, lost_scratch=True)
+
+
+def test_a_collection_between_plan_and_replay_is_refused_and_planning_again_recovers(drill: Drill) -> None:
+    p = plan(G, drill.store, drill.client, bad_epochs=[("clean", 2)])
+    assert {t.task_id: t.rerun for t in p.tasks if t.rerun} == {"clean": (2,), "model": (2, 3, 4, 5, 6),
+                                                                 "sink": (2, 3, 4, 5, 6)}
+    assert (p.task("model").restore_from.epoch, p.task("sink").restore_from.epoch) == (1, 1)
+    gc = falkirk(drill, "gc", "--dag", G, "--retain-hours", "0")
+    assert gc.returncode == 0 and "deleted epochs" in gc.stdout
+    before = (tries(drill.client, G), len(Ledger(drill.store).invalidated(G)))
+
+    with pytest.raises(PlanError, match=rf"plan {p.plan_id} can no longer run: it restores or re-reads "
+                                        rf".*model's state of epoch 1 .*which the store no longer holds"):
+        replay(p.plan_id, drill.store, drill.stack.client(), progress=print)
+    assert (tries(drill.client, G), len(Ledger(drill.store).invalidated(G))) == before  # nothing changed
+
+    again = plan(G, drill.store, drill.client, bad_epochs=[("clean", 2)])
+    assert again.plan_id != p.plan_id and again.task("model").restore_from is None  # from the start now
+    report = replay(again.plan_id, drill.store, drill.stack.client(), progress=print)
+    assert len(report.cleared) == 6
+    assert_equals_reference(drill.store, G)
+
+
+def test_the_scheduler_and_the_api_server_killed_during_a_replay_from_the_view(drill: Drill) -> None:
+    """A replay started through the plugin API (as the view starts it: its waiting thread lives
+    in the API server). The scheduler is SIGKILLed with the task instance it runs, then the API
+    server; both are restarted. The dead thread's lease expires, and ``falkirk replay`` resumes
+    the plan: it waits for (and clears again only what failed of) the re-runs."""
+    import httpx
+
+    auth = {"Authorization": f"Bearer {drill.client.token}"}
+    base = f"{drill.stack.base_url}/falkirk/api/v1/dags/{G}"
+    failure = {"bad_epochs": [{"task_id": "clean", "epoch": 5}]}
+    preview = httpx.post(f"{base}/preview", headers=auth, json=failure, timeout=120).json()
+    assert {(t, e) for t, e in preview["rerun"]} == {("clean", 5), ("model", 5), ("model", 6), ("sink", 5),
+                                                     ("sink", 6)}
+    before = tries(drill.client, G)
+    started = httpx.post(f"{base}/recoveries", headers=auth, json={**failure, "ledger_version":
+                                                                   preview["ledger_version"]}, timeout=300)
+    assert started.status_code == 202, started.text
+    plan_id = started.json()["plan_id"]
+
+    deadline = time.monotonic() + 120
+    while drill.client.task_instances(G, run_id_of(5))["clean"]["state"] not in ("queued", "running"):
+        assert time.monotonic() < deadline, "clean's epoch 5 never started again"
+        time.sleep(0.2)
+    drill.stack.kill("scheduler")  # with the task process it runs
+    drill.stack.kill("api-server")  # with the replay's waiting thread
+    drill.stack.restart("api-server", "scheduler")
+
+    log = RecoveryLog(drill.store)
+    assert log.running(G).plan_id == plan_id
+    # The new scheduler fails the killed instance (no heartbeat) or runs it again.
+    deadline = time.monotonic() + 300
+    while drill.client.task_instances(G, run_id_of(5))["clean"]["state"] in ("queued", "running"):
+        assert time.monotonic() < deadline, "the killed instance of clean's epoch 5 was never settled"
+        time.sleep(2)
+    _wait_for_expiry(drill, G)
+    history = httpx.get(f"{base}/recoveries", headers=auth, timeout=60).json()["recoveries"]
+    assert history[0]["plan_id"] == plan_id and history[0]["outcome"] == "expired", history[0]
+    resumed = falkirk(drill, "replay", plan_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout and "invalidated 0 ledger rows" in resumed.stdout
+    wait_states(drill.client, G, {e: SUCCESS for e in EPOCHS})
+
+    lifecycle = [r["event"] for r in log.events(G) if r["plan_id"] == plan_id and r["event"] != "heartbeat"]
+    assert lifecycle == ["planned", "started", "expired", "resumed", "finished"]
+    after = tries(drill.client, G)
+    rerun = {(e, t) for t, e in preview["rerun"]}
+    assert all(after[k][1] > before[k][1] for k in rerun) and all(after[k][0] == "success" for k in after)
+    assert {k: v for k, v in after.items() if k not in rerun} == {k: v for k, v in before.items() if k not in rerun}
+    assert_equals_reference(drill.store, G)
