@@ -100,14 +100,20 @@ class AirflowClient:
                 conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Create the run, with ``conf`` as its params; safe to repeat, since the run id names it.
 
-        A server error (a busy metadata database) is retried; a retry that finds the run already
-        created (409) returns that run rather than failing.
+        A server error or a timeout (a busy metadata database) is retried; a retry that finds
+        the run already created (409) returns that run rather than failing.
         """
         body: dict[str, Any] = {"dag_run_id": run_id, "logical_date": logical_date.isoformat()}
         if conf:
             body["conf"] = dict(conf)
         for attempt in range(1, attempts + 1):
-            response = self.http.post(f"/api/v2/dags/{dag_id}/dagRuns", json=body)
+            try:
+                response = self.http.post(f"/api/v2/dags/{dag_id}/dagRuns", json=body)
+            except httpx.TimeoutException:
+                if attempt == attempts:
+                    raise
+                time.sleep(2 * attempt)
+                continue
             if response.status_code < 400:
                 return response.json()
             if response.status_code == 409 and attempt > 1:

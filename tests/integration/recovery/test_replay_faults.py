@@ -128,8 +128,10 @@ def test_the_scheduler_and_the_api_server_killed_during_a_replay_from_the_view(d
     base = f"{drill.stack.base_url}/falkirk/api/v1/dags/{G}"
     failure = {"bad_epochs": [{"task_id": "clean", "epoch": 5}]}
     preview = httpx.post(f"{base}/preview", headers=auth, json=failure, timeout=120).json()
-    assert {(t, e) for t, e in preview["rerun"]} == {("clean", 5), ("model", 5), ("model", 6), ("sink", 5),
-                                                     ("sink", 6)}
+    # At least these; more when the collection above marked model's and sink's checkpoints
+    # collected (a mark covers an epoch's later incarnations too: they re-run from the start).
+    assert {("clean", 5), ("model", 5), ("model", 6), ("sink", 5), ("sink", 6)} <= \
+        {(t, e) for t, e in preview["rerun"]}
     before = tries(drill.client, G)
     started = httpx.post(f"{base}/recoveries", headers=auth, json={**failure, "ledger_version":
                                                                    preview["ledger_version"]}, timeout=300)
