@@ -50,9 +50,11 @@ def drill(tmp_path_factory: pytest.TempPathFactory):
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
                                                       "port": connect.port}),
             "FALKIRK_INBOX": str(inbox), "FALKIRK_CRASH_AT": f"@{faults}",
-            # Short enough for the fault drills: a replay thread's lease, and the time the
-            # scheduler gives a killed task instance before it fails it.
-            "FALKIRK_LEASE_SECONDS": "30", "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30"})
+            # Short enough for the fault drills: a replay thread's lease, the time the scheduler
+            # gives a killed task instance before it fails it, and how often a new scheduler
+            # resets the task instances a dead one had queued or was running.
+            "FALKIRK_LEASE_SECONDS": "30", "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15"})
         stack.init()
         stack.start()
         try:

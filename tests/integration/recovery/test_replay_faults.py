@@ -148,7 +148,7 @@ def test_the_scheduler_and_the_api_server_killed_during_a_replay_from_the_view(d
 
     log = RecoveryLog(drill.store)
     assert log.running(G).plan_id == plan_id
-    # The new scheduler fails the killed instance (no heartbeat) or runs it again.
+    # The new scheduler resets what the dead one was running (an orphan) and runs it again.
     deadline = time.monotonic() + 300
     while drill.client.task_instances(G, run_id_of(5))["clean"]["state"] in ("queued", "running"):
         assert time.monotonic() < deadline, "the killed instance of clean's epoch 5 was never settled"
