@@ -42,6 +42,7 @@ from policies.ledger import COMPACT_EVERY, SCHEMA, InputRef, Ledger, LedgerEntry
 from policies.store import StoreConfig
 from spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import wait_states
+from tests.sentinel import checksum
 
 pytestmark = pytest.mark.integration
 
@@ -208,17 +209,6 @@ def _forged(vs: ViewStack, user: str, secret: str, **claims) -> str:
                       else None)
 
 
-def _checksum(root: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        digest.update(str(path.relative_to(root)).encode())
-        if path.is_file():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def test_every_credential_and_hostile_input_is_refused_naming_the_field(view_stack: ViewStack,
                                                                          tmp_path: Path) -> None:
     """Anonymous, viewer, admin, a token signed with another secret, an expired token and the
@@ -230,7 +220,7 @@ def test_every_credential_and_hostile_input_is_refused_naming_the_field(view_sta
     (sentinel / "table" / "_delta_log").mkdir(parents=True)
     (sentinel / "table" / "_delta_log" / "00000000000000000000.json").write_text("{}")
     (sentinel / "keep.txt").write_text("must survive")
-    before = (snapshot(vs), _checksum(sentinel), _checksum(Path(vs.store.durable_uri)))
+    before = (snapshot(vs), checksum(sentinel), checksum(Path(vs.store.durable_uri)))
     base = f"{vs.stack.base_url}/falkirk/api/v1"
     version = call(vs, "GET", f"dags/{DAG}/view", "admin").json()["ledger_version"]
     failure = {"failed_tasks": [{"task_id": "clean", "epoch": 3}]}
@@ -289,7 +279,7 @@ def test_every_credential_and_hostile_input_is_refused_naming_the_field(view_sta
             r = httpx.request(method, f"{base}/{route.replace(DAG, dag)}", headers=headers, json=body, timeout=60)
             assert r.status_code == 404, (dag, route, r.status_code, r.text[:300])
 
-    assert (snapshot(vs), _checksum(sentinel), _checksum(Path(vs.store.durable_uri))) == before
+    assert (snapshot(vs), checksum(sentinel), checksum(Path(vs.store.durable_uri))) == before
     assert call(vs, "GET", f"dags/{DAG}/recoveries", "admin").json()["recoveries"] == []
 
 

@@ -12,7 +12,6 @@ real on Delta tables on local disk (no Airflow, no Spark: those drills are in
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from policies.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog
 from policies.regimes import LazyCheckpoint
 from policies.store import StoreConfig, StoreError
 from spark_jobs.delta_sink import StagedFiles, publish
+from tests.sentinel import checksum
 
 BIN = Path(sys.executable).parent
 
@@ -192,15 +192,6 @@ def test_collection_and_recovery_exclude_each_other(store: StoreConfig) -> None:
     log.end(gc, "finished")
 
 
-def _checksum(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        digest.update(str(path.relative_to(root)).encode())
-        if path.is_file():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(store: StoreConfig,
                                                                                tmp_path: Path) -> None:
     from policies.collector import collect
@@ -208,7 +199,7 @@ def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(s
     sentinel = tmp_path / "sentinel" / "table"  # a Delta table outside the store, epochs 1-3
     for e in (1, 2, 3):
         commit_epoch(str(sentinel), pa.table({"epoch": [e], "x": [e]}), CommitKey("d", "src", e))
-    before = _checksum(tmp_path / "sentinel")
+    before = checksum(tmp_path / "sentinel")
     ledger = Ledger(store)
     own = store.table_uri(LazyCheckpoint(every=1).state_tier(1), "d", "src", "output")
     for e in (1, 2, 3):  # src's output rows point at the sentinel; dst reads them
@@ -221,7 +212,7 @@ def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(s
     with pytest.raises(ValueError, match=rf"task 'src' names its output table '{sentinel}', which is not where "
                                          rf"the store keeps it.*refusing to delete anything"):
         collect(store, "d", retain_hours=0)
-    assert _checksum(tmp_path / "sentinel") == before and ledger.collected("d") == {}
+    assert checksum(tmp_path / "sentinel") == before and ledger.collected("d") == {}
     assert not StoreReadability(store)(str(sentinel), CommitKey("d", "src", 1))  # never read either
 
 
@@ -247,13 +238,13 @@ def test_bad_command_lines_are_refused_quickly_naming_the_field_and_change_nothi
     ledger = Ledger(store)
     for r in _lazy_rows(store, range(1, 4)):
         ledger.append(r)
-    before = _checksum(tmp_path)
+    before = checksum(tmp_path)
     args = [a.replace("SCRATCH", store.scratch_uri) for a in args]
     started = time.monotonic()
     proc = _falkirk(*args, env=store.env())
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert time.monotonic() - started < 30  # refused, not computed
-    assert _checksum(tmp_path) == before
+    assert checksum(tmp_path) == before
 
 
 def test_scratch_locations_are_confined_to_the_scratch_root(store: StoreConfig) -> None:
@@ -275,13 +266,13 @@ def test_a_damaged_ledger_is_named_with_the_way_out_and_nothing_changes(store: S
     else:
         data = sorted(Path(store.ledger_uri).glob("*.parquet"))[0]
         data.write_bytes(data.read_bytes()[:40])
-    before = _checksum(tmp_path)
+    before = checksum(tmp_path)
     for args in (["plan", "--dag", "d", "--bad-epoch", "model:2"], ["gc", "--dag", "d", "--retain-hours", "0"]):
         proc = _falkirk(*args, env=store.env())
         assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
         assert f"the Delta table file://{store.ledger_uri}" in proc.stderr or store.ledger_uri in proc.stderr
         assert "restore the table from a backup. Nothing was changed" in proc.stderr
-    assert _checksum(tmp_path) == before
+    assert checksum(tmp_path) == before
 
 
 def test_a_ledger_row_pointing_at_a_collected_table_is_not_counted(store: StoreConfig) -> None:
