@@ -61,11 +61,11 @@ from airflow.utils.session import create_session
 from plugins.airflow_rest import AirflowClient, AirflowError
 from plugins.recovery import RunningReplay, compute_plan, start_replay
 from plugins.view import DagTask, dag_view, plan_view, recovery_history
-from policies.checkpoint_status import grid_from_ledger
+from policies.checkpoint_status import CheckpointGrid, grid_from_ledger, unrecorded
 from policies.epoch_tables import UnreadableTable
 from policies.ledger import Ledger, LedgerEntry
 from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
-from policies.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog
+from policies.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
 from policies.regimes import Regime
 from policies.store import StoreConfig, StoreError
 
@@ -298,13 +298,33 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
             for task, run, state in rows}
     ledger = Ledger(store)
     version = ledger.version()
-    grid = grid_from_ledger(ledger, dag_id, [t.task_id for t in tasks], collected_through=ledger.collected(dag_id))
+    collected = ledger.collected(dag_id)
+    grid = grid_from_ledger(ledger, dag_id, [t.task_id for t in tasks], collected_through=collected)
+    events = RecoveryLog(store).events(dag_id)
+    # While a recovery runs, its rolled-back instances are successful until it clears them.
+    lost = [] if live_lease(events, dag_id) else unrecorded(grid, _succeeded_without_row(dag_id, tasks, grid),
+                                                            collected)
     can_replay = get_auth_manager().is_authorized_dag(
         method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
-    body = dag_view(dag_id, tasks, grid, live, RecoveryLog(store).events(dag_id), store.scratch_uri, version,
-                    can_replay)
+    body = dag_view(dag_id, tasks, grid, live, events, store.scratch_uri, version,
+                    can_replay, unrecorded=lost)
     body["user"] = user.get_name()
     return body
+
+
+def _succeeded_without_row(dag_id: str, tasks: list[DagTask], grid: CheckpointGrid) -> set[tuple[str, str]]:
+    """The (task, run) pairs Airflow reports successful among the grid's missing or rolled-back cells of
+    Falkirk tasks (at most the newest 1,000 such runs: the cells a person looks at)."""
+    missing = {(t.task_id, e) for t in tasks if t.regime for e in grid.runs
+               if 1 <= e <= grid.last_epoch and grid.status.get(t.task_id, "")[e - 1:e] in ("-", "I")}
+    runs = [grid.runs[e] for e in sorted({e for _, e in missing}, reverse=True)[:1000]]
+    missing = {(t, grid.runs[e]) for t, e in missing}
+    if not runs:
+        return set()
+    with create_session() as session:
+        rows = session.execute(select(TaskInstance.task_id, TaskInstance.run_id).where(
+            TaskInstance.dag_id == dag_id, TaskInstance.state == "success", TaskInstance.run_id.in_(runs))).all()
+    return {(t, r) for t, r in rows if (t, r) in missing}
 
 
 @app.post("/api/v1/dags/{dag_id}/preview", dependencies=[ReadDag])

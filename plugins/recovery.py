@@ -40,7 +40,8 @@ from policies.checkpoint_chains import StoreReadability, TaskGraph
 from policies.ledger import Ledger, LedgerEntry
 from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan, plan_recovery
 from policies.faults import crash_point
-from policies.recovery_log import AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds
+from policies.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
+                                   live_lease)
 from policies.regimes import Regime
 from policies.store import StoreConfig, StoreError
 
@@ -65,21 +66,25 @@ def plan(
     """The recovery plan for the failures named (see the module docstring).
 
     ``failed_tasks`` names tasks whose failed instances are read from Airflow (every
-    failed instance of the DAG when it holds ``"*"``); ``failed_instances`` names
-    (task, epoch) pairs directly.
+    failed instance of the DAG when it holds ``"*"``), and with them the instances Airflow
+    reports successful although the ledger has no row for them (a lost ledger commit, or a
+    "mark success" by hand); ``failed_instances`` names (task, epoch) pairs directly.
     """
     if client is not None and not client.dag_exists(dag_id):
         raise PlanError(f"--dag: Airflow has no DAG {dag_id!r}")
     failures: list[Failure] = [FailedTask(t, e) for t, e in failed_instances]
+    if failed_tasks and client is None:
+        raise PlanError("--failed-task without an epoch reads failed task instances from Airflow: "
+                        "give --airflow-url and credentials, or write TASK:EPOCH")
+    regimes = _regimes(dag_id, client) if client is not None else {}
     if failed_tasks:
-        if client is None:
-            raise PlanError("--failed-task without an epoch reads failed task instances from Airflow: "
-                            "give --airflow-url and credentials, or write TASK:EPOCH")
-        every = Ledger(store).entries(dag_id, include_invalidated=True)
-        failures += _failed_from_airflow(dag_id, client, failed_tasks, every)
+        ledger = Ledger(store)
+        every = ledger.entries(dag_id, include_invalidated=True)
+        lost = [] if live_lease(RecoveryLog(store).events(dag_id), dag_id) else _unrecorded_from_airflow(
+            dag_id, client, ledger.entries(dag_id), every, regimes, ledger.collected(dag_id))
+        failures += _failed_from_airflow(dag_id, client, failed_tasks, every, lost)
     failures += [LostScratch(loc) for loc in lost_scratch]
     failures += [BadEpoch(t, e) for t, e in bad_epochs]
-    regimes = _regimes(dag_id, client) if client is not None else {}
     return compute_plan(dag_id, store, failures, regimes, last_epoch=last_epoch, record=record)
 
 
@@ -440,16 +445,36 @@ def _run_ids(recovery: RecoveryPlan, entries: Iterable[LedgerEntry]) -> dict[int
     return runs
 
 
-def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str],
-                         entries: Sequence[LedgerEntry]) -> list[FailedTask]:
-    epoch_of = {e.run_id: e.epoch for e in entries}
+def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequence[LedgerEntry],
+                             every: Sequence[LedgerEntry], regimes: Mapping[str, Regime],
+                             collected: Mapping[str, int], newest_runs: int = 100) -> list[FailedTask]:
+    """Instances of Falkirk tasks that Airflow reports successful although the ledger has no
+    current row for them (see :func:`policies.checkpoint_status.unrecorded`), among the newest
+    runs; ``current`` are the ledger's current rows, ``every`` includes the rolled-back ones."""
+    present = {(e.task_id, e.epoch) for e in current}
+    runs = {e.epoch: e.run_id for e in every}
+    missing = {(t, e) for t in regimes for e in runs if (t, e) not in present and e > collected.get(t, 0)}
     found = []
+    for epoch in sorted({e for _, e in missing}, reverse=True)[:newest_runs]:
+        states = client.task_instances(dag_id, runs[epoch])
+        found += [FailedTask(t, epoch) for t, e in sorted(missing) if e == epoch
+                  and states.get(t, {}).get("state") == "success"]
+    return found
+
+
+def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str],
+                         entries: Sequence[LedgerEntry], unrecorded: Sequence[FailedTask] = ()) -> list[FailedTask]:
+    """The failed instances of ``tasks`` (every task for ``"*"``), and those of ``unrecorded``:
+    successful in Airflow without a ledger row, which must run again as well."""
+    epoch_of = {e.run_id: e.epoch for e in entries}
+    found = [f for f in unrecorded if "*" in tasks or f.task_id in tasks]
     for ti in client.failed_task_instances(dag_id):
         if "*" in tasks or ti["task_id"] in tasks:
             if ti["dag_run_id"] not in epoch_of:
                 raise PlanError(f"failed task instance {ti['task_id']} of run {ti['dag_run_id']}: no task of that "
                                 f"run is in the ledger, so its epoch is unknown; use --failed-task TASK:EPOCH")
-            found.append(FailedTask(ti["task_id"], epoch_of[ti["dag_run_id"]]))
+            if FailedTask(ti["task_id"], epoch_of[ti["dag_run_id"]]) not in found:
+                found.append(FailedTask(ti["task_id"], epoch_of[ti["dag_run_id"]]))
     named = {f.task_id for f in found}
     for task in tasks:
         if task != "*" and task not in named:

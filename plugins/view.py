@@ -27,6 +27,11 @@ from policies.regimes import Regime, RegimeError
 # Airflow task-instance states worth showing over a cell; "success" is what the ledger shows.
 LIVE_STATES = ("failed", "upstream_failed", "running", "queued", "scheduled", "up_for_retry", "restarting", "cleared")
 
+# A cell Airflow reports successful but whose ledger row is missing (see dag_view).
+UNRECORDED = "success without ledger row"
+UNRECORDED_WHY = ("Airflow reports success but the ledger has no row: a ledger commit was lost, or the "
+                  "instance was marked successful by hand; it must run again")
+
 
 @dataclass(frozen=True)
 class DagTask:
@@ -69,11 +74,14 @@ def dag_view(
     scratch_uri: str,
     ledger_version: int | None,
     can_replay: bool,
+    unrecorded: Sequence[tuple[str, int, str]] = (),
 ) -> dict[str, Any]:
     """Everything the view shows at load (see ``GET /api/v1/dags/{dag_id}/view``).
 
     ``live_states`` maps (task, run id) to Airflow's state for the instances that are not
-    plainly successful; failed ones become the preselected failures.
+    plainly successful; failed ones become the preselected failures. ``unrecorded`` holds the
+    (task, epoch, run id) Airflow reports successful without a ledger row
+    (:func:`policies.checkpoint_status.unrecorded`): they are shown as such and preselected too.
     """
     ordered = topological(tasks)
     ids = [t.task_id for t in ordered]
@@ -83,8 +91,13 @@ def dag_view(
     for (task, run), state in live_states.items():
         if task in ids and run in epoch_of and (state or "cleared") in LIVE_STATES:
             overlay.setdefault(task, {})[str(epoch_of[run])] = state or "cleared"
-    failed = sorted(({"task_id": t, "epoch": epoch_of[r], "run_id": r} for (t, r), s in live_states.items()
-                     if s == "failed" and t in ids and r in epoch_of), key=lambda f: (f["epoch"], f["task_id"]))
+    failed = [{"task_id": t, "epoch": epoch_of[r], "run_id": r} for (t, r), s in live_states.items()
+              if s == "failed" and t in ids and r in epoch_of]
+    for task, epoch, run in unrecorded:
+        if task in ids:
+            overlay.setdefault(task, {})[str(epoch)] = UNRECORDED
+            failed.append({"task_id": task, "epoch": epoch, "run_id": run, "why": UNRECORDED_WHY})
+    failed.sort(key=lambda f: (f["epoch"], f["task_id"]))
     scratch = f"{scratch_uri.rstrip('/')}/{dag_id}"
     return {
         "dag_id": dag_id,

@@ -135,9 +135,37 @@ def grid_from_ledger(ledger: Ledger, dag_id: str, tasks: Sequence[str],
     return grid_from_rows(tasks, cols, gone, collected_through=collected_through)
 
 
+_NOT_CHECKPOINTED = (CheckpointStatus.MISSING.code, CheckpointStatus.INVALIDATED.code)
+
+
+def unrecorded(grid: CheckpointGrid, succeeded: Iterable[tuple[str, str]],
+               collected_through: Mapping[str, int] | None = None) -> list[tuple[str, int, str]]:
+    """The (task, epoch, run id) that Airflow reports succeeded but whose ledger row is missing
+    or rolled back (grid cell ``-`` or ``I``).
+
+    Every instance of a Falkirk task appends its ledger row before it succeeds, and a
+    recovery clears the instances whose rows it rolls back; so, unless a recovery is running
+    right now (its clears follow its invalidations), such an instance's row was lost (a
+    deleted ``_delta_log`` entry of the ledger) or the instance was marked successful by hand
+    without running. Either way the epoch is not checkpointed and the instance has to run
+    again. ``succeeded`` holds (task, run id) pairs; runs the grid does not know (no task of
+    the run has a ledger row) and garbage-collected epochs (``collected_through``) are left out.
+
+    >>> grid = CheckpointGrid({"clean": "L-", "model": "SI"}, {1: "r1", 2: "r2"}, 2)
+    >>> unrecorded(grid, [("clean", "r1"), ("clean", "r2"), ("model", "r2"), ("model", "r9")])
+    [('clean', 2, 'r2'), ('model', 2, 'r2')]
+    """
+    epoch_of = {run: epoch for epoch, run in grid.runs.items()}
+    found = {(task, epoch_of[run], run) for task, run in succeeded
+             if task in grid.status and run in epoch_of and 1 <= epoch_of[run] <= grid.last_epoch
+             and grid.status[task][epoch_of[run] - 1] in _NOT_CHECKPOINTED
+             and epoch_of[run] > (collected_through or {}).get(task, 0)}
+    return sorted(found, key=lambda f: (f[1], f[0]))
+
+
 def _columns(rows: list[Mapping[str, Any]]) -> dict[str, list]:
     names = ("task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier", "outputs")
     return {n: [r[n] for r in rows] for n in names}
 
 
-__all__ = ["CheckpointGrid", "CheckpointStatus", "grid_from_ledger", "grid_from_rows"]
+__all__ = ["CheckpointGrid", "CheckpointStatus", "grid_from_ledger", "grid_from_rows", "unrecorded"]

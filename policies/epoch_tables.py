@@ -10,6 +10,11 @@ the commit is skipped and the table is left exactly as it was. A retried, re-run
 zombie attempt therefore cannot apply an epoch twice, and a crash between two tables'
 commits is repaired by simply running the task again.
 
+The same check settles a commit the store did not answer (the connection was refused,
+reset or timed out, perhaps after the commit was applied): the committer asks again, with
+back-off, for up to :func:`store_retry_seconds`; then it raises :class:`StoreUnreachable`,
+and running the task again, once the store is back, finds out what landed.
+
 >>> import tempfile, pyarrow as pa
 >>> uri = tempfile.mkdtemp() + "/t"
 >>> key = CommitKey("orders", "aggregate", epoch=1)
@@ -23,6 +28,8 @@ False
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -51,6 +58,54 @@ class UnreadableTable(Exception):
             f"the Delta table {uri} cannot be read ({type(cause).__name__}: {reason[:400]}). If its storage is "
             f"unreachable, retry once it is back; if its _delta_log or a data file is damaged, restore the table "
             f"from a backup. Nothing was changed")
+
+
+class StoreUnreachable(Exception):
+    """The store did not answer a commit for longer than :func:`store_retry_seconds`. The
+    commit may or may not have been applied; either way nothing is half-visible, and running
+    the same commit again (the task, or the command) once the store is back finds out."""
+
+    def __init__(self, uri: str, seconds: float, cause: BaseException) -> None:
+        self.uri = uri
+        reason = " ".join(str(cause).split())
+        super().__init__(
+            f"the store did not answer a commit to {uri or 'a Delta table'} for {seconds:.0f}s "
+            f"({type(cause).__name__}: {reason[:300]}). The commit may or may not have been applied; nothing is "
+            f"half-visible. Run the task (or the command) again once the store is back: it finds what landed and "
+            f"never applies it twice")
+
+
+STORE_RETRY_ENV = "FALKIRK_STORE_RETRY_SECONDS"
+
+
+def store_retry_seconds(environ: Mapping[str, str] | None = None) -> float:
+    """How long a commit keeps asking a store that does not answer (``FALKIRK_STORE_RETRY_SECONDS``,
+    default 60, at most 3600).
+
+    >>> store_retry_seconds({}), store_retry_seconds({"FALKIRK_STORE_RETRY_SECONDS": "5"})
+    (60.0, 5.0)
+    """
+    raw = (os.environ if environ is None else environ).get(STORE_RETRY_ENV, "").strip()
+    try:
+        seconds = float(raw) if raw else 60.0
+    except ValueError:
+        raise ValueError(f"{STORE_RETRY_ENV}={raw!r:.40}: give seconds, from 0 to 3600") from None
+    if not 0 <= seconds <= 3600:
+        raise ValueError(f"{STORE_RETRY_ENV}={raw!r:.40}: give seconds, from 0 to 3600")
+    return seconds
+
+
+def unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store did not answer (refused, reset, timed out), as opposed
+    to answering no: delta-rs raises ``OSError`` for an object store it cannot reach.
+
+    >>> unanswered(OSError("Generic S3 error: connection error")), unanswered(FileNotFoundError("x"))
+    (True, False)
+    """
+    if isinstance(exc, UnreadableTable):
+        exc = exc.__cause__ or exc
+    return isinstance(exc, OSError) and not isinstance(
+        exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError))
 
 
 @dataclass(frozen=True)
@@ -152,7 +207,7 @@ def commit_epoch(
     return retry_lost_races(lambda: _write_once(
         uri, rows, key, storage_options,
         mode="overwrite", predicate=f"{EPOCH} = {int(key.epoch)}", partition_by=[EPOCH],
-    ))
+    ), uri=uri)
 
 
 def append_once(
@@ -167,10 +222,13 @@ def append_once(
     (every writer tries to create the table); see :func:`retry_lost_races`.
     """
     return retry_lost_races(
-        lambda: _write_once(uri, rows, key, storage_options, mode="append", predicate=None, partition_by=None))
+        lambda: _write_once(uri, rows, key, storage_options, mode="append", predicate=None, partition_by=None),
+        uri=uri)
 
 
 COMMIT_ATTEMPTS = 20
+
+_log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -186,12 +244,15 @@ def lost_race(exc: BaseException) -> bool:
     return isinstance(exc, CommitFailedError) or (isinstance(exc, DeltaError) and "already exists" in str(exc))
 
 
-def retry_lost_races(commit: Callable[[], T], attempts: int = COMMIT_ATTEMPTS) -> T:
-    """Run ``commit`` until it does not lose a commit race, at most ``attempts`` times.
+def retry_lost_races(commit: Callable[[], T], attempts: int = COMMIT_ATTEMPTS, uri: str = "") -> T:
+    """Run ``commit`` until it does not lose a commit race, at most ``attempts`` times, and
+    while the store does not answer, for up to :func:`store_retry_seconds` (then
+    :class:`StoreUnreachable`).
 
     Safe only for a commit that re-reads the table and re-checks its :class:`CommitKey`
-    first, as every committer here does: a retry after the same key won the race then
-    writes nothing, and an older incarnation never overwrites a newer one.
+    first, as every committer here does: a retry after the same key won the race, or after
+    the store applied a commit whose answer was lost, then writes nothing, and an older
+    incarnation never overwrites a newer one.
 
     >>> tries = []
     >>> def commit():
@@ -202,14 +263,25 @@ def retry_lost_races(commit: Callable[[], T], attempts: int = COMMIT_ATTEMPTS) -
     >>> retry_lost_races(commit), len(tries)
     ('committed', 3)
     """
-    for attempt in range(attempts):
+    attempt, silent_since, pause = 0, None, 0.5
+    while True:
         try:
             return commit()
-        except DeltaError as exc:
-            if not lost_race(exc) or attempt == attempts - 1:
+        except Exception as exc:
+            if unanswered(exc):
+                silent_since = silent_since or time.monotonic()
+                waited, budget = time.monotonic() - silent_since, store_retry_seconds()
+                if waited >= budget:
+                    raise StoreUnreachable(uri, waited, exc) from exc
+                _log.warning("the store did not answer a commit to %s (%s); asking again in %.1fs",
+                             uri or "a Delta table", " ".join(str(exc).split())[:200], pause)
+                time.sleep(min(pause, budget - waited))
+                pause = min(pause * 2, 10.0)
+                continue
+            if not isinstance(exc, DeltaError) or not lost_race(exc) or attempt == attempts - 1:
                 raise
-        time.sleep(random.uniform(0.05, 0.25) * (attempt + 1))  # jitter, so racers do not meet again
-    raise AssertionError("unreachable")
+        attempt += 1
+        time.sleep(random.uniform(0.05, 0.25) * attempt)  # jitter, so racers do not meet again
 
 
 def _write_once(

@@ -165,8 +165,8 @@ class RecoveryLog:
 
     def check_free(self, dag_id: str) -> None:
         """Raise :class:`LeaseHeld` if a live lease of ``dag_id`` is held (reads only)."""
-        held = self.running(dag_id)
-        if held is not None and not held.expired():
+        held = live_lease(self.events(dag_id), dag_id)
+        if held is not None:
             raise _held(held)
 
     def check_not_finished(self, plan: RecoveryPlan) -> None:
@@ -311,6 +311,12 @@ def _running(events: list[dict], dag_id: str) -> Lease | None:
             elif r["event"] in ENDED and (r["event"] in ("finished", "failed") or _token(r) in ("", held.token)):
                 held = None
     return held
+
+
+def live_lease(events: list[dict], dag_id: str) -> Lease | None:
+    """The lease in ``events`` (the DAG's log, oldest first) that is held and not expired, if any."""
+    held = _running(events, dag_id)
+    return held if held is not None and not held.expired() else None
 
 
 def check_not_finished(events: list[dict], plan_id: str) -> None:

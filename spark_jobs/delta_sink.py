@@ -115,7 +115,7 @@ def publish(staged: StagedFiles) -> CommitResult:
         table = first.pop() if first else None  # a retry re-opens the table
         return _publish(staged, table)
 
-    return retry_lost_races(attempt)
+    return retry_lost_races(attempt, uri=staged.uri)
 
 
 def _publish(staged: StagedFiles, table: "DeltaTable | None") -> CommitResult:

@@ -250,6 +250,7 @@ function FailurePicker({ view, selection, setSelection }) {
                 "data-testid": `failed-${f.task_id}-${f.epoch}`,
               }),
               ` ${f.task_id} @ epoch ${f.epoch}`,
+              f.why ? h("span", { title: f.why, style: { color: "#c05621" }, "data-testid": `unrecorded-${f.task_id}-${f.epoch}` }, " (success without ledger row)") : null,
             ),
           ),
     ),
@@ -379,7 +380,10 @@ const GRID_CSS = `
 .fk-clear { border: 1px dashed ${C.muted}; }
 .fk-failed { box-shadow: inset 0 0 0 2px #e53e3e; }
 .fk-running { box-shadow: inset 0 0 0 2px #805ad5; }
+.fk-unrecorded { box-shadow: inset 0 0 0 2px #dd6b20; }
 `;
+// Airflow says success, the ledger has no row (plugins/view.py UNRECORDED): it must run again.
+const UNRECORDED = "success without ledger row";
 const LABEL = 170;
 const MARGIN = 12; // epochs rendered beyond each edge of the visible window
 
@@ -444,6 +448,7 @@ function Grid({ view, plan }) {
           else if (isClear) classes.push("fk-clear");
           if (state === "failed") classes.push("fk-failed");
           else if (state === "running" || state === "queued") classes.push("fk-running");
+          else if (state === UNRECORDED) classes.push("fk-unrecorded");
           return h("div", {
             key: e,
             className: classes.join(" "),
@@ -544,7 +549,7 @@ function preselect(view, runId, taskId) {
   if (taskId && runId && epochOf[runId] !== undefined) {
     const epoch = epochOf[runId];
     const state = (view.airflow_states[taskId] || {})[String(epoch)];
-    if (state === "failed") selection.failed.set(key(taskId, epoch), { task_id: taskId, epoch });
+    if (state === "failed" || state === UNRECORDED) selection.failed.set(key(taskId, epoch), { task_id: taskId, epoch });
     else selection.bad.push({ task_id: taskId, epoch });
     return selection;
   }

@@ -530,6 +530,70 @@ def test_admin_releases_a_dead_executors_lease_from_the_view(view_stack: ViewSta
     assert call(vs, "GET", f"dags/{DAG}/recoveries", "admin").json()["recoveries"][0]["outcome"] == "finished"
 
 
+def test_a_lost_ledger_commit_shows_as_success_without_a_row_and_replays_to_the_same_tables(
+        view_stack: ViewStack, browser) -> None:
+    """The ledger's newest ``_delta_log`` entry (the last task instance's commit) is deleted, as
+    damage or a careless clean-up would. Airflow still says success; the view flags the cell and
+    preselects it, ``falkirk plan --failed-task '*'`` includes it, and the replay runs it again:
+    its commits are found in place, its ledger row comes back, and no table changes."""
+    import subprocess
+
+    from devstack.processes import VENV_BIN
+    from plugins.view import UNRECORDED
+    from tests.integration.recovery.drill import rows as table_rows
+    from policies.regimes import Tier
+
+    vs = view_stack
+    ledger = Ledger(vs.store)
+    current = lambda: {(e.task_id, e.epoch) for e in ledger.entries(DAG)}  # noqa: E731
+    before = current()
+    tables = {t: table_rows(vs.store, DAG, t, "output", tier) for t, tier in (("clean", Tier.DURABLE),
+                                                                               ("sink", Tier.DURABLE))}
+    log = Path(ledger.uri) / "_delta_log"
+    for newest in sorted(log.glob("*.json"), reverse=True)[:2]:  # a compaction (no row of its own) may be newest
+        newest.unlink()
+        if current() != before:
+            break
+    (task, epoch), = before - current()
+    assert client_state(vs, task, epoch) == "success"
+
+    body = call(vs, "GET", f"dags/{DAG}/view", "admin").json()
+    assert body["status"][task][epoch - 1] in "-I"
+    assert body["airflow_states"][task][str(epoch)] == UNRECORDED
+    assert [(f["task_id"], f["epoch"]) for f in body["failed"] if "why" in f] == [(task, epoch)]
+    context, page = login(browser, vs, "admin")
+    try:
+        open_view(page, vs, DAG)
+        assert page.get_by_test_id(f"cell-{task}-{epoch}").get_attribute("data-airflow-state") == UNRECORDED
+        assert page.get_by_test_id(f"unrecorded-{task}-{epoch}").is_visible()
+        assert page.get_by_test_id(f"failed-{task}-{epoch}").is_checked()  # preselected
+        shot(page, "7-success-without-ledger-row")
+    finally:
+        context.close()
+
+    env = {**os.environ, **vs.store.env(), "FALKIRK_AIRFLOW_URL": vs.stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+           "FALKIRK_AIRFLOW_PASSWORD": USERS["admin"][1], "FALKIRK_CRASH_AT": ""}
+    falkirk = [str(VENV_BIN / "falkirk")]
+    planned = subprocess.run([*falkirk, "plan", "--dag", DAG, "--failed-task", "*", "--json"], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert {"kind": "failed_task", "task_id": task, "epoch": epoch} in plan["failures"], plan
+    assert epoch in next(t["rerun"] for t in plan["tasks"] if t["task_id"] == task), plan
+    replayed = subprocess.run([*falkirk, "replay", plan["plan_id"]], env=env, capture_output=True, text=True,
+                              timeout=900)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert current() == before  # the row is back ...
+    for t, tier in (("clean", Tier.DURABLE), ("sink", Tier.DURABLE)):  # ... and nothing is doubled
+        assert table_rows(vs.store, DAG, t, "output", tier) == tables[t], t
+    body = call(vs, "GET", f"dags/{DAG}/view", "admin").json()
+    assert not [f for f in body["failed"] if "why" in f] and body["status"][task][epoch - 1] not in "-I"
+
+
+def client_state(vs: ViewStack, task: str, epoch: int) -> str | None:
+    return vs.admin.task_instances(DAG, run_id_of(epoch))[task]["state"]
+
+
 def test_view_of_50_tasks_and_500_epochs_loads_in_under_2s(view_stack: ViewStack, browser) -> None:
     """Timed in the browser, in ms since navigation to the DAG's Falkirk tab started: Airflow's
     UI starts, then loads the view's bundle; the view mounts, calls its API and renders the

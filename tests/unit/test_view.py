@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from plugins.view import DagTask, plan_view, recovery_history, topological
-from policies.checkpoint_status import CheckpointStatus, grid_from_rows
+from plugins.view import UNRECORDED, DagTask, dag_view, plan_view, recovery_history, topological
+from policies.checkpoint_status import CheckpointStatus, grid_from_rows, unrecorded
 from policies.ledger import LedgerEntry, OutputRef
 from policies.recovery import FailedTask, RecoveryPlan, TaskPlan
 
@@ -70,3 +70,21 @@ def test_history_has_one_row_per_started_plan_newest_first_with_who_and_outcome(
         e["recorded_at"] -= timedelta(seconds=200)
     expired = recovery_history(events)[0]
     assert expired["outcome"] == "expired" and "takes it over" in expired["detail"]
+
+
+def test_a_success_without_a_current_ledger_row_is_flagged_and_preselected_unless_collected() -> None:
+    """Airflow says success; the ledger has no row (clean 2), only a rolled-back one (model 2), or
+    a collected one (clean 2 below a mark): the first two must run again, the third is history."""
+    rows = [row("clean", 1, out="durable"), row("model", 1, state="durable"), row("model", 2, state="durable"),
+            row("clean", 3, out="durable")]
+    grid = grid_from_rows(["clean", "model"], rows, invalidated={("model", -1, 2, 0)})
+    succeeded = [("clean", "epoch-1"), ("clean", "epoch-2"), ("clean", "epoch-3"), ("model", "epoch-1"),
+                 ("model", "epoch-2"), ("model", "epoch-9")]
+    assert unrecorded(grid, succeeded, collected_through={"clean": 2}) == [("model", 2, "epoch-2")]
+    lost = unrecorded(grid, succeeded)
+    assert lost == [("clean", 2, "epoch-2"), ("model", 2, "epoch-2")]
+    tasks = [DagTask("clean", "batch(log_outputs=true)", ()), DagTask("model", "eager_checkpoint", ("clean",))]
+    view = dag_view("d", tasks, grid, {("model", "epoch-3"): "failed"}, [], "/s", 4, True, unrecorded=lost)
+    assert [(f["task_id"], f["epoch"], "why" in f) for f in view["failed"]] == [
+        ("clean", 2, True), ("model", 2, True), ("model", 3, False)]
+    assert view["airflow_states"] == {"clean": {"2": UNRECORDED}, "model": {"2": UNRECORDED, "3": "failed"}}
