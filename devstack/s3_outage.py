@@ -82,7 +82,7 @@ class S3Outage:
         self._post("up", {})
 
     def state(self) -> dict:
-        """``{"up": bool, "tripped": bool, "dropped": [[method, path], ...]}``."""
+        """``{"up": bool, "tripped": bool, "dropped": [[method, path], ...]}`` (dropped since armed)."""
         return httpx.get(f"{self.control}/state", timeout=10).json()
 
     def wait_tripped(self, timeout: float = 600) -> dict:
@@ -142,7 +142,7 @@ class _Front:
     def arm(self, method: str, contains: str, applied: bool) -> None:
         with self.lock:
             self.trip = {"method": method.upper(), "contains": contains, "applied": bool(applied)}
-            self.tripped = False
+            self.tripped, self.dropped = False, []
 
     def take_trip(self, method: str, path: str) -> dict | None:
         with self.lock:

@@ -62,7 +62,7 @@ from plugins.airflow_rest import AirflowClient, AirflowError
 from plugins.recovery import RunningReplay, compute_plan, start_replay
 from plugins.view import DagTask, dag_view, plan_view, recovery_history
 from policies.checkpoint_status import CheckpointGrid, grid_from_ledger, unrecorded
-from policies.epoch_tables import UnreadableTable
+from policies.epoch_tables import StoreUnreachable, UnreadableTable
 from policies.ledger import Ledger, LedgerEntry
 from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
 from policies.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
@@ -140,7 +140,8 @@ async def _invalid_token_is_401(request: Request, exc: HTTPException):
 
 
 @app.exception_handler(UnreadableTable)
-async def _unreadable_table(request: Request, exc: UnreadableTable) -> JSONResponse:
+@app.exception_handler(StoreUnreachable)
+async def _unreadable_table(request: Request, exc: UnreadableTable | StoreUnreachable) -> JSONResponse:
     return JSONResponse(status_code=503, content={"detail": str(exc)})
 
 

@@ -40,7 +40,7 @@ from deltalake.exceptions import DeltaError
 
 from plugins.airflow_rest import AirflowClient, AirflowError
 from policies import cli as solver_cli
-from policies.epoch_tables import UnreadableTable
+from policies.epoch_tables import StoreUnreachable, UnreadableTable
 from policies.recovery import PlanError
 
 EXIT_INVALID = 2
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PlanError, AirflowError, ValueError) as exc:
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    except UnreadableTable as exc:
+    except (UnreadableTable, StoreUnreachable) as exc:
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_STORE
     except DeltaError as exc:

@@ -30,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import getpass
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -37,6 +38,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from plugins.airflow_rest import AirflowClient, AirflowError
 from policies.checkpoint_chains import StoreReadability, TaskGraph
+from policies.epoch_tables import StoreUnreachable, unanswered
 from policies.ledger import Ledger, LedgerEntry
 from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan, plan_recovery
 from policies.faults import crash_point
@@ -44,6 +46,8 @@ from policies.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLo
                                    live_lease)
 from policies.regimes import Regime
 from policies.store import StoreConfig, StoreError
+
+_log = logging.getLogger(__name__)
 
 # How far past the ledger's newest epoch --last-epoch may name DAG runs (runs that committed nothing).
 MAX_EPOCHS_AHEAD = 1000
@@ -204,7 +208,15 @@ class RunningReplay:
             self.lease = self.log.renew(self.lease)
 
     def fail(self, exc: BaseException) -> None:
-        self.log.end(self.lease, "failed", f"{type(exc).__name__}: {exc}"[:2000])
+        """Record the failure and give the lease back; if the store cannot take that row (it is
+        what failed), the lease simply expires and the plan resumes from where it stopped."""
+        try:
+            self.log.end(self.lease, "failed", f"{type(exc).__name__}: {exc}"[:2000])
+        except Exception as unrecorded:  # noqa: BLE001 (the original failure is what the caller sees)
+            if not (unanswered(unrecorded) or isinstance(unrecorded, StoreUnreachable)):
+                raise
+            _log.warning("plan %s: could not record the failure (%s); the lease expires at %s", self.plan.plan_id,
+                        type(unrecorded).__name__, self.lease.expires_at())
 
 
 def start_replay(

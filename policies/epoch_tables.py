@@ -65,11 +65,12 @@ class StoreUnreachable(Exception):
     commit may or may not have been applied; either way nothing is half-visible, and running
     the same commit again (the task, or the command) once the store is back finds out."""
 
-    def __init__(self, uri: str, seconds: float, cause: BaseException) -> None:
+    def __init__(self, uri: str, seconds: float | None, cause: BaseException) -> None:
         self.uri = uri
         reason = " ".join(str(cause).split())
         super().__init__(
-            f"the store did not answer a commit to {uri or 'a Delta table'} for {seconds:.0f}s "
+            f"the store did not answer a commit to {uri or 'a Delta table'}"
+            f"{f' for {seconds:.0f}s' if seconds is not None else ''} "
             f"({type(cause).__name__}: {reason[:300]}). The commit may or may not have been applied; nothing is "
             f"half-visible. Run the task (or the command) again once the store is back: it finds what landed and "
             f"never applies it twice")

@@ -53,7 +53,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from policies.epoch_tables import open_table, scan
+from policies.epoch_tables import StoreUnreachable, open_table, retry_lost_races, scan, unanswered
 from policies.recovery import PlanError, RecoveryPlan
 from policies.store import StoreConfig
 
@@ -249,12 +249,22 @@ class RecoveryLog:
             note = "resumes the plan where its last executor stopped"
         rows.append(_row(dag_id, plan_id, "resumed" if resumed else "started", holder,
                          _lease_detail(token, note), now))
+        lease = Lease(dag_id, plan_id, holder, now, token, resumed, now)
         try:
             self._append(rows, table=table, retries=0)
         except CommitFailedError:
             raise LeaseHeld(f"DAG {dag_id!r}: another recovery took the lease at the same moment; "
                             f"wait until it finishes, then plan again") from None
-        return Lease(dag_id, plan_id, holder, now, token, resumed, now)
+        except Exception as exc:
+            if not unanswered(exc):
+                raise
+            # The store did not answer: the row may have landed. Ask, while it stays silent.
+            held = retry_lost_races(lambda: _running(self.events(dag_id), dag_id), attempts=1, uri=self.uri)
+            if held is not None and held.token != token and not held.expired():
+                raise _held(held) from None
+            if held is None or held.token != token:
+                raise StoreUnreachable(self.uri, None, exc) from exc
+        return lease
 
     def _check_held(self, lease: Lease) -> None:
         held = _running(self.events(lease.dag_id), lease.dag_id)
@@ -267,6 +277,14 @@ class RecoveryLog:
         return self.store.options_for(self.uri)
 
     def _append(self, rows: list[dict], *, table, retries: int | None) -> None:
+        """Append ``rows``; with ``retries=None`` (a row that may land twice without harm: a
+        heartbeat, an end, a release) also while the store does not answer."""
+        if retries is None:
+            retry_lost_races(lambda: self._write(rows, table=table, retries=None), attempts=1, uri=self.uri)
+        else:
+            self._write(rows, table=table, retries=retries)
+
+    def _write(self, rows: list[dict], *, table, retries: int | None) -> None:
         write_deltalake(table if table is not None else self.uri, pa.Table.from_pylist(rows, schema=SCHEMA),
                         mode="append", storage_options=self._options,
                         commit_properties=CommitProperties(max_commit_retries=retries))

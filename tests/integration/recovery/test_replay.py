@@ -136,3 +136,48 @@ def test_bad_requests_change_nothing(drill: Drill) -> None:
     with pytest.raises(PlanError, match="plan_id 'feedbeef': no such plan"):
         replay("feedbeef", drill.store, drill.client)
     assert (len(log.events()), len(ledger.invalidated()), ledger.version(), tries(drill.client, A)) == before
+
+
+def test_two_recoveries_of_different_plans_on_one_dag(drill: Drill) -> None:
+    """Two plans for clicks_a, computed from the same ledger (sink's epoch 6 declared bad; model's
+    epoch 5 declared bad), replayed at once: one takes the lease, the other is refused with
+    LeaseHeld and changes nothing. Once the first finished, the second plan is stale: it is
+    refused naming the way out, planned again, and replayed. Each instance re-ran once per
+    plan that re-ran it, and every table equals the failure-free run."""
+    base = tries(drill.client, A)
+    plans = {"sink": plan(A, drill.store, drill.client, bad_epochs=[("sink", 6)]),
+             "model": plan(A, drill.store, drill.client, bad_epochs=[("model", 5)])}
+    assert plans["sink"].ledger_version == plans["model"].ledger_version
+    outcomes: dict[str, object] = {}
+    started = threading.Barrier(2)
+
+    def run(name: str) -> None:
+        client = drill.stack.client()
+        started.wait()
+        try:
+            outcomes[name] = replay(plans[name].plan_id, drill.store, client, holder=name, progress=print)
+        except (LeaseHeld, PlanError) as exc:  # PlanError if it looked only after the invalidations
+            outcomes[name] = exc
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in plans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (loser,) = [n for n, o in outcomes.items() if isinstance(o, (LeaseHeld, PlanError))]
+    (winner,) = set(plans) - {loser}
+    print(f"{winner} replayed; {loser} refused: {outcomes[loser]}")
+    log = RecoveryLog(drill.store)
+    assert [r["event"] for r in log.events(A) if r["plan_id"] == plans[loser].plan_id] == ["planned"]
+    with pytest.raises(PlanError, match=f"plan {plans[loser].plan_id}: the ledger changed since the plan was "
+                                        f"computed"):
+        replay(plans[loser].plan_id, drill.store, drill.client)
+    failure = [("sink", 6)] if loser == "sink" else [("model", 5)]
+    again = plan(A, drill.store, drill.client, bad_epochs=failure)
+    assert again.rerun_set() == plans[loser].rerun_set()  # the same work, now from the current ledger
+    replay(again.plan_id, drill.store, drill.stack.client(), progress=print)
+    assert_equals_reference(drill.store, A)
+    after = tries(drill.client, A)
+    ran = Counter([*plans[winner].rerun_set(), *again.rerun_set()])
+    assert {k: after[k[1], k[0]][1] - base[k[1], k[0]][1] for k in ran} == dict(ran)
+    assert all(after[k] == base[k] for k in base if (k[1], k[0]) not in ran)
