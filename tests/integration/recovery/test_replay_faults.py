@@ -168,3 +168,85 @@ def test_the_scheduler_and_the_api_server_killed_during_a_replay_from_the_view(d
     assert all(after[k][1] > before[k][1] for k in rerun) and all(after[k][0] == "success" for k in after)
     assert {k: v for k, v in after.items() if k not in rerun} == {k: v for k, v in before.items() if k not in rerun}
     assert_equals_reference(drill.store, G)
+
+
+def test_random_interleavings_of_killed_replays_collections_and_new_runs(drill: Drill) -> None:
+    """A seeded loop (``FALKIRK_DRILL_SEED``, printed; two rounds on clicks_k): each round declares
+    an epoch of sink or model bad (its input unchanged, so the failure-free result still holds),
+    and draws whether a collection runs between plan and replay, where the replay is SIGKILLed
+    (not at all, after its lease, after its invalidations, after its first clear), whether a new
+    DAG run arrives then, and whether the dead executor's lease is released or left to expire.
+    Each round ends by the documented path: release or wait, ``falkirk replay`` again, or, for
+    a plan a collection made stale, ``falkirk plan`` and ``falkirk replay`` anew. After every
+    round each table equals the failure-free run and each epoch is published once."""
+    import os
+    import random
+
+    from spark_jobs.clicks.feed import clicks_for_epoch, deliver
+    from tests.integration.recovery.drill import REF
+
+    seed = int(os.environ.get("FALKIRK_DRILL_SEED", "20261123"))
+    rng = random.Random(seed)
+    # Two rounds, drawn so that they differ: two failures, two kill points, one collection.
+    failures = rng.sample([("sink", 4), ("sink", 5), ("sink", 6), ("model", 5), ("model", 6)], 2)
+    kills = rng.sample([None, "after-lease", "after-invalidations", "after-clear"], 2)
+    collecting = rng.randrange(2)
+    rounds = [{"failure": failures[i], "gc": i == collecting, "kill": kills[i],
+               "new_run": i == 0 and rng.random() < 0.5, "end": rng.choice(["release", "expiry"])} for i in range(2)]
+    print(f"FALKIRK_DRILL_SEED={seed}: {rounds}")
+    epochs = list(EPOCHS)
+    settle_k(drill)
+    if any(r["new_run"] for r in rounds):  # the failure-free copy runs the new epoch too
+        deliver(drill.inbox, REF, 7, clicks_for_epoch(7))
+        deliver(drill.inbox, K, 7, clicks_for_epoch(7))
+        drill.client.trigger(REF, run_id_of(7), clock().logical_date(7))
+        wait_states(drill.client, REF, {7: SUCCESS})
+    log = RecoveryLog(drill.store)
+    for n, r in enumerate(rounds, 1):
+        print(f"round {n}: {r}")
+        p = plan(K, drill.store, drill.client, bad_epochs=[r["failure"]])
+        if r["gc"]:
+            gc = falkirk(drill, "gc", "--dag", K, "--retain-hours", "0")
+            assert gc.returncode == 0, gc.stderr
+        crash = ""
+        if r["kill"] == "after-clear":
+            crash = f"{K}/replay:{min(e for _, e in p.rerun_set())}:after-clear"
+        elif r["kill"]:
+            crash = f"{K}/replay:0:{r['kill']}"
+        first = falkirk(drill, "replay", p.plan_id, crash=crash)
+        stale = first.returncode == 2 and ("can no longer run" in first.stderr
+                                           or "the ledger changed since the plan was computed" in first.stderr)
+        if stale:
+            assert r["gc"], first.stderr  # only a collection makes a fresh plan stale
+            p = plan(K, drill.store, drill.client, bad_epochs=[r["failure"]])
+            first = falkirk(drill, "replay", p.plan_id, crash=crash)
+        if r["new_run"]:
+            drill.client.trigger(K, run_id_of(7), clock().logical_date(7))
+            epochs = [*EPOCHS, 7]
+        if crash and first.returncode == -signal.SIGKILL:
+            refused = falkirk(drill, "gc", "--dag", K)
+            assert refused.returncode == 2 and f"is being recovered by plan {p.plan_id}" in refused.stderr
+            if r["end"] == "release":
+                released = falkirk(drill, "release", "--dag", K, "--reason", f"random round {n}: executor killed")
+                assert released.returncode == 0, released.stderr
+            else:
+                _wait_for_expiry(drill, K)
+            resumed = falkirk(drill, "replay", p.plan_id)
+            assert resumed.returncode == 0, resumed.stderr
+            assert "resuming" in resumed.stdout
+        else:
+            assert first.returncode == 0, first.stderr  # a clear-point past the plan's epochs never fires
+        wait_states(drill.client, K, {e: SUCCESS for e in epochs})
+        events = [e["event"] for e in log.events(K) if e["plan_id"] == p.plan_id and e["event"] != "heartbeat"]
+        assert events[0] == "planned" and events[-1] == "finished" and events.count("finished") == 1, events
+        assert_equals_reference(drill.store, K, lost_scratch=True)
+
+
+def settle_k(drill: Drill) -> None:
+    """clicks_k as its drill leaves it (every epoch recovered), also when this test runs alone."""
+    if Ledger(drill.store).find(K, "sink", 6) is None:
+        p = plan(K, drill.store, drill.client, lost_scratch=[f"{drill.store.scratch_uri}/{K}"])
+        drill.client.trigger(K, run_id_of(6), clock().logical_date(6))
+        replay(p.plan_id, drill.store, drill.stack.client(), progress=print)
+        wait_states(drill.client, K, {e: SUCCESS for e in EPOCHS})
+    assert_equals_reference(drill.store, K, lost_scratch=True)
