@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -111,6 +112,21 @@ class SparkConnectServer:
              "spark-internal"],
             env, work_dir / "spark-connect.log",
         )
+
+    def airflow_env(self) -> dict[str, str]:
+        """The environment that makes Airflow's ``spark_default`` a connection to this server."""
+        return {"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
+                                                         "port": self.port})}
+
+    def submit(self, application: Path, args: list[str], env: dict[str, str],
+               timeout: float = 300) -> "subprocess.CompletedProcess[str]":
+        """Run one job as a client of this server, as the operator does on a ``spark_connect``
+        connection; its output is in the result's ``stdout``."""
+        import subprocess
+
+        return subprocess.run([str(VENV_BIN / "python"), str(application), *args],
+                              env={**os.environ, **env, "SPARK_REMOTE": self.url}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
     def _listening(self) -> bool:
         import socket

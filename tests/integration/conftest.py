@@ -1,7 +1,8 @@
 """Real components shared by the integration tests, each started once per session when first used:
 one Airflow deployment (api-server, scheduler, dag-processor, triggerer) with the demo
-pipeline run for epochs 1..3 through its scheduler; one local Spark session; one
-``moto_server``; and a ``store`` fixture that runs a test with the durable tier on a
+pipeline run for epochs 1..3 through its scheduler; one local Spark session; one Spark
+Connect server for every deployment whose tasks run as its clients; one ``moto_server``; and
+a ``store`` fixture that runs a test with the durable tier on a
 local path and on the S3-compatible server."""
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import itertools
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs
+from devstack.spark import SparkConnectServer
 from policies.store import StoreConfig
 
 EPOCHS = [1, 2, 3]
@@ -43,6 +46,14 @@ def three_epochs(airflow_stack: AirflowStack) -> dict[int, str]:
     logs = Path(airflow_stack.home) / "logs" / f"dag_id={DAG_ID}"
     assert states == {1: "success", 2: "success", 3: "success"}, f"runs {states}; task logs in {logs}"
     return states
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
+    """One Spark Connect server (``local[2]``) shared by the recovery drills, the view's tests and
+    the store-outage tests: a deployment points ``spark_default`` at it with ``airflow_env()``."""
+    with SparkConnectServer(tmp_path_factory.mktemp("spark-connect")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

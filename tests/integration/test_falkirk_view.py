@@ -97,7 +97,7 @@ def write_wide_history(store: StoreConfig, epochs: int = 500) -> int:
 
 
 @pytest.fixture(scope="module")
-def view_stack(tmp_path_factory: pytest.TempPathFactory):
+def view_stack(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
     root = tmp_path_factory.mktemp("view")
     store = StoreConfig(str(root / "durable"), str(root / "scratch"))
     inbox, faults = root / "inbox", root / "faults"
@@ -105,32 +105,30 @@ def view_stack(tmp_path_factory: pytest.TempPathFactory):
         deliver(inbox, DAG, e, clicks_for_epoch(e))
     faults.write_text(f"{DAG}/clean:3:before-commit\n")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with SparkConnectServer(root) as connect:
-        stack = AirflowStack(home=root / "airflow", store=store, dags_folder=HERE / "view_dags", extra_env={
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
-                                                      "port": connect.port}),
-            "FALKIRK_INBOX": str(inbox), "FALKIRK_CRASH_AT": f"@{faults}"})
-        stack.init()
-        stack.start()
-        try:
-            client = stack.client()
-            from devstack.demo import dag_epoch_clock
+    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=HERE / "view_dags", extra_env={
+        **spark_connect.airflow_env(),
+        "FALKIRK_INBOX": str(inbox), "FALKIRK_CRASH_AT": f"@{faults}"})
+    stack.init()
+    stack.start()
+    try:
+        client = stack.client()
+        from devstack.demo import dag_epoch_clock
 
-            clock = dag_epoch_clock(ROOT / "dags" / "falkirk_clicks.py")
-            client.wait_for_dag(DAG)
-            client.wait_for_dag(WIDE)
-            client.set_paused(DAG, False)
-            for e in EPOCHS:
-                client.trigger(DAG, run_id_of(e), clock.logical_date(e))
-            print(f"wrote {write_wide_history(store)} ledger rows for {WIDE}")
-            ok = {t: {"success"} for t in TASKS}
-            wait_states(client, DAG, {1: ok, 2: ok, 3: {"source": {"success"}, "clean": {"failed"},
-                                                        "model": {"upstream_failed"}, "sink": {"upstream_failed"}},
-                                      4: {"source": {"success"}, "clean": {"success"}, "model": {None}, "sink": {None}}})
-            faults.write_text("")  # the cause is fixed; a re-run succeeds
-            yield ViewStack(stack, store, client)
-        finally:
-            stack.stop()
+        clock = dag_epoch_clock(ROOT / "dags" / "falkirk_clicks.py")
+        client.wait_for_dag(DAG)
+        client.wait_for_dag(WIDE)
+        client.set_paused(DAG, False)
+        for e in EPOCHS:
+            client.trigger(DAG, run_id_of(e), clock.logical_date(e))
+        print(f"wrote {write_wide_history(store)} ledger rows for {WIDE}")
+        ok = {t: {"success"} for t in TASKS}
+        wait_states(client, DAG, {1: ok, 2: ok, 3: {"source": {"success"}, "clean": {"failed"},
+                                                    "model": {"upstream_failed"}, "sink": {"upstream_failed"}},
+                                  4: {"source": {"success"}, "clean": {"success"}, "model": {None}, "sink": {None}}})
+        faults.write_text("")  # the cause is fixed; a re-run succeeds
+        yield ViewStack(stack, store, client)
+    finally:
+        stack.stop()
 
 
 # -- the API ---------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ says what to do, never leaving a half-visible epoch, a doubled one, or a torn le
 
 The store is ``moto_server`` behind :class:`devstack.s3_outage.S3Outage`, which closes the
 server's port at an exact request (with that request applied or not) and opens it again with
-every object in place, as a restarted MinIO would. Jobs run with the venv's ``spark-submit``
-(local); the replay runs through a real Airflow (scheduler and API server, LocalExecutor).
+every object in place, as a restarted MinIO would. Jobs run as clients of the session's Spark
+Connect server (their executors write through the same endpoint); the replay runs through a
+real Airflow (scheduler and API server, LocalExecutor) whose tasks are clients of it too.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from devstack.demo import DAG_ID, dag_epoch_clock
 from devstack.processes import VENV_BIN
 from devstack.s3 import MotoS3
 from devstack.s3_outage import S3Outage
-from devstack.spark import spark_submit
+from devstack.spark import SparkConnectServer
 from policies import EagerCheckpoint, Ephemeral, Ledger, StoreConfig, Tier
 from policies.epoch_tables import scan
 from policies.job_spec import JobSpec
@@ -40,12 +41,12 @@ JOB_DAG = "outage_orders"  # the jobs run by hand; falkirk_orders runs in Airflo
 
 
 @pytest.fixture(scope="module")
-def outage(tmp_path_factory: pytest.TempPathFactory):
+def outage(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
     work = tmp_path_factory.mktemp("s3-outage")
     with MotoS3(work) as s3, S3Outage(s3.endpoint, work) as front:
         s3.create_bucket("falkirk-outage")
         store = StoreConfig("s3://falkirk-outage/store", str(work / "scratch"), front.storage_options())
-        yield front, store, work
+        yield front, store, work, spark_connect
 
 
 def rows(store: StoreConfig, dag: str, task: str, table: str, tier: Tier = Tier.DURABLE) -> tuple[int, list]:
@@ -58,11 +59,12 @@ def expected(epochs: list[int], name: str) -> list:
     return canonical(expected_tables(epochs)[name])
 
 
-def submit_while(front: S3Outage, job: Path, spec: JobSpec, env: dict[str, str], down_for: float | None):
+def submit_while(front: S3Outage, spark: SparkConnectServer, job: Path, spec: JobSpec, env: dict[str, str],
+                 down_for: float | None):
     """Run ``job``; once the front has tripped, bring it back after ``down_for`` seconds (or, for
     ``None``, only after the job ended). Returns the job's result and the requests dropped."""
     result: list = []
-    runner = threading.Thread(target=lambda: result.append(spark_submit(job, spec.argv(), env)))
+    runner = threading.Thread(target=lambda: result.append(spark.submit(job, spec.argv(), env)))
     runner.start()
     tripped = front.wait_tripped(timeout=300)
     if down_for is None:
@@ -77,7 +79,7 @@ def submit_while(front: S3Outage, job: Path, spec: JobSpec, env: dict[str, str],
 def test_a_lease_the_store_took_without_answering_is_recognised_as_its_holders(outage) -> None:
     """The server applies a replay's ``started`` row and stops before it answers; back 2 s later.
     The executor asks again, finds its own token, and holds the lease: no LeaseHeld, no second row."""
-    front, store, _ = outage
+    front, store, _, _ = outage
     log = RecoveryLog(store)
     recovery = RecoveryPlan("lease_dag", (FailedTask("a", 2),), 2, 7, ())
     log.record(recovery)
@@ -96,15 +98,15 @@ def test_a_commit_the_store_applied_but_never_answered_is_found_and_not_repeated
     """The server applies aggregate's state commit and stops before it answers. The job asks
     again with back-off; the server is back 5 s later; the job finds its commit in place and
     finishes: one commit per table, one ledger row, the failure-free rows."""
-    front, store, _ = outage
+    front, store, _, spark = outage
     ingest = JobSpec(JOB_DAG, "ingest", epoch=1, regime=Ephemeral(), run_id="epoch-1")
     aggregate = JobSpec(JOB_DAG, "aggregate", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1",
                         inputs=("ingest",))
-    first = spark_submit(JOBS / "ingest.py", ingest.argv(), store.env())
+    first = spark.submit(JOBS / "ingest.py", ingest.argv(), store.env())
     assert first.returncode == 0, first.stdout[-3000:]
 
     front.down_at("PUT", f"/{JOB_DAG}/aggregate/state/_delta_log/", applied=True)
-    done, dropped = submit_while(front, JOBS / "aggregate.py", aggregate, store.env(), down_for=5)
+    done, dropped = submit_while(front, spark, JOBS / "aggregate.py", aggregate, store.env(), down_for=5)
     assert done.returncode == 0, done.stdout[-4000:]
     assert [m for m, p in dropped] == ["PUT"] and dropped[0][1].endswith("state/_delta_log/00000000000000000000.json")
     assert "did not answer a commit to s3://falkirk-outage/store/outage_orders/aggregate/state" in done.stdout
@@ -119,14 +121,14 @@ def test_a_store_down_past_the_retry_budget_fails_the_task_clearly_and_a_rerun_c
     down past FALKIRK_STORE_RETRY_SECONDS: the job fails naming the ledger and the way out; its
     tables' commits landed but, without a ledger row, no reader sees epoch 2. Back up, the
     same job (as Airflow's retry would) commits nothing twice and records the epoch."""
-    front, store, _ = outage
+    front, store, _, spark = outage
     ingest = JobSpec(JOB_DAG, "ingest", epoch=2, regime=Ephemeral(), run_id="epoch-2")
     aggregate = JobSpec(JOB_DAG, "aggregate", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2",
                         inputs=("ingest",))
-    assert spark_submit(JOBS / "ingest.py", ingest.argv(), store.env()).returncode == 0
+    assert spark.submit(JOBS / "ingest.py", ingest.argv(), store.env()).returncode == 0
 
     front.down_at("PUT", "/store/_falkirk/ledger/_delta_log/", applied=False)
-    failed, dropped = submit_while(front, JOBS / "aggregate.py", aggregate,
+    failed, dropped = submit_while(front, spark, JOBS / "aggregate.py", aggregate,
                                    {**store.env(), "FALKIRK_STORE_RETRY_SECONDS": "4"}, down_for=None)
     assert failed.returncode != 0
     assert "StoreUnreachable: the store did not answer a commit to s3://falkirk-outage/store/_falkirk/ledger" \
@@ -137,7 +139,7 @@ def test_a_store_down_past_the_retry_budget_fails_the_task_clearly_and_a_rerun_c
     state_version, _ = rows(store, JOB_DAG, "aggregate", "state")
     assert state_version == 1  # ... though its state commit landed
 
-    rerun = spark_submit(JOBS / "aggregate.py", aggregate.argv(), store.env())
+    rerun = spark.submit(JOBS / "aggregate.py", aggregate.argv(), store.env())
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     assert rerun.stdout.count("already there") == 2  # output and state: found, not repeated
     assert rows(store, JOB_DAG, "aggregate", "state") == (1, expected([1, 2], "aggregate/state"))
@@ -153,8 +155,9 @@ def test_a_replay_whose_invalidations_the_store_never_answered_resumes_to_the_fa
     store, having cleared nothing (Airflow still shows every instance successful). Back up,
     the lease is released by the documented command and the replay resumes: it adds no
     invalidation, clears the four instances, and every table equals the failure-free run."""
-    front, store, work = outage
-    stack = AirflowStack(home=work / "airflow", store=store, extra_env={"FALKIRK_LEASE_SECONDS": "60"})
+    front, store, work, spark = outage
+    stack = AirflowStack(home=work / "airflow", store=store,
+                         extra_env={"FALKIRK_LEASE_SECONDS": "60", **spark.airflow_env()})
     stack.init()
     clock = dag_epoch_clock()
     for epoch in (1, 2, 3):

@@ -1,4 +1,5 @@
-"""One Airflow (LocalExecutor, SQLite) and one Spark Connect server for every recovery drill.
+"""One Airflow (LocalExecutor, SQLite), its tasks clients of the session's Spark Connect server, for
+every recovery drill.
 
 Six copies of ``falkirk_clicks`` (source Ephemeral -> clean Batch(log) -> model
 LazyCheckpoint(every=3) -> sink EagerCheckpoint) run side by side:
@@ -18,7 +19,6 @@ The fixture is package-scoped: the drills share the roughly 140 task instances i
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -36,7 +36,7 @@ STATE_LOST = {"source": {"success"}, "clean": {"success"}, "model": {"failed"}, 
 
 
 @pytest.fixture(scope="package")
-def drill(tmp_path_factory: pytest.TempPathFactory):
+def drill(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
     root = tmp_path_factory.mktemp("drill")
     store = StoreConfig(str(root / "durable"), str(root / "scratch"))
     inbox, faults = root / "inbox", root / "faults"
@@ -45,44 +45,42 @@ def drill(tmp_path_factory: pytest.TempPathFactory):
             deliver(inbox, dag, e, clicks_for_epoch(e))
     deliver(inbox, C, 4, clicks_for_epoch(4) + DUPLICATED)
     faults.write_text(f"{A}/clean:4:before-commit\n")
-    with SparkConnectServer(root) as connect:
-        stack = AirflowStack(home=root / "airflow", store=store, dags_folder=DAGS, extra_env={
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
-                                                      "port": connect.port}),
-            "FALKIRK_INBOX": str(inbox), "FALKIRK_CRASH_AT": f"@{faults}",
-            # Short enough for the fault drills: a replay thread's lease, the time the scheduler
-            # gives a killed task instance before it fails it, and how often a new scheduler
-            # resets the task instances a dead one had queued or was running.
-            "FALKIRK_LEASE_SECONDS": "30", "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
-            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15"})
-        stack.init()
-        stack.start()
-        try:
-            client = stack.client()
-            epochs_clock = clock()
-            for dag in (REF, A, B, C, K, G):
-                client.wait_for_dag(dag)
-                client.set_paused(dag, False)
-            # clicks_b and clicks_k first: their scratch is deleted once their first four epochs
-            # are done, while the other DAGs' runs (already queued) keep the executor busy. On
-            # two cores the whole setup is about 140 task instances, hence the generous waits.
-            for dag, epochs in ((B, EPOCHS[:4]), (K, EPOCHS[:4]), (REF, EPOCHS), (A, EPOCHS), (C, EPOCHS),
-                                (G, EPOCHS)):
-                for e in epochs:
-                    client.trigger(dag, run_id_of(e), epochs_clock.logical_date(e))
-            for dag, later in ((B, (5, 6)), (K, (5,))):
-                wait_states(client, dag, {e: SUCCESS for e in EPOCHS[:4]}, timeout=2400)
-                shutil.rmtree(root / "scratch" / dag)  # the worker's directory for the DAG is gone
-                for e in later:
-                    client.trigger(dag, run_id_of(e), epochs_clock.logical_date(e))
-            for dag in (REF, C, G):
-                wait_states(client, dag, {e: SUCCESS for e in EPOCHS}, timeout=1800)
-            wait_states(client, A, {**{e: SUCCESS for e in (1, 2, 3)}, 4: {
-                "source": {"success"}, "clean": {"failed"}, "model": {"upstream_failed"},
-                "sink": {"upstream_failed"}}, 5: BLOCKED, 6: BLOCKED})
-            wait_states(client, B, {5: STATE_LOST, 6: BLOCKED})
-            wait_states(client, K, {5: STATE_LOST})
-            faults.write_text("")  # the fault is fixed
-            yield Drill(stack, store, client, inbox)
-        finally:
-            stack.stop()
+    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=DAGS, extra_env={
+        **spark_connect.airflow_env(),
+        "FALKIRK_INBOX": str(inbox), "FALKIRK_CRASH_AT": f"@{faults}",
+        # Short enough for the fault drills: a replay thread's lease, the time the scheduler
+        # gives a killed task instance before it fails it, and how often a new scheduler
+        # resets the task instances a dead one had queued or was running.
+        "FALKIRK_LEASE_SECONDS": "30", "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15"})
+    stack.init()
+    stack.start()
+    try:
+        client = stack.client()
+        epochs_clock = clock()
+        for dag in (REF, A, B, C, K, G):
+            client.wait_for_dag(dag)
+            client.set_paused(dag, False)
+        # clicks_b and clicks_k first: their scratch is deleted once their first four epochs
+        # are done, while the other DAGs' runs (already queued) keep the executor busy. On
+        # two cores the whole setup is about 140 task instances, hence the generous waits.
+        for dag, epochs in ((B, EPOCHS[:4]), (K, EPOCHS[:4]), (REF, EPOCHS), (A, EPOCHS), (C, EPOCHS),
+                            (G, EPOCHS)):
+            for e in epochs:
+                client.trigger(dag, run_id_of(e), epochs_clock.logical_date(e))
+        for dag, later in ((B, (5, 6)), (K, (5,))):
+            wait_states(client, dag, {e: SUCCESS for e in EPOCHS[:4]}, timeout=2400)
+            shutil.rmtree(root / "scratch" / dag)  # the worker's directory for the DAG is gone
+            for e in later:
+                client.trigger(dag, run_id_of(e), epochs_clock.logical_date(e))
+        for dag in (REF, C, G):
+            wait_states(client, dag, {e: SUCCESS for e in EPOCHS}, timeout=1800)
+        wait_states(client, A, {**{e: SUCCESS for e in (1, 2, 3)}, 4: {
+            "source": {"success"}, "clean": {"failed"}, "model": {"upstream_failed"},
+            "sink": {"upstream_failed"}}, 5: BLOCKED, 6: BLOCKED})
+        wait_states(client, B, {5: STATE_LOST, 6: BLOCKED})
+        wait_states(client, K, {5: STATE_LOST})
+        faults.write_text("")  # the fault is fixed
+        yield Drill(stack, store, client, inbox)
+    finally:
+        stack.stop()
