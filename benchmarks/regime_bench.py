@@ -12,7 +12,7 @@ running totals kept across epochs. Variants:
   plain Parquet directory (two, used in turn, since Spark cannot overwrite what it
   reads), as a task run once per epoch must keep its state somewhere;
 * ``ephemeral``, ``batch``, ``batch(log_outputs)``: the stateless job under the runtime's
-  commit (``spark_jobs.runtime.commit``), compared with no FT (stateless);
+  commit (``falkirk.spark_jobs.runtime.commit``), compared with no FT (stateless);
 * ``lazy_checkpoint(every=10)``, ``eager_checkpoint``: the stateful job under the runtime,
   loading its previous state from the store as each epoch's ``spark-submit`` would,
   compared with no FT (stateful).
@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, Ledger, Regime, StoreConfig
-from policies.job_spec import JobSpec
+from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, Ledger, Regime, StoreConfig
+from falkirk.policies.job_spec import JobSpec
 
 DAG = "bench"
 ITEMS = 20_000  # distinct keys: the size of outputs and state, small next to the input
@@ -109,7 +109,7 @@ def fold(previous, this):
 
 
 def run_epoch(spark, variant: Variant, epoch: int, source: Path, store: StoreConfig) -> float:
-    from spark_jobs.runtime import EpochContext, EpochResult, commit
+    from falkirk.spark_jobs.runtime import EpochContext, EpochResult, commit
 
     started = time.perf_counter()
     this = epoch_totals(spark, source, epoch)

@@ -13,15 +13,14 @@ epoch at any time. One DAG run is one epoch (midnight UTC, from 2026-01-01).
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from airflow.sdk import DAG
 
-from plugins.operators import RegimeSparkSubmitOperator
-from policies import Batch, EagerCheckpoint, Ephemeral, EpochClock, LazyCheckpoint
+from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, EpochClock, LazyCheckpoint
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
-JOBS = Path(__file__).resolve().parent.parent / "spark_jobs" / "clicks"
+JOBS = "falkirk.spark_jobs.clicks"  # the jobs, found by package
 REGIMES = {"source": Ephemeral(), "clean": Batch(log_outputs=True), "model": LazyCheckpoint(every=3),
            "sink": EagerCheckpoint()}
 
@@ -40,7 +39,7 @@ def build_dag(dag_id: str = "falkirk_clicks", conn_id: str = "spark_default") ->
         doc_md=__doc__,
     ) as dag:
         tasks = [
-            RegimeSparkSubmitOperator(task_id=task, application=str(JOBS / f"{task}.py"), regime=regime,
+            RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime,
                                       depends_on_past=regime.keeps_state)
             for task, regime in REGIMES.items()
         ]

@@ -23,16 +23,15 @@ whose window reads earlier epochs of events. One DAG run is one epoch.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from airflow.sdk import DAG
 
-from plugins.operators import RegimeSparkSubmitOperator
-from policies import EpochClock
-from spark_jobs.figure1 import EDGES, REGIMES
+from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.policies import EpochClock
+from falkirk.spark_jobs.figure1 import EDGES, REGIMES
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
-JOBS = Path(__file__).resolve().parent.parent / "spark_jobs" / "figure1"
+JOBS = "falkirk.spark_jobs.figure1"  # the jobs, found by package
 # Tasks that read earlier epochs of an upstream task: their epochs run in order too, so the
 # epochs they read have committed (DAG runs otherwise run side by side).
 READS_PAST = {"popularity"}
@@ -51,7 +50,7 @@ def build_dag(dag_id: str = "falkirk_figure1", conn_id: str = "spark_default") -
         default_args={"epoch_clock": EPOCHS, "conn_id": conn_id, "retries": 0},
         doc_md=__doc__,
     ) as dag:
-        tasks = {task: RegimeSparkSubmitOperator(task_id=task, application=str(JOBS / f"{task}.py"), regime=regime,
+        tasks = {task: RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime,
                                                  depends_on_past=regime.keeps_state or task in READS_PAST)
                  for task, regime in REGIMES.items()}
         for up, down in EDGES:

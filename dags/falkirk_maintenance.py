@@ -2,7 +2,7 @@
 
 Every hour, for each DAG in the Falkirk ledger, it garbage-collects what the DAG's
 low-watermarks release: checkpoints no recovery can restore any more, logged outputs
-every consumer has passed, scratch copies below the watermark (``policies.collector``,
+every consumer has passed, scratch copies below the watermark (``falkirk.policies.collector``,
 the same as ``falkirk gc --dag D``). The task's log lists what was reclaimed. Trigger it
 with the param ``dry_run`` set to only print the plan.
 """
@@ -27,11 +27,11 @@ def falkirk_maintenance():
     @task
     def collect_garbage(**context) -> dict[str, int]:
         """Collect every DAG in the ledger; returns the bytes reclaimed per DAG."""
-        from policies.collector import collect
-        from policies.ledger import Ledger
-        from policies.store import StoreConfig
+        from falkirk.plugins.store_hook import FalkirkStoreHook
+        from falkirk.policies.collector import collect
+        from falkirk.policies.ledger import Ledger
 
-        store = StoreConfig.from_env()
+        store = FalkirkStoreHook().get_store()
         dry_run = bool(context["params"].get("dry_run"))
         return {d: collect(store, d, dry_run=dry_run, progress=print).plan.bytes for d in Ledger(store).dags()}
 

@@ -13,15 +13,14 @@ Trigger a run with a logical date on the epoch grid (midnight UTC, from 2026-01-
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from airflow.sdk import DAG
 
-from plugins.operators import RegimeSparkSubmitOperator
-from policies import Batch, EagerCheckpoint, Ephemeral, EpochClock
+from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, EpochClock
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
-JOBS = Path(__file__).resolve().parent.parent / "spark_jobs" / "pipeline"
+JOBS = "falkirk.spark_jobs.pipeline"  # the jobs, found by package
 
 with DAG(
     dag_id="falkirk_orders",
@@ -35,15 +34,15 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
     ingest = RegimeSparkSubmitOperator(
-        task_id="ingest", application=str(JOBS / "ingest.py"), regime=Ephemeral()
+        task_id="ingest", application=f"{JOBS}.ingest", regime=Ephemeral()
     )
     aggregate = RegimeSparkSubmitOperator(
         task_id="aggregate",
-        application=str(JOBS / "aggregate.py"),
+        application=f"{JOBS}.aggregate",
         regime=EagerCheckpoint(),
         depends_on_past=True,  # epoch t's state is built on epoch t-1's
     )
     publish = RegimeSparkSubmitOperator(
-        task_id="publish", application=str(JOBS / "publish.py"), regime=Batch(log_outputs=True)
+        task_id="publish", application=f"{JOBS}.publish", regime=Batch(log_outputs=True)
     )
     ingest >> aggregate >> publish

@@ -21,16 +21,15 @@ shows the other case: the inbox then waits for the outbox). One DAG run is one e
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from airflow.sdk import DAG
 
-from plugins.operators import RegimeSparkSubmitOperator
-from policies import EpochClock
-from spark_jobs.readings import EDGES, regimes
+from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.policies import EpochClock
+from falkirk.spark_jobs.readings import EDGES, regimes
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
-JOBS = Path(__file__).resolve().parent.parent / "spark_jobs" / "readings"
+JOBS = "falkirk.spark_jobs.readings"  # the jobs, found by package
 
 
 def build_dag(dag_id: str = "falkirk_readings", tally_logs: bool = True, conn_id: str = "spark_default") -> DAG:
@@ -46,7 +45,7 @@ def build_dag(dag_id: str = "falkirk_readings", tally_logs: bool = True, conn_id
         default_args={"epoch_clock": EPOCHS, "conn_id": conn_id, "retries": 0},
         doc_md=__doc__,
     ) as dag:
-        tasks = {task: RegimeSparkSubmitOperator(task_id=task, application=str(JOBS / f"{task}.py"), regime=regime,
+        tasks = {task: RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime,
                                                  depends_on_past=regime.keeps_state)
                  for task, regime in regimes(tally_logs).items()}
         for up, down in EDGES:

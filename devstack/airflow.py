@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import sqlite3
 import subprocess
 import time
@@ -29,10 +30,11 @@ from typing import Any, Callable, Mapping
 import httpx
 
 from devstack.processes import VENV_BIN, Service, ServiceError, free_port, local_spark_env, wait_until
-from plugins.airflow_rest import AirflowClient
-from policies.store import StoreConfig
+from falkirk.plugins.airflow_rest import AirflowClient
+from falkirk.policies.store import StoreConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SQLITE_MODULE = "falkirk_devstack_sqlite"
 # Fixed credentials for the embedded default; change them for anything shared.
 USERS = {"admin": ("admin", "admin"), "viewer": ("viewer", "viewer")}  # name: (role, password)
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -50,6 +52,8 @@ class AirflowStack:
     spark_master: str = "local[2]"
     parallelism: int = 4
     extra_env: Mapping[str, str] | None = None
+    plugins_folder: Path = PROJECT_ROOT / "plugins"
+    venv_bin: Path = VENV_BIN  # the environment Airflow (and the package) is installed in
 
     def __post_init__(self) -> None:
         self.home = self.home.resolve()
@@ -78,16 +82,19 @@ class AirflowStack:
             {
                 "AIRFLOW_HOME": str(self.home),
                 "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
-                # The plugin is registered by entry point; an empty folder avoids loading it twice.
-                "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.home / "plugins"),
+                # The repository's own plugins/: its .airflowignore leaves the plugin to the
+                # package's entry points, as a project laid out like this one would run it.
+                "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.plugins_folder),
+                # The SQLite connection arguments below, importable without the checkout on the path.
+                "PYTHONPATH": os.pathsep.join(filter(None, [self._python_dir(), os.environ.get("PYTHONPATH")])),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
                 # A writer waits up to a minute for SQLite's lock instead of failing after 5 s.
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "devstack.sqlite_connect.CONNECT_ARGS",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "devstack.sqlite_connect.CONNECT_ARGS",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{SQLITE_MODULE}.CONNECT_ARGS",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{SQLITE_MODULE}.CONNECT_ARGS",
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": self.base_url,
@@ -103,7 +110,7 @@ class AirflowStack:
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": self.spark_master}),
                 # Not operator defaults: a cluster's jobs want their own JVM flags and hosts.
-                **local_spark_env(),
+                **local_spark_env(self.venv_bin),
                 "PYTHONUNBUFFERED": "1",
                 **self.store.env(),
                 **(self.extra_env or {}),
@@ -111,9 +118,20 @@ class AirflowStack:
         )
         return env
 
+    def _python_dir(self) -> str:
+        """A directory in the home holding a copy of :mod:`devstack.sqlite_connect`: Airflow
+        imports it by name, and devstack is not installed (nor is the checkout on the path, whose
+        editable-install metadata would show the package twice)."""
+        folder = self.home / "python"
+        target = folder / f"{SQLITE_MODULE}.py"
+        if not target.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(__file__).with_name("sqlite_connect.py"), target)
+        return str(folder)
+
     def init(self) -> None:
         """Create the home, the password file and the database (idempotent)."""
-        (self.home / "plugins").mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
         passwords = {user: password for user, (_, password) in USERS.items()}
         (self.home / "passwords.json").write_text(json.dumps(passwords))
         self.airflow("db", "migrate")
@@ -124,7 +142,7 @@ class AirflowStack:
     def airflow(self, *args: str, timeout: float = 600, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run an ``airflow`` CLI command against this home; raises with its output on failure."""
         proc = subprocess.run(
-            [str(VENV_BIN / "airflow"), *args], env={**self.env(), **(env or {})}, cwd=self.home,
+            [str(self.venv_bin / "airflow"), *args], env={**self.env(), **(env or {})}, cwd=self.home,
             capture_output=True, text=True, timeout=timeout,
         )
         if proc.returncode != 0:
@@ -135,7 +153,7 @@ class AirflowStack:
         """Start the four components and wait until the API server and the scheduler are healthy."""
         env = self.env()
         for name in COMPONENTS:
-            argv = [str(VENV_BIN / "airflow"), name]
+            argv = [str(self.venv_bin / "airflow"), name]
             if name == "api-server":
                 argv += ["--host", "127.0.0.1", "--port", str(self.port)]
             self.services.append(Service(name, argv, env, self.home / "logs" / f"{name}.out", cwd=self.home).start())

@@ -2,8 +2,7 @@
 
 Starts the Airflow components on 127.0.0.1 (home ``.airflow`` in the checkout), runs
 epochs 1..N one DAG run each through the scheduler, prints the ledger as a table of
-epochs x tasks, and stops the components. Run it with ``make demo`` (or
-``.venv/bin/falkirk-demo``).
+epochs x tasks, and stops the components. Run it with ``.venv/bin/python -m devstack.demo``.
 """
 
 from __future__ import annotations
@@ -18,9 +17,9 @@ from typing import Callable
 
 from devstack.airflow import PROJECT_ROOT, AirflowClient, AirflowStack
 from devstack.report import epoch_table
-from policies.epochs import EpochClock
-from policies.ledger import Ledger
-from policies.store import StoreConfig
+from falkirk.policies.epochs import EpochClock
+from falkirk.policies.ledger import Ledger
+from falkirk.policies.store import StoreConfig
 
 DAG_ID = "falkirk_orders"
 TASKS = ["ingest", "aggregate", "publish"]

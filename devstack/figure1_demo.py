@@ -35,15 +35,15 @@ from typing import Any, Callable
 from devstack.airflow import PROJECT_ROOT, AirflowStack
 from devstack.figure1_report import Strategy, strategies_png, timeline_png, write_report
 from devstack.spark import SparkConnectServer
-from plugins.airflow_rest import AirflowClient
-from plugins.recovery import plan, replay
-from policies.epoch_tables import open_table, scan
-from policies.ledger import Ledger
-from policies.store import StoreConfig
-from spark_jobs.figure1.data import DEFAULT_RECORDS, RECORDS_ENV
-from spark_jobs.figure1.query_store import QueryStatsStore
-from spark_jobs.figure1.source import ClickstreamSource
-from policies.recovery import RecoveryPlan
+from falkirk.plugins.airflow_rest import AirflowClient
+from falkirk.plugins.recovery import plan, replay
+from falkirk.policies.epoch_tables import open_table, scan
+from falkirk.policies.ledger import Ledger
+from falkirk.policies.store import StoreConfig
+from falkirk.spark_jobs.figure1.data import DEFAULT_RECORDS, RECORDS_ENV
+from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
+from falkirk.spark_jobs.figure1.source import ClickstreamSource
+from falkirk.policies.recovery import RecoveryPlan
 
 DAG_ID = "falkirk_figure1"
 REFERENCE = "falkirk_figure1_reference"
@@ -192,7 +192,7 @@ def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DE
         # (the scheduled run leaves a core idle while tasks start and wait on each other).
         reference_log = root / "reference.log"
         reference = subprocess.Popen(
-            [sys.executable, "-m", "devstack.inprocess", str(DAG_FILE), REFERENCE, "spark_jobs.figure1",
+            [sys.executable, "-m", "devstack.inprocess", str(DAG_FILE), REFERENCE, "falkirk.spark_jobs.figure1",
              "--epochs", str(epochs)],
             env={**os.environ, **store.env(), **env, "SPARK_REMOTE": connect.url}, cwd=PROJECT_ROOT,
             stdout=reference_log.open("w"), stderr=subprocess.STDOUT)

@@ -1,7 +1,7 @@
 """Run a Falkirk DAG's jobs in this process, epoch by epoch, without Airflow: a failure-free
 reference run to compare a recovered run with.
 
-Each task instance goes through the same runtime (:func:`spark_jobs.runtime.run_job`) with
+Each task instance goes through the same runtime (:func:`falkirk.spark_jobs.runtime.run_job`) with
 the command line the operator would build, in the DAG's task order, so the reference
 commits the same tables and ledger rows a scheduler-driven run does. With ``SPARK_REMOTE``
 set the jobs are Spark Connect clients of one server (seconds per job).
@@ -15,10 +15,10 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
-from policies.job_spec import JobSpec
-from policies.regimes import Regime
-from policies.store import StoreConfig
-from spark_jobs.runtime import run_job
+from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.regimes import Regime
+from falkirk.policies.store import StoreConfig
+from falkirk.spark_jobs.runtime import run_job
 
 
 @contextmanager
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0] if main.__doc__ else None)
     parser.add_argument("dag_file")
     parser.add_argument("dag_id")
-    parser.add_argument("package", help="the job modules' package, e.g. spark_jobs.figure1")
+    parser.add_argument("package", help="the job modules' package, e.g. falkirk.spark_jobs.figure1")
     parser.add_argument("--epochs", type=int, required=True, help="run epochs 1..N")
     args = parser.parse_args(argv)
     spec = importlib.util.spec_from_file_location("falkirk_reference_dag", args.dag_file)

@@ -16,13 +16,13 @@ import httpx
 VENV_BIN = Path(sys.executable).parent
 
 
-def local_spark_env() -> dict[str, str]:
+def local_spark_env(venv_bin: Path = VENV_BIN) -> dict[str, str]:
     """Environment for Spark processes on this machine: the venv's Python and tools, loopback,
     and JVM flags that start short jobs with less CPU (C1-only JIT, serial GC)."""
     return {
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYSPARK_PYTHON": str(VENV_BIN / "python"),
-        "PYSPARK_DRIVER_PYTHON": str(VENV_BIN / "python"),
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYSPARK_PYTHON": str(venv_bin / "python"),
+        "PYSPARK_DRIVER_PYTHON": str(venv_bin / "python"),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }

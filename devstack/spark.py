@@ -98,13 +98,14 @@ class SparkConnectServer:
             print(server.url)   # sc://127.0.0.1:PORT
     """
 
-    def __init__(self, work_dir: Path, cores: int = 2) -> None:
+    def __init__(self, work_dir: Path, cores: int = 2, venv_bin: Path = VENV_BIN) -> None:
         self.port = free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
-        env = {**os.environ, **local_spark_env(), "SPARK_SUBMIT_OPTS": "-XX:+UseSerialGC"}
+        self.venv_bin = venv_bin
+        env = {**os.environ, **local_spark_env(venv_bin), "SPARK_SUBMIT_OPTS": "-XX:+UseSerialGC"}
         self.service = Service(
             "spark-connect",
-            [str(VENV_BIN / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+            [str(venv_bin / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
              "--master", f"local[{cores}]", "--name", "falkirk-connect",
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
@@ -124,7 +125,7 @@ class SparkConnectServer:
         connection; its output is in the result's ``stdout``."""
         import subprocess
 
-        return subprocess.run([str(VENV_BIN / "python"), str(application), *args],
+        return subprocess.run([str(self.venv_bin / "python"), str(application), *args],
                               env={**os.environ, **env, "SPARK_REMOTE": self.url}, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
 

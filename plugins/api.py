@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -58,16 +59,18 @@ from airflow.configuration import conf
 from airflow.models.serialized_dag import SerializedDagModel
 from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
-from plugins.airflow_rest import AirflowClient, AirflowError
-from plugins.recovery import RunningReplay, compute_plan, start_replay
-from plugins.view import DagTask, dag_view, plan_view, recovery_history
-from policies.checkpoint_status import CheckpointGrid, grid_from_ledger, unrecorded
-from policies.epoch_tables import StoreUnreachable, UnreadableTable
-from policies.ledger import Ledger, LedgerEntry
-from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
-from policies.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
-from policies.regimes import Regime
-from policies.store import StoreConfig, StoreError
+
+from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
+from falkirk.plugins.store_hook import FalkirkStoreHook
+from falkirk.plugins.view import DagTask, dag_view, plan_view, recovery_history
+from falkirk.policies.checkpoint_status import CheckpointGrid, grid_from_ledger, unrecorded
+from falkirk.policies.epoch_tables import StoreUnreachable, UnreadableTable
+from falkirk.policies.ledger import Ledger, LedgerEntry
+from falkirk.policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
+from falkirk.policies.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
+from falkirk.policies.regimes import Regime
+from falkirk.policies.store import StoreConfig, StoreError
 
 log = logging.getLogger(__name__)
 UI = Path(__file__).resolve().parent / "ui"
@@ -199,11 +202,22 @@ class ReleaseRequest(BaseModel):
 # -- helpers ----------------------------------------------------------------------------------
 
 
+_STORE_TTL_SECONDS = 30.0
+_store_cache: list[tuple[float, StoreConfig]] = []
+
+
 def _store() -> StoreConfig:
+    """The deployment's store (:class:`FalkirkStoreHook`), looked up at most every 30 s: a
+    connection lookup is a metadata-database query, and a preview must not wait on one."""
+    now = time.monotonic()
+    if _store_cache and now - _store_cache[0][0] < _STORE_TTL_SECONDS:
+        return _store_cache[0][1]
     try:
-        return StoreConfig.from_env()
+        store = FalkirkStoreHook().get_store()
     except StoreError as exc:
         raise HTTPException(status_code=503, detail=f"the Falkirk store is not configured: {exc}") from exc
+    _store_cache[:] = [(now, store)]
+    return store
 
 
 def _invalid(loc: list[str | int], msg: str) -> HTTPException:

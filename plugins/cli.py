@@ -1,27 +1,28 @@
 """The ``falkirk`` command line.
 
-* ``falkirk solve SCENARIO.json``: answer a rollback scenario (see :mod:`policies.cli`).
+* ``falkirk solve SCENARIO.json``: answer a rollback scenario (see :mod:`falkirk.policies.cli`).
 * ``falkirk plan --dag D (--failed-task T[:E] | --lost-scratch LOCATION | --bad-epoch T:E) [--json]``:
   compute a recovery plan from the ledger (and, for ``--failed-task T`` without an
   epoch, from the failed task instances Airflow reports), record it, and print it as a
   table: per task its frontier, the epochs it re-runs and what clear-downstream would
   re-run. It changes no table and no task instance.
 * ``falkirk replay PLAN_ID``: execute a recorded plan through Airflow and show progress
-  until every re-run has finished (see :mod:`plugins.recovery`).
+  until every re-run has finished (see :mod:`falkirk.plugins.recovery`).
 * ``falkirk release --dag D --reason TEXT``: end the DAG's recovery (or collection) lease by
   hand, when its holder is known to be dead; recorded in the recovery log with who and why.
   A lease also expires by itself when its holder stops renewing it
   (``FALKIRK_LEASE_SECONDS``, default 120); either way ``falkirk replay PLAN_ID`` then
   resumes the plan where it stopped.
 * ``falkirk gc --dag D [--dry-run]``: garbage-collect what the DAG's low-watermarks
-  release (see :mod:`policies.collector`) and print it, with the space reclaimed;
+  release (see :mod:`falkirk.policies.collector`) and print it, with the space reclaimed;
   ``--dry-run`` only prints. Needs only the store, not Airflow.
 * ``falkirk delivered --dag D --task T --through E``: record that the external system task
   ``T`` sends to has accepted every record of its epochs up to ``E`` (spec §4.2, output
   rule); from then on those epochs are ``T``'s checkpoints and the rest of the pipeline may
   forget what it kept to send them again. For systems that acknowledge by calling back.
 
-The store comes from ``FALKIRK_STORE_URI`` (and ``FALKIRK_SCRATCH_URI``, ``AWS_*``);
+The store comes from ``FALKIRK_STORE_URI`` (and ``FALKIRK_SCRATCH_URI``, ``AWS_*``), or from
+the Airflow connection named by ``FALKIRK_STORE_CONN_ID`` (see :mod:`falkirk.plugins.store_hook`);
 Airflow from ``--airflow-url`` or ``FALKIRK_AIRFLOW_URL``, with the caller's own
 credentials: ``FALKIRK_AIRFLOW_TOKEN``, or ``FALKIRK_AIRFLOW_USER`` and
 ``FALKIRK_AIRFLOW_PASSWORD``. A bad request prints one line naming the problem and
@@ -38,10 +39,10 @@ from typing import Sequence
 
 from deltalake.exceptions import DeltaError
 
-from plugins.airflow_rest import AirflowClient, AirflowError
-from policies import cli as solver_cli
-from policies.epoch_tables import StoreUnreachable, UnreadableTable
-from policies.recovery import PlanError
+from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.policies import cli as solver_cli
+from falkirk.policies.epoch_tables import StoreUnreachable, UnreadableTable
+from falkirk.policies.recovery import PlanError
 
 EXIT_INVALID = 2
 EXIT_STORE = 3
@@ -106,6 +107,19 @@ def _epoch_arg(value: str) -> int:
     return int(value)
 
 
+def _store() -> "StoreConfig":
+    """The store: the connection ``FALKIRK_STORE_CONN_ID`` names, else the ``FALKIRK_*`` variables.
+    Airflow is imported only for a connection (it reads its configuration as it loads)."""
+    from falkirk.policies.store import StoreConfig
+
+    conn_id = os.environ.get("FALKIRK_STORE_CONN_ID", "").strip()
+    if not conn_id:
+        return StoreConfig.from_env()
+    from falkirk.plugins.store_hook import FalkirkStoreHook
+
+    return FalkirkStoreHook(conn_id).get_store()
+
+
 def _client(url: str | None, required: bool) -> AirflowClient | None:
     if not url:
         if required:
@@ -117,8 +131,7 @@ def _client(url: str | None, required: bool) -> AirflowClient | None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from plugins.recovery import plan
-    from policies.store import StoreConfig
+    from falkirk.plugins.recovery import plan
 
     instances, tasks = [], []
     for value in args.failed_task:
@@ -126,7 +139,7 @@ def _plan(args: argparse.Namespace) -> int:
             instances.append(_task_epoch("--failed-task", value))
         else:
             tasks.append(value)
-    result = plan(args.dag, StoreConfig.from_env(), _client(args.airflow_url, required=bool(tasks)),
+    result = plan(args.dag, _store(), _client(args.airflow_url, required=bool(tasks)),
                   failed_tasks=tasks, failed_instances=instances, lost_scratch=args.lost_scratch,
                   bad_epochs=[_task_epoch("--bad-epoch", v) for v in args.bad_epoch], last_epoch=args.last_epoch)
     if args.json:
@@ -139,13 +152,12 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from plugins.recovery import replay
-    from policies.recovery_log import AlreadyReplayed
-    from policies.store import StoreConfig
+    from falkirk.plugins.recovery import replay
+    from falkirk.policies.recovery_log import AlreadyReplayed
 
     client = _client(args.airflow_url, required=True)
     try:
-        replay(args.plan_id, StoreConfig.from_env(), client, holder=os.environ.get("FALKIRK_AIRFLOW_USER"),
+        replay(args.plan_id, _store(), client, holder=os.environ.get("FALKIRK_AIRFLOW_USER"),
                progress=lambda m: print(m, flush=True), timeout=args.timeout)
     except AlreadyReplayed as exc:
         print(f"falkirk replay: {exc}")
@@ -153,12 +165,11 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from policies.collector import collect
-    from policies.store import StoreConfig
+    from falkirk.policies.collector import collect
 
     if not 0 <= args.retain_hours <= 87_600:
         raise ValueError(f"--retain-hours {args.retain_hours}: give a whole number of hours from 0 to 87600")
-    report = collect(StoreConfig.from_env(), args.dag, dry_run=args.dry_run, retain_hours=args.retain_hours,
+    report = collect(_store(), args.dag, dry_run=args.dry_run, retain_hours=args.retain_hours,
                      progress=lambda m: print(m, flush=True))
     plan = report.plan
     if plan.empty:
@@ -174,21 +185,19 @@ def _gc(args: argparse.Namespace) -> int:
 def _release(args: argparse.Namespace) -> int:
     import getpass
 
-    from policies.recovery_log import RecoveryLog
-    from policies.store import StoreConfig
+    from falkirk.policies.recovery_log import RecoveryLog
 
     by = os.environ.get("FALKIRK_AIRFLOW_USER") or getpass.getuser()
-    held = RecoveryLog(StoreConfig.from_env()).release(args.dag, by, args.reason)
+    held = RecoveryLog(_store()).release(args.dag, by, args.reason)
     print(f"released the lease of plan {held.plan_id} on {args.dag} (held by {held.holder} since "
           f"{held.since:%Y-%m-%d %H:%M:%S}Z); resume the plan with: falkirk replay {held.plan_id}")
     return 0
 
 
 def _delivered(args: argparse.Namespace) -> int:
-    from policies.ledger import Ledger
-    from policies.store import StoreConfig
+    from falkirk.policies.ledger import Ledger
 
-    ledger = Ledger(StoreConfig.from_env())
+    ledger = Ledger(_store())
     raised = ledger.record_delivery(args.dag, args.task, args.through)
     point = ledger.delivered(args.dag).get(args.task, 0)
     print(f"{args.dag}.{args.task}: delivered through epoch {point}" + ("" if raised else " (unchanged)"))

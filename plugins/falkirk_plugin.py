@@ -1,6 +1,6 @@
 """The Airflow plugin object, registered through the ``airflow.plugins`` entry point.
 
-It mounts the API (:mod:`plugins.api`) at ``/falkirk`` and adds the Falkirk view to the
+It mounts the API (:mod:`falkirk.plugins.api`) at ``/falkirk`` and adds the Falkirk view to the
 Airflow UI twice: as a tab of every DAG (``/dags/{dag_id}/plugin/falkirk``) and of every
 task instance (``.../tasks/{task_id}/plugin/falkirk-task``, with that instance preselected
 as the failure). The two entries load the bundle under different URLs because the UI
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from plugins.api import app
+from falkirk.plugins.api import app
 
 BUNDLE = "falkirk/ui/falkirk.js"
 

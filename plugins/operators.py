@@ -3,24 +3,28 @@
 It is the Spark provider's ``SparkSubmitOperator`` (so ``spark_default`` or any Spark
 connection chooses the cluster), plus three things:
 
-* it tags the task with a fault-tolerance :class:`~policies.regimes.Regime`;
+* it tags the task with a fault-tolerance :class:`~falkirk.policies.regimes.Regime`;
 * it turns the DAG run's logical date into an epoch with the DAG's
-  :class:`~policies.epochs.EpochClock`;
-* it passes the job the :class:`~policies.job_spec.JobSpec` the runtime expects, with
+  :class:`~falkirk.policies.epochs.EpochClock`;
+* it passes the job the :class:`~falkirk.policies.job_spec.JobSpec` the runtime expects, with
   the task's direct upstream tasks as its inputs;
 * on a connection of type ``spark_connect`` (a Spark Connect server, ``sc://host:port``)
   it runs the job's Python file directly as a Spark Connect client instead of going
   through ``spark-submit``: no JVM starts per task, which suits many small epochs;
-* with ``store_conn_id``, it takes the S3-compatible store's credentials and endpoint from
-  that Airflow connection (type ``aws``: login = access key id, password = secret key,
-  extra ``endpoint_url``, ``region_name`` and optionally ``store_uri``), so they live in
-  Airflow's connections and secrets backends rather than in the workers' environment.
+* it takes the store from the Airflow connection ``store_conn_id`` (default
+  ``falkirk_default``, see :mod:`falkirk.plugins.store_hook`) when it is defined, so the
+  credentials live in Airflow's connections and secrets backends rather than in the
+  workers' environment.
+
+``application`` is a job's file, or its module (``falkirk.spark_jobs.pipeline.aggregate``,
+or a module of the team's own package): a DAG outside this repository runs the package's
+jobs and its own alike.
 
 Example (a DAG file)::
 
     aggregate = RegimeSparkSubmitOperator(
         task_id="aggregate",
-        application="spark_jobs/pipeline/aggregate.py",
+        application="falkirk.spark_jobs.pipeline.aggregate",
         regime=EagerCheckpoint(),
         epoch_clock=CLOCK,
     )
@@ -28,6 +32,7 @@ Example (a DAG file)::
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -36,9 +41,10 @@ from typing import Any, Mapping
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from policies.epochs import EpochClock
-from policies.job_spec import JobSpec
-from policies.regimes import Regime, RegimeError
+from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
+from falkirk.policies.epochs import EpochClock
+from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.regimes import Regime, RegimeError
 
 # Small defaults for small epochs; any of them can be overridden through `conf`.
 DEFAULT_SPARK_CONF: Mapping[str, str] = {
@@ -62,7 +68,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         epoch_clock: EpochClock,
         conf: Mapping[str, Any] | None = None,
         env_vars: Mapping[str, str] | None = None,
-        store_conn_id: str | None = None,
+        store_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
@@ -72,9 +78,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
                 "LazyCheckpoint(every=k) or EagerCheckpoint() from policies"
             )
         if not isinstance(epoch_clock, EpochClock):
-            raise TypeError(f"task {task_id!r}: epoch_clock={epoch_clock!r} is not a policies.EpochClock")
-        if not Path(application).is_file():
-            raise FileNotFoundError(f"task {task_id!r}: application {application!r} does not exist")
+            raise TypeError(f"task {task_id!r}: epoch_clock={epoch_clock!r} is not a falkirk.policies.EpochClock")
+        application = job_file(application, task_id)
         super().__init__(
             application=application,
             conf={**DEFAULT_SPARK_CONF, **(conf or {})},
@@ -108,13 +113,9 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         )
 
     def job_env(self) -> dict[str, str]:
-        """The job's environment: the operator's ``env_vars``, plus the store's connection if named."""
-        env = dict(self.env_vars or {})
-        if self.store_conn_id:
-            from airflow.sdk import BaseHook
-
-            env.update(store_env_from_connection(BaseHook.get_connection(self.store_conn_id)))
-        return env
+        """The job's environment: the operator's ``env_vars``, plus the store's connection
+        (``falkirk_default`` if it is defined; without it the worker's ``FALKIRK_*`` variables)."""
+        return {**(self.env_vars or {}), **FalkirkStoreHook(self.store_conn_id).store_env()}
 
     def execute(self, context: Any) -> None:
         spec = self.job_spec(context)
@@ -163,27 +164,29 @@ def regime_of(task: Any) -> Regime | None:
     return Regime.parse(spec) if isinstance(spec, str) and spec else None
 
 
-def store_env_from_connection(conn: Any) -> dict[str, str]:
-    """The store's environment variables (see :meth:`policies.store.StoreConfig.from_env`) from an
-    Airflow connection of type ``aws``.
+def job_file(application: str, task_id: str = "?") -> str:
+    """The file of a job given as a path or as a module name.
 
-    >>> from airflow.sdk import Connection
-    >>> conn = Connection(conn_id="store", conn_type="aws", login="key", password="secret",
-    ...                   extra='{"endpoint_url": "http://127.0.0.1:9000", "store_uri": "s3://lake/falkirk"}')
-    >>> sorted(store_env_from_connection(conn).items())  # doctest: +NORMALIZE_WHITESPACE
-    [('AWS_ACCESS_KEY_ID', 'key'), ('AWS_ALLOW_HTTP', 'true'), ('AWS_ENDPOINT_URL', 'http://127.0.0.1:9000'),
-     ('AWS_SECRET_ACCESS_KEY', 'secret'), ('FALKIRK_STORE_URI', 's3://lake/falkirk')]
+    >>> job_file("falkirk.spark_jobs.pipeline.ingest").endswith("spark_jobs/pipeline/ingest.py")
+    True
+    >>> job_file("falkirk.spark_jobs.nope", "t")
+    Traceback (most recent call last):
+        ...
+    FileNotFoundError: task 't': application 'falkirk.spark_jobs.nope' is neither a file nor an importable module
     """
-    if conn.conn_type not in ("aws", "s3"):
-        raise ValueError(f"connection {conn.conn_id!r}: type {conn.conn_type!r} cannot hold store credentials; "
-                         f"use an 'aws' connection (login = access key id, password = secret key)")
-    extra = conn.extra_dejson or {}
-    env = {"AWS_ACCESS_KEY_ID": conn.login, "AWS_SECRET_ACCESS_KEY": conn.password,
-           "AWS_REGION": extra.get("region_name"), "AWS_ENDPOINT_URL": extra.get("endpoint_url"),
-           "FALKIRK_STORE_URI": extra.get("store_uri")}
-    if str(extra.get("endpoint_url", "")).startswith("http://"):
-        env["AWS_ALLOW_HTTP"] = "true"
-    return {k: v for k, v in env.items() if v}
+    if Path(application).is_file():
+        return str(application)
+    origin = None
+    if application.isidentifier() or all(part.isidentifier() for part in application.split(".")):
+        try:
+            spec = importlib.util.find_spec(application)
+        except ImportError:  # a parent package that does not exist
+            spec = None
+        origin = spec.origin if spec is not None else None
+    if origin is None or not origin.endswith(".py"):
+        raise FileNotFoundError(f"task {task_id!r}: application {application!r} is neither a file nor an "
+                                f"importable module")
+    return origin
 
 
 def _python_env() -> dict[str, str]:

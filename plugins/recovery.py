@@ -2,7 +2,7 @@
 
 :func:`plan` gathers the facts (the ledger's rows, what the store can still read, the
 failed task instances Airflow reports, the regimes of the DAG's tasks) and asks
-:func:`policies.recovery.plan_recovery` for a :class:`~policies.recovery.RecoveryPlan`,
+:func:`falkirk.policies.recovery.plan_recovery` for a :class:`~falkirk.policies.recovery.RecoveryPlan`,
 which it records in the recovery log so that ``falkirk replay PLAN_ID`` can find it.
 
 :func:`replay` executes a recorded plan, in this order:
@@ -36,16 +36,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Mapping, Sequence
 
-from plugins.airflow_rest import AirflowClient, AirflowError
-from policies.checkpoint_chains import StoreReadability, TaskGraph
-from policies.epoch_tables import StoreUnreachable, unanswered
-from policies.ledger import Ledger, LedgerEntry
-from policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan, plan_recovery
-from policies.faults import crash_point
-from policies.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
+from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.policies.checkpoint_chains import StoreReadability, TaskGraph
+from falkirk.policies.epoch_tables import StoreUnreachable, unanswered
+from falkirk.policies.ledger import Ledger, LedgerEntry
+from falkirk.policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan, plan_recovery
+from falkirk.policies.faults import crash_point
+from falkirk.policies.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
-from policies.regimes import Regime
-from policies.store import StoreConfig, StoreError
+from falkirk.policies.regimes import Regime
+from falkirk.policies.store import StoreConfig, StoreError
 
 _log = logging.getLogger(__name__)
 
@@ -339,7 +339,7 @@ def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress
 
     A row computed after the plan's invalidation is current: its job found the rolled-back
     rows gone (a stateful task waits for its previous epoch's redo), or, if it read them just
-    before, refused or withdrew its own commit (``spark_jobs.runtime``)."""
+    before, refused or withdrew its own commit (``falkirk.spark_jobs.runtime``)."""
     recovery = running.plan
     since = ledger.invalidated_at(recovery.dag_id, recovery.plan_id)
     if since is None:  # the plan rolled nothing back: nothing later was computed from it
@@ -461,7 +461,7 @@ def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequen
                              every: Sequence[LedgerEntry], regimes: Mapping[str, Regime],
                              collected: Mapping[str, int], newest_runs: int = 100) -> list[FailedTask]:
     """Instances of Falkirk tasks that Airflow reports successful although the ledger has no
-    current row for them (see :func:`policies.checkpoint_status.unrecorded`), among the newest
+    current row for them (see :func:`falkirk.policies.checkpoint_status.unrecorded`), among the newest
     runs; ``current`` are the ledger's current rows, ``every`` includes the rolled-back ones."""
     present = {(e.task_id, e.epoch) for e in current}
     runs = {e.epoch: e.run_id for e in every}

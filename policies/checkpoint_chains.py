@@ -1,6 +1,6 @@
 """Ξ(p, f) and F*(p) computed from the ledger and what the store can still read.
 
-The solver (:mod:`policies.solver`) needs, for every task, the chain of checkpoints it
+The solver (:mod:`falkirk.policies.solver`) needs, for every task, the chain of checkpoints it
 could restore to and each checkpoint's metadata. A pipeline's ledger records every
 (task, epoch) commit; this module turns those rows into exactly that, in the epoch
 domain (a checkpoint after epoch t is the frontier ↓{t}, bound ``t + 1``):
@@ -27,7 +27,7 @@ domain (a checkpoint after epoch t is the frontier ↓{t}, bound ``t + 1``):
 The graph comes from the pipeline's declared data edges (:class:`TaskGraph`), or from
 the ledger itself (:meth:`TaskGraph.from_ledger`: every input a task ever read).
 
->>> from policies.ledger import InputRef, LedgerEntry, OutputRef
+>>> from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef
 >>> rows = [LedgerEntry("d", "a", t, "ephemeral", f"r{t}", 1, notified_through=t,
 ...                     outputs=(OutputRef("output", "/s/a", "scratch", t, 1, t),)) for t in (1, 2)]
 >>> rows += [LedgerEntry("d", "b", t, "batch(log_outputs=true)", f"r{t}", 1, notified_through=t,
@@ -46,13 +46,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from policies.epoch_tables import CommitKey, epoch_rows, open_table
-from policies.graph import Edge, Graph, Processor
-from policies.ledger import LedgerEntry, is_external
-from policies.metadata import Chain, Checkpoint
-from policies.regimes import Regime, Tier
-from policies.store import StoreConfig
-from policies.times import EPOCH
+from falkirk.policies.epoch_tables import CommitKey, epoch_rows, open_table
+from falkirk.policies.graph import Edge, Graph, Processor
+from falkirk.policies.ledger import LedgerEntry, is_external
+from falkirk.policies.metadata import Chain, Checkpoint
+from falkirk.policies.regimes import Regime, Tier
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.times import EPOCH
 
 Readable = Callable[[str, CommitKey], bool]
 """Whether the table at a URI still holds the commit of a (task, epoch, incarnation)."""
@@ -129,12 +129,12 @@ class TaskGraph:
 class StoreReadability:
     """A :data:`Readable` over a store's Delta tables; each table's log is read once.
 
-    A table holds a commit when :func:`policies.epoch_tables.missing_commit` finds nothing
+    A table holds a commit when :func:`falkirk.policies.epoch_tables.missing_commit` finds nothing
     missing: the table opens, records that (task, epoch)'s app transaction at this
     incarnation or a later one, and its epoch still holds the rows the ledger recorded (a
     partition deleted by garbage collection keeps the transaction record but not the rows).
     A state table is also unreadable at epochs a garbage collection has marked
-    (:meth:`policies.ledger.Ledger.collected`). A tier that is gone (its directory deleted)
+    (:meth:`falkirk.policies.ledger.Ledger.collected`). A tier that is gone (its directory deleted)
     has no tables, so nothing in it is readable. An external destination (``external:…``)
     holds an epoch once the ledger records its delivery.
 
@@ -154,7 +154,7 @@ class StoreReadability:
                 _index_rows(self._rows.setdefault(e.dag_id, {}), e)
 
     def __call__(self, uri: str, key: CommitKey) -> bool:
-        from policies.ledger import Ledger
+        from falkirk.policies.ledger import Ledger
 
         if is_external(uri):
             if key.dag_id not in self._delivered:

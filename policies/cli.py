@@ -4,7 +4,7 @@
 stdout and exits 0. An invalid scenario prints one line naming the offending field on
 stderr, nothing on stdout, and exits 2.
 
-``falkirk plan`` and ``falkirk replay`` talk to Airflow and live in :mod:`plugins.cli`,
+``falkirk plan`` and ``falkirk replay`` talk to Airflow and live in :mod:`falkirk.plugins.cli`,
 the command's entry point, which hands ``solve`` to :func:`main` here.
 """
 
@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Sequence
 
-from policies.scenario import ScenarioError, load_scenario
+from falkirk.policies.scenario import ScenarioError, load_scenario
 
 EXIT_INVALID = 2
 MAX_SCENARIO_BYTES = 16 * 1024 * 1024

@@ -19,8 +19,8 @@ mechanism: it marks the ledger first, then deletes each table's partitions in on
 commit and vacuums the files no version references any more. Both are idempotent: a
 second run finds nothing left to reclaim.
 
->>> from policies.checkpoint_chains import DataEdge, TaskGraph
->>> from policies.ledger import InputRef, LedgerEntry, OutputRef
+>>> from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
+>>> from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef
 >>> def row(task, e, regime, state=None, inputs=()):
 ...     return LedgerEntry("d", task, e, regime, f"epoch-{e}", 1, state_uri=state, notified_through=e,
 ...                        outputs=(OutputRef("output", f"/durable/{task}", "durable", e, 1),),
@@ -45,13 +45,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from policies.checkpoint_chains import (Readable, StoreReadability, TaskGraph, chains_from_ledger, current_rows,
+from falkirk.policies.checkpoint_chains import (Readable, StoreReadability, TaskGraph, chains_from_ledger, current_rows,
                                        reads_back)
-from policies.ledger import Ledger, LedgerEntry
-from policies.monitor import durable_only, low_watermarks
-from policies.recovery_log import RecoveryLog
-from policies.regimes import Tier
-from policies.store import StoreConfig
+from falkirk.policies.ledger import Ledger, LedgerEntry
+from falkirk.policies.monitor import durable_only, low_watermarks
+from falkirk.policies.recovery_log import RecoveryLog
+from falkirk.policies.regimes import Tier
+from falkirk.policies.store import StoreConfig
 
 LivePartitions = Callable[[str], Mapping[int, int]]
 """The epochs a table at a URI holds now, each with its size in bytes (empty: no table)."""
@@ -104,7 +104,7 @@ class CollectionPlan:
 def watermarks(entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Readable) -> dict[str, int]:
     """Per task, the last epoch of its low-watermark (0: it may still roll back to nothing).
 
-    ``readable`` should count only durable copies (:func:`policies.monitor.durable_only`).
+    ``readable`` should count only durable copies (:func:`falkirk.policies.monitor.durable_only`).
     """
     chains = chains_from_ledger(list(entries), graph, readable)
     solved = low_watermarks(graph.solver_graph(), chains)
@@ -170,7 +170,7 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
     """Collect ``dag_id``'s garbage in ``store`` (nothing is changed when ``dry_run``).
 
     ``acknowledge`` maps a source task to what acknowledges its external input (for example
-    :meth:`spark_jobs.inbox.Inbox.acknowledge`): it is called with the last epoch inside the
+    :meth:`falkirk.spark_jobs.inbox.Inbox.acknowledge`): it is called with the last epoch inside the
     source's low-watermark, after the ledger is marked, and never in a dry run.
 
     ``graph`` is the DAG's; by default the one the ledger shows, which is right once every
@@ -241,7 +241,7 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
 
 def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:
     """The epochs the Delta table at ``uri`` holds now, with their sizes in bytes."""
-    from policies.epoch_tables import open_table
+    from falkirk.policies.epoch_tables import open_table
 
     table = open_table(uri, store.options_for(uri))
     if table is None:
@@ -256,7 +256,7 @@ def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:
 
 
 def _delete_epochs(store: StoreConfig, uri: str, epochs: tuple[int, ...], retain_hours: int) -> int:
-    from policies.epoch_tables import open_table
+    from falkirk.policies.epoch_tables import open_table
 
     table = open_table(uri, store.options_for(uri))
     if table is None:

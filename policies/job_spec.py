@@ -3,7 +3,7 @@
 The operator renders a :class:`JobSpec` as ``spark-submit`` application arguments; the
 runtime parses them back. Keeping both directions here means the two sides cannot drift.
 
->>> from policies.regimes import EagerCheckpoint
+>>> from falkirk.policies.regimes import EagerCheckpoint
 >>> spec = JobSpec("orders", "aggregate", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", inputs=("ingest",))
 >>> JobSpec.parse(spec.argv()) == spec
 True
@@ -15,7 +15,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Sequence
 
-from policies.regimes import Regime, RegimeError
+from falkirk.policies.regimes import Regime, RegimeError
 
 
 @dataclass(frozen=True)

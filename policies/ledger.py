@@ -2,7 +2,7 @@
 
 A ledger row is the commit point of a task's epoch. The job runtime writes the task's
 outputs and state first (each an idempotent Delta commit, see
-:mod:`policies.epoch_tables`) and appends the ledger row last, so a (task, epoch) is
+:mod:`falkirk.policies.epoch_tables`) and appends the ledger row last, so a (task, epoch) is
 checkpointed exactly when its row exists. The row records what the Falkirk Wheel calls
 Ξ(p, f): the regime, the frontier (all epochs up to and including this one), and where
 the state and outputs were written, with their Delta versions and row counts.
@@ -13,7 +13,7 @@ appends an *invalidation* of it to a second table (``_falkirk/invalidations``), 
 which readers skip the row and the epoch is redone under the next incarnation.
 
 >>> import tempfile
->>> from policies.store import StoreConfig
+>>> from falkirk.policies.store import StoreConfig
 >>> root = tempfile.mkdtemp()
 >>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
 >>> entry = LedgerEntry(dag_id="orders", task_id="ingest", epoch=1, regime="ephemeral",
@@ -35,9 +35,9 @@ from typing import Any
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from policies.epoch_tables import CommitKey, append_once, open_table, scan
-from policies.regimes import Regime, RegimeError
-from policies.store import StoreConfig
+from falkirk.policies.epoch_tables import CommitKey, append_once, open_table, scan
+from falkirk.policies.regimes import Regime, RegimeError
+from falkirk.policies.store import StoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def is_external(uri: str) -> bool:
 
 @dataclass(frozen=True)
 class _Once:
-    """An idempotency key for a one-off append (see :func:`policies.epoch_tables.append_once`)."""
+    """An idempotency key for a one-off append (see :func:`falkirk.policies.epoch_tables.append_once`)."""
 
     app_id: str
     incarnation: int = 0

@@ -82,7 +82,7 @@ class Regime:
         >>> Regime.parse("batch(logs=true)")
         Traceback (most recent call last):
         ...
-        policies.regimes.RegimeError: regime 'batch': unknown argument 'logs'; batch takes: log_outputs
+        falkirk.policies.regimes.RegimeError: regime 'batch': unknown argument 'logs'; batch takes: log_outputs
         """
         match = re.fullmatch(r"\s*([a-z_]+)\s*(?:\((.*)\))?\s*", text or "")
         if not match:

@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from policies.frontiers import NotationError, format_bound, parse_bound
-from policies.graph import Edge, Graph, Processor
-from policies.metadata import Chain, Checkpoint, MetadataError
-from policies.projections import ProjectionError, make_projection, projection_kinds
-from policies.solver import Solution, Solver
-from policies.times import EPOCH, Bound, Domain, LexDomain, SeqDomain
+from falkirk.policies.frontiers import NotationError, format_bound, parse_bound
+from falkirk.policies.graph import Edge, Graph, Processor
+from falkirk.policies.metadata import Chain, Checkpoint, MetadataError
+from falkirk.policies.projections import ProjectionError, make_projection, projection_kinds
+from falkirk.policies.solver import Solution, Solver
+from falkirk.policies.times import EPOCH, Bound, Domain, LexDomain, SeqDomain
 
 FORMAT = "falkirk-scenario/1"
 CHECKPOINT_KEYS = {"frontier", "M", "N", "D", "phi"}

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from policies.regimes import Tier
+from falkirk.policies.regimes import Tier
 
 STORE_ENV = "FALKIRK_STORE_URI"
 SCRATCH_ENV = "FALKIRK_SCRATCH_URI"
@@ -126,7 +126,7 @@ class StoreConfig:
         >>> StoreConfig("/data/falkirk", "/tmp/scratch").scratch_location("/tmp/scratch/../etc")
         Traceback (most recent call last):
         ...
-        policies.store.StoreError: '/tmp/scratch/../etc' is not the scratch root /tmp/scratch or a directory inside it; name a directory under it
+        falkirk.policies.store.StoreError: '/tmp/scratch/../etc' is not the scratch root /tmp/scratch or a directory inside it; name a directory under it
         """
         if not isinstance(location, str) or not location.strip() or "\x00" in location or len(location) > 4096:
             raise StoreError(f"{location!r:.80}: name the scratch directory that was lost")

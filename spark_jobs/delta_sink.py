@@ -10,7 +10,7 @@ Parquet file into the table's ``epoch=<t>/`` directory (with pyarrow, to a local
 S3-compatible storage) and returns only the file's path, size and row count. The driver
 then makes all the files visible in **one** Delta commit (delta-rs) that replaces exactly
 that epoch's partition and records the (task, epoch) app transaction, as
-:func:`policies.epoch_tables.commit_epoch` does for data it holds itself.
+:func:`falkirk.policies.epoch_tables.commit_epoch` does for data it holds itself.
 
 A small epoch (at most ``driver_write_max_rows`` rows, found by fetching one row more
 than that) is fetched as Arrow and written by the driver as one file instead: the
@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from policies.epoch_tables import (EPOCH, CommitKey, CommitResult, EpochTableError, already_committed, count_epoch,
+from falkirk.policies.epoch_tables import (EPOCH, CommitKey, CommitResult, EpochTableError, already_committed, count_epoch,
                                    missing_commit, open_table, retry_lost_races, scan)
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None
     ``rows`` is the row count the ledger recorded for that commit. The epoch is read only
     while the table still holds exactly that commit: a table that is gone, a commit that was
     never made, or a partition deleted since (garbage collection) raises
-    :class:`~policies.epoch_tables.EpochTableError` naming the table and the epoch, never an
+    :class:`~falkirk.policies.epoch_tables.EpochTableError` naming the table and the epoch, never an
     empty DataFrame that a job would take for an epoch without data.
 
     The driver reads only the Delta log: which files make up the epoch, their sizes, the

@@ -1,5 +1,5 @@
-"""Failure injection for jobs: see :mod:`policies.faults`."""
+"""Failure injection for jobs: see :mod:`falkirk.policies.faults`."""
 
-from policies.faults import CRASH_ENV, STEPS, crash_point, crash_requested
+from falkirk.policies.faults import CRASH_ENV, STEPS, crash_point, crash_requested
 
 __all__ = ["CRASH_ENV", "STEPS", "crash_point", "crash_requested"]

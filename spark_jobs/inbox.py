@@ -22,7 +22,7 @@ never as silently different data.
 >>> inbox.read(1)
 Traceback (most recent call last):
 ...
-spark_jobs.inbox.InboxError: epoch 1 of inbox ... was acknowledged (through epoch 1) and deleted; no recovery may ask for it
+falkirk.spark_jobs.inbox.InboxError: epoch 1 of inbox ... was acknowledged (through epoch 1) and deleted; no recovery may ask for it
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from policies.ledger import Ledger
-from spark_jobs.runtime import Sent
+from falkirk.policies.ledger import Ledger
+from falkirk.spark_jobs.runtime import Sent
 
 
 class Outbox:

@@ -12,13 +12,13 @@ and commits in a fixed order that makes a crash at any point safe to retry:
 
 Tables are written without Delta's Spark jars: the executors write an epoch's Parquet
 files in parallel, and one delta-rs commit on the driver per table makes them visible
-atomically (:mod:`spark_jobs.delta_sink`). An epoch of at most
+atomically (:mod:`falkirk.spark_jobs.delta_sink`). An epoch of at most
 ``FALKIRK_DRIVER_WRITE_MAX_ROWS`` rows (default 200,000; 0 turns it off) is written by
 the driver instead, which saves starting the executors' Python workers.
 
 A job module looks like this (see ``spark_jobs/pipeline/`` for real ones)::
 
-    from spark_jobs.runtime import EpochContext, EpochResult, run_job
+    from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
     def compute(ctx: EpochContext) -> EpochResult:
         rows = ctx.read_input("ingest")
@@ -37,13 +37,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from policies.epoch_tables import CommitKey, EpochTableError
-from policies.job_spec import JobSpec
-from policies.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
-from policies.regimes import Tier
-from policies.store import StoreConfig
-from spark_jobs.delta_sink import DRIVER_WRITE_MAX_ROWS, publish, read_frame, stage
-from spark_jobs.faults import crash_point
+from falkirk.policies.epoch_tables import CommitKey, EpochTableError
+from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
+from falkirk.policies.regimes import Tier
+from falkirk.policies.store import StoreConfig
+from falkirk.spark_jobs.delta_sink import DRIVER_WRITE_MAX_ROWS, publish, read_frame, stage
+from falkirk.spark_jobs.faults import crash_point
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
     from pyspark.sql import DataFrame, SparkSession
@@ -73,7 +73,7 @@ class Sent:
     The job sends them itself, before the commit; a crash before the ledger row means the
     epoch runs and sends again, so the destination must accept a repeated batch. The epoch
     becomes a checkpoint only once the destination has accepted it
-    (:meth:`policies.ledger.Ledger.record_delivery`).
+    (:meth:`falkirk.policies.ledger.Ledger.record_delivery`).
     """
 
     destination: str

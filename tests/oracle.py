@@ -6,7 +6,7 @@ Independent of Spark and of the job runtime: it re-derives every row from
 
 from __future__ import annotations
 
-from spark_jobs.pipeline.source import orders_for_epoch
+from falkirk.spark_jobs.pipeline.source import orders_for_epoch
 
 Rows = list[dict]
 

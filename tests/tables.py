@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from deltalake import DeltaTable
 
-from policies.epoch_tables import scan
-from policies.regimes import Tier
-from policies.store import StoreConfig
+from falkirk.policies.epoch_tables import scan
+from falkirk.policies.regimes import Tier
+from falkirk.policies.store import StoreConfig
 
 DAG_ID = "falkirk_orders"
 # table -> tier of the demo pipeline's regimes

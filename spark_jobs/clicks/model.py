@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 STATE_SCHEMA = "item string, total_qty long, events long"
 

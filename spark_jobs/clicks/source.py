@@ -5,8 +5,8 @@ Its output goes to scratch: after a loss the epoch is read again from the inbox.
 
 from __future__ import annotations
 
-from spark_jobs.clicks.feed import read_batch
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.spark_jobs.clicks.feed import read_batch
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 SCHEMA = "event_id long, item string, qty long"
 

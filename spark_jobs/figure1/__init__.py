@@ -6,8 +6,8 @@ jobs that need the whole graph (``events`` acknowledging its source) share one d
 
 import os
 
-from policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
-from policies.checkpoint_chains import DataEdge, TaskGraph
+from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
+from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
 
 REGIMES = {"events": Ephemeral(), "popularity": Batch(log_outputs=True), "rank": LazyCheckpoint(every=3),
            "answers": Ephemeral(), "stats": EagerCheckpoint()}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from spark_jobs.figure1.data import queries
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.spark_jobs.figure1.data import queries
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 
 def compute(ctx: EpochContext) -> EpochResult:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from policies.checkpoint_chains import StoreReadability
-from policies.monitor import acknowledged_inputs, durable_only
-from spark_jobs.figure1 import GRAPH
-from spark_jobs.figure1.source import ClickstreamSource
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.policies.checkpoint_chains import StoreReadability
+from falkirk.policies.monitor import acknowledged_inputs, durable_only
+from falkirk.spark_jobs.figure1 import GRAPH
+from falkirk.spark_jobs.figure1.source import ClickstreamSource
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 MIN_DWELL_MS = 2_000
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Iterable, Mapping
 
-from spark_jobs.figure1 import local_file
+from falkirk.spark_jobs.figure1 import local_file
 
 DB_ENV = "FALKIRK_QUERY_DB"
 COLUMNS = ("query_id", "user", "item", "clicks", "popularity_rank", "page_rank")

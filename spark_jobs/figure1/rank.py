@@ -17,8 +17,8 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from spark_jobs.figure1.data import ITEMS
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.spark_jobs.figure1.data import ITEMS
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 ITERATIONS = 3  # per epoch; warm-started from the previous epoch's ranks, so they converge across epochs
 SCALE = 1_000_000_000

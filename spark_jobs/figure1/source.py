@@ -4,7 +4,7 @@ A real clickstream (a message queue, a landing bucket) cannot hold data for ever
 pipeline acknowledges an epoch, the source may forget it. Acknowledging too early loses
 data a recovery needs; the events task therefore acknowledges only the epochs inside its
 low-watermark, computed from the durable checkpoints in the ledger
-(:func:`policies.monitor.acknowledged_inputs`): epochs that no failure can ever make the
+(:func:`falkirk.policies.monitor.acknowledged_inputs`): epochs that no failure can ever make the
 pipeline read again. Reading an acknowledged epoch is an error, so a premature
 acknowledgement shows up as a failed recovery, not as silently different data.
 
@@ -19,7 +19,7 @@ replaced atomically, and it never moves backwards.
 >>> source.check_available(3)
 Traceback (most recent call last):
 ...
-spark_jobs.figure1.source.SourceError: clickstream epoch 3 was acknowledged (through epoch 3) and the source has forgotten it
+falkirk.spark_jobs.figure1.source.SourceError: clickstream epoch 3 was acknowledged (through epoch 3) and the source has forgotten it
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from spark_jobs.figure1 import local_file
-from spark_jobs.figure1.data import clickstream
+from falkirk.spark_jobs.figure1 import local_file
+from falkirk.spark_jobs.figure1.data import clickstream
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -1,7 +1,7 @@
 """stats (EagerCheckpoint): per-query statistics, delivered exactly once per epoch.
 
 The epoch's answers go to the query-statistics store (a SQL table, see
-:mod:`spark_jobs.figure1.query_store`) in one transaction that replaces the epoch, and to
+:mod:`falkirk.spark_jobs.figure1.query_store`) in one transaction that replaces the epoch, and to
 a durable Delta output. The state, per user the number of queries answered so far, is
 checkpointed durably every epoch, so a rollback never reaches back before the last epoch
 this task finished.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from spark_jobs.figure1.query_store import COLUMNS, QueryStatsStore
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.spark_jobs.figure1.query_store import COLUMNS, QueryStatsStore
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 STATE_SCHEMA = "user long, answered long"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from spark_jobs.pipeline.source import orders_for_epoch
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.spark_jobs.pipeline.source import orders_for_epoch
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 SCHEMA = "order_id long, customer string, amount long"
 

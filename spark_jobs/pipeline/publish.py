@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 
 def compute(ctx: EpochContext) -> EpochResult:

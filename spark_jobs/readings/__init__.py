@@ -1,9 +1,9 @@
 """Meter readings in, running totals out to an external system: the shape of spec scenario G1.
 
-``intake`` (Ephemeral) reads each epoch's batch from an :class:`~spark_jobs.inbox.Inbox`
+``intake`` (Ephemeral) reads each epoch's batch from an :class:`~falkirk.spark_jobs.inbox.Inbox`
 and drops invalid readings; ``tally`` (lazy checkpoint, durable every epoch) keeps the
 running kWh per meter; ``deliver`` (Ephemeral) sends the totals to an
-:class:`~spark_jobs.outbox.Outbox`, whose reader accepts them by receipt.
+:class:`~falkirk.spark_jobs.outbox.Outbox`, whose reader accepts them by receipt.
 
 Whether ``tally`` logs its output decides when the source may forget its input (spec §4.5):
 when it discards (``log_outputs=False``), the inbox keeps an epoch until the outbox has
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 
-from policies import Ephemeral, LazyCheckpoint
-from policies.checkpoint_chains import DataEdge, TaskGraph
-from policies.regimes import Regime
+from falkirk.policies import Ephemeral, LazyCheckpoint
+from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
+from falkirk.policies.regimes import Regime
 
 EDGES = [("intake", "tally"), ("tally", "deliver")]
 GRAPH = TaskGraph(("intake", "tally", "deliver"), tuple(DataEdge(up, "output", down) for up, down in EDGES))

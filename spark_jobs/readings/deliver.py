@@ -8,9 +8,9 @@ the latest with the next epoch; the monitor (or ``falkirk delivered``) can repor
 
 from __future__ import annotations
 
-from spark_jobs.outbox import Outbox, report_deliveries
-from spark_jobs.readings import OUTBOX_ENV, location
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.spark_jobs.outbox import Outbox, report_deliveries
+from falkirk.spark_jobs.readings import OUTBOX_ENV, location
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 
 def outbox(ctx: EpochContext) -> Outbox:

@@ -1,18 +1,18 @@
 """intake (Ephemeral): this epoch's readings from the inbox, invalid ones dropped.
 
 Nothing durable: after a loss the epoch is read again from the inbox, which keeps it until
-it is acknowledged (:mod:`spark_jobs.inbox`). Each run first acknowledges what the low-
+it is acknowledged (:mod:`falkirk.spark_jobs.inbox`). Each run first acknowledges what the low-
 watermarks allow, so the inbox shrinks with the pipeline even without the maintenance DAG;
-the monitor (:func:`policies.collector.collect` with ``acknowledge=``) can do it sooner.
+the monitor (:func:`falkirk.policies.collector.collect` with ``acknowledge=``) can do it sooner.
 """
 
 from __future__ import annotations
 
-from policies.checkpoint_chains import StoreReadability
-from policies.monitor import acknowledged_inputs, durable_only
-from spark_jobs.inbox import Inbox
-from spark_jobs.readings import GRAPH, INBOX_ENV, location
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.policies.checkpoint_chains import StoreReadability
+from falkirk.policies.monitor import acknowledged_inputs, durable_only
+from falkirk.spark_jobs.inbox import Inbox
+from falkirk.spark_jobs.readings import GRAPH, INBOX_ENV, location
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 SCHEMA = "reading_id long, meter string, kwh long"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_jobs.runtime import EpochContext, EpochResult, run_job
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 STATE_SCHEMA = "meter string, kwh long"
 

@@ -19,7 +19,7 @@ import pytest
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs
 from devstack.spark import SparkConnectServer
-from policies.store import StoreConfig
+from falkirk.policies.store import StoreConfig
 
 EPOCHS = [1, 2, 3]
 

@@ -7,7 +7,7 @@ the runtime's own context and commit): ``intake`` (Ephemeral) reads an inbox,
 (Ephemeral) sends them to an outbox whose reader accepts them by receipt. G1a: tally
 discards its output (scratch only); G1b: tally logs it durably.
 
-The spec's steps, with the monitor (:func:`policies.collector.collect`) run after each:
+The spec's steps, with the monitor (:func:`falkirk.policies.collector.collect`) run after each:
 
 * T1: intake has sealed epochs 1 and 2; tally has no checkpoint yet;
 * T2: tally checkpoints epoch 1 (and deliver sends epoch 1, not yet accepted);
@@ -26,18 +26,18 @@ from collections import defaultdict
 
 import pytest
 
-from policies import Ledger, StoreConfig
-from policies.checkpoint_chains import StoreReadability
-from policies.collector import collect
-from policies.job_spec import JobSpec
-from policies.recovery import LostScratch, plan_recovery
-from spark_jobs.inbox import ARCHIVE_DIR, Inbox, InboxError
-from spark_jobs.outbox import Outbox, report_deliveries
-from spark_jobs.readings import GRAPH, location, reading, regimes
-from spark_jobs.readings import deliver as deliver_job
-from spark_jobs.readings import intake as intake_job
-from spark_jobs.readings import tally as tally_job
-from spark_jobs.runtime import EpochContext, commit
+from falkirk.policies import Ledger, StoreConfig
+from falkirk.policies.checkpoint_chains import StoreReadability
+from falkirk.policies.collector import collect
+from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.recovery import LostScratch, plan_recovery
+from falkirk.spark_jobs.inbox import ARCHIVE_DIR, Inbox, InboxError
+from falkirk.spark_jobs.outbox import Outbox, report_deliveries
+from falkirk.spark_jobs.readings import GRAPH, location, reading, regimes
+from falkirk.spark_jobs.readings import deliver as deliver_job
+from falkirk.spark_jobs.readings import intake as intake_job
+from falkirk.spark_jobs.readings import tally as tally_job
+from falkirk.spark_jobs.runtime import EpochContext, commit
 
 JOBS = {"intake": intake_job.compute, "tally": tally_job.compute, "deliver": deliver_job.compute}
 INPUTS = {"intake": (), "tally": ("intake",), "deliver": ("tally",)}
@@ -73,7 +73,7 @@ def expected_totals(epoch: int) -> list[dict[str, object]]:
 @pytest.mark.parametrize("variant", ["g1a", "g1b"])
 def test_scenario_g1_acknowledgements_and_collection_step_by_step(spark, tmp_path, monkeypatch, capsys,
                                                                   variant: str) -> None:
-    from plugins.cli import main
+    from falkirk.plugins.cli import main
 
     store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
     for k, v in store.env().items():
@@ -147,7 +147,7 @@ def test_scenario_g1_acknowledgements_and_collection_step_by_step(spark, tmp_pat
 
 
 def test_bad_delivery_reports_are_refused_and_change_nothing(spark, tmp_path, monkeypatch, capsys) -> None:
-    from plugins.cli import main
+    from falkirk.plugins.cli import main
 
     store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
     for k, v in store.env().items():

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from policies import Batch, LazyCheckpoint, Ledger, StoreConfig
-from policies.checkpoint_chains import DataEdge, StoreReadability, TaskGraph
-from policies.collector import collect, live_partitions
-from policies.epoch_tables import open_table, scan
-from policies.job_spec import JobSpec
-from policies.recovery import LostScratch, plan_recovery
-from policies.regimes import Tier
-from spark_jobs.pipeline.source import orders_for_epoch
-from spark_jobs.runtime import EpochContext, EpochResult, commit
+from falkirk.policies import Batch, LazyCheckpoint, Ledger, StoreConfig
+from falkirk.policies.checkpoint_chains import DataEdge, StoreReadability, TaskGraph
+from falkirk.policies.collector import collect, live_partitions
+from falkirk.policies.epoch_tables import open_table, scan
+from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.recovery import LostScratch, plan_recovery
+from falkirk.policies.regimes import Tier
+from falkirk.spark_jobs.pipeline.source import orders_for_epoch
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, commit
 
 GC, KEEP = "gc", "keep"
 REGIMES = {"events": Batch(log_outputs=True), "totals": LazyCheckpoint(every=5), "window": Batch(log_outputs=True)}
@@ -126,7 +126,7 @@ def test_storage_stays_bounded_over_sixty_epochs(spark, local_store: StoreConfig
 
 
 def test_dry_run_changes_nothing_and_a_second_run_reclaims_nothing(spark, tmp_path, monkeypatch, capsys) -> None:
-    from plugins.cli import main
+    from falkirk.plugins.cli import main
 
     store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
     for epoch in range(1, 13):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from policies.epoch_tables import CommitKey, open_table, scan
-from spark_jobs.delta_sink import commit_frame
+from falkirk.policies.epoch_tables import CommitKey, open_table, scan
+from falkirk.spark_jobs.delta_sink import commit_frame
 
 ROWS = 50
 
@@ -19,7 +19,7 @@ def _epoch_files(uri: str, epoch: int) -> list[str]:
 
 @pytest.mark.parametrize("limit, writer", [(ROWS, "driver"), (ROWS - 1, "executors"), (0, "executors")])
 def test_both_writers_commit_the_same_rows(spark, tmp_path: Path, limit: int, writer: str) -> None:
-    from spark_jobs.delta_sink import publish, stage
+    from falkirk.spark_jobs.delta_sink import publish, stage
 
     frame = spark.range(ROWS).selectExpr("id as item", "id * 3 as clicks").repartition(2)
     uri = str(tmp_path / "table")
@@ -46,7 +46,7 @@ def test_an_empty_epoch_commits_no_file_and_a_second_commit_changes_nothing(spar
 def test_epochs_racing_to_create_the_table_both_commit_once(spark, tmp_path: Path, monkeypatch) -> None:
     """Two first epochs both find no table and both try to create it: the loser commits into
     the winner's table. The loser's view is forced stale, so the race is hit every time."""
-    import spark_jobs.delta_sink as sink
+    import falkirk.spark_jobs.delta_sink as sink
 
     uri = str(tmp_path / "table")
     keys = [CommitKey("sink", "t", epoch, -1, 0) for epoch in (1, 2)]
@@ -77,7 +77,7 @@ def test_an_epoch_whose_table_changed_metadata_under_it_commits_on_a_second_look
     commit. A single attempt is refused (publish commits with no silent retry by delta-rs,
     so a lost race is always seen), and publish looks again, finds its key absent, and
     commits once against the table as it is."""
-    import spark_jobs.delta_sink as sink
+    import falkirk.spark_jobs.delta_sink as sink
 
     uri = str(tmp_path / "table")
     assert sink.publish(sink.stage(spark.range(2).selectExpr("id as item"), uri, CommitKey("sink", "t", 1))).applied

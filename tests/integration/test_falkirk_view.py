@@ -37,10 +37,10 @@ from deltalake import write_deltalake
 from devstack.airflow import USERS, AirflowStack
 from devstack.demo import run_id_of
 from devstack.spark import SparkConnectServer
-from plugins.airflow_rest import AirflowClient
-from policies.ledger import COMPACT_EVERY, SCHEMA, InputRef, Ledger, LedgerEntry, OutputRef
-from policies.store import StoreConfig
-from spark_jobs.clicks.feed import clicks_for_epoch, deliver
+from falkirk.plugins.airflow_rest import AirflowClient
+from falkirk.policies.ledger import COMPACT_EVERY, SCHEMA, InputRef, Ledger, LedgerEntry, OutputRef
+from falkirk.policies.store import StoreConfig
+from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import wait_states
 from tests.sentinel import checksum
 
@@ -477,7 +477,7 @@ def test_admin_releases_a_dead_executors_lease_from_the_view(view_stack: ViewSta
     import subprocess
 
     from devstack.processes import VENV_BIN
-    from policies.recovery_log import RecoveryLog
+    from falkirk.policies.recovery_log import RecoveryLog
 
     vs = view_stack
     env = {**os.environ, **vs.store.env(), "FALKIRK_AIRFLOW_URL": vs.stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
@@ -537,9 +537,9 @@ def test_a_lost_ledger_commit_shows_as_success_without_a_row_and_replays_to_the_
     import subprocess
 
     from devstack.processes import VENV_BIN
-    from plugins.view import UNRECORDED
+    from falkirk.plugins.view import UNRECORDED
     from tests.integration.recovery.drill import rows as table_rows
-    from policies.regimes import Tier
+    from falkirk.policies.regimes import Tier
 
     vs = view_stack
     ledger = Ledger(vs.store)

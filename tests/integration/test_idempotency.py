@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from policies import EagerCheckpoint, Ledger, StoreConfig, Tier
-from policies.epoch_tables import open_table, scan
-from policies.job_spec import JobSpec
-from spark_jobs import runtime
-from spark_jobs.runtime import EpochContext, EpochResult, commit
+from falkirk.policies import EagerCheckpoint, Ledger, StoreConfig, Tier
+from falkirk.policies.epoch_tables import open_table, scan
+from falkirk.policies.job_spec import JobSpec
+from falkirk.spark_jobs import runtime
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, commit
 
 DAG = "idem"
 

@@ -23,12 +23,12 @@ import json
 import shutil
 from pathlib import Path
 
-from policies import Batch, Ephemeral, LazyCheckpoint, Ledger, StoreConfig
-from policies.checkpoint_chains import StoreReadability, TaskGraph, chains_from_ledger
-from policies.job_spec import JobSpec
-from policies.solver import solve
-from spark_jobs.pipeline.source import orders_for_epoch
-from spark_jobs.runtime import EpochContext, EpochResult, commit
+from falkirk.policies import Batch, Ephemeral, LazyCheckpoint, Ledger, StoreConfig
+from falkirk.policies.checkpoint_chains import StoreReadability, TaskGraph, chains_from_ledger
+from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.solver import solve
+from falkirk.spark_jobs.pipeline.source import orders_for_epoch
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, commit
 
 DAG = "xi"
 EPOCHS = [1, 2, 3]
@@ -111,7 +111,7 @@ def test_ledger_yields_hand_computed_xi(spark, store: StoreConfig, monkeypatch, 
 
     # The same, planned from the ledger by the CLI (read-only): only totals re-runs epoch 3,
     # from its durable state of epoch 2; clear-downstream from the lost data would redo all 9.
-    from plugins.cli import main
+    from falkirk.plugins.cli import main
 
     for name, value in store.env().items():
         monkeypatch.setenv(name, value)

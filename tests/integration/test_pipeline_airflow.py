@@ -11,8 +11,8 @@ import httpx
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, run_id_of
 from devstack.processes import wait_until
-from policies.ledger import Ledger
-from policies.store import StoreConfig
+from falkirk.policies.ledger import Ledger
+from falkirk.policies.store import StoreConfig
 from tests.integration.conftest import EPOCHS
 from tests.oracle import canonical, expected_tables
 from tests.tables import TABLES, snapshot, table_rows

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, Ledger, Regime, StoreConfig, Tier
-from policies.epoch_tables import open_table, scan
-from policies.job_spec import JobSpec
-from spark_jobs.pipeline.source import orders_for_epoch
-from spark_jobs.runtime import EpochContext, EpochResult, commit
+from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, Ledger, Regime, StoreConfig, Tier
+from falkirk.policies.epoch_tables import open_table, scan
+from falkirk.policies.job_spec import JobSpec
+from falkirk.spark_jobs.pipeline.source import orders_for_epoch
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, commit
 
 DAG = "regimes"
 EPOCHS = [1, 2, 3]

@@ -27,11 +27,11 @@ from devstack.processes import VENV_BIN
 from devstack.s3 import MotoS3
 from devstack.s3_outage import S3Outage
 from devstack.spark import SparkConnectServer
-from policies import EagerCheckpoint, Ephemeral, Ledger, StoreConfig, Tier
-from policies.epoch_tables import scan
-from policies.job_spec import JobSpec
-from policies.recovery import FailedTask, RecoveryPlan
-from policies.recovery_log import RecoveryLog
+from falkirk.policies import EagerCheckpoint, Ephemeral, Ledger, StoreConfig, Tier
+from falkirk.policies.epoch_tables import scan
+from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.recovery import FailedTask, RecoveryPlan
+from falkirk.policies.recovery_log import RecoveryLog
 from tests.oracle import canonical, expected_tables
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from pathlib import Path
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock
 from devstack.spark import StandaloneSpark
-from policies.store import StoreConfig
+from falkirk.policies.store import StoreConfig
 from tests.oracle import canonical, expected_tables
 from tests.tables import TABLES, table_rows
 

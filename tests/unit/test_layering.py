@@ -1,4 +1,6 @@
-"""The import arrows of ARCHITECTURE.md §4: dags -> plugins -> policies <- spark_jobs."""
+"""The import arrows: dags -> plugins -> policies <- spark_jobs, all under the one import name
+``falkirk`` (``falkirk.policies`` is the folder ``policies/``); nothing imports a bare
+``policies``, ``plugins`` or ``spark_jobs``."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ def imported_roots(folder: str) -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module]
             for name in names:
-                found.setdefault(name.split(".")[0], set()).add(str(path.relative_to(ROOT)))
+                parts = name.split(".")
+                root = parts[1] if parts[0] == "falkirk" and len(parts) > 1 else parts[0]
+                found.setdefault(root, set()).add(str(path.relative_to(ROOT)))
     return found
 
 
@@ -32,6 +36,18 @@ def imported_roots(folder: str) -> dict[str, set[str]]:
 def test_layers_do_not_import_across(folder: str, forbidden: set[str]) -> None:
     roots = imported_roots(folder)
     assert not {k: v for k, v in roots.items() if k in forbidden}
+
+
+@pytest.mark.parametrize("folder", ["policies", "plugins", "spark_jobs", "dags", "devstack", "tests", "benchmarks"])
+def test_the_package_is_imported_only_under_its_namespace(folder: str) -> None:
+    bare = {}
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            bare.update({f"{path.relative_to(ROOT)}:{node.lineno}": n for n in names
+                         if n.split(".")[0] in ("policies", "plugins", "spark_jobs")})
+    assert not bare
 
 
 def test_the_checker_sees_imports() -> None:  # guards against a checker that finds nothing

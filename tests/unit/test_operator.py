@@ -20,8 +20,8 @@ def test_regimes_round_trip_through_the_serialized_dag() -> None:
     from airflow.dag_processing.dagbag import DagBag
     from airflow.serialization.serialized_objects import DagSerialization
 
-    from plugins.operators import regime_of
-    from policies import Batch, EagerCheckpoint, Ephemeral
+    from falkirk.plugins.operators import regime_of
+    from falkirk.policies import Batch, EagerCheckpoint, Ephemeral
 
     bag = DagBag(str(ROOT / "dags"))
     assert bag.import_errors == {}
@@ -29,7 +29,7 @@ def test_regimes_round_trip_through_the_serialized_dag() -> None:
     assert type(back.get_task("aggregate")).__name__ == "SerializedBaseOperator"  # no DAG code behind it
     assert {t.task_id: regime_of(t) for t in back.tasks} == {
         "ingest": Ephemeral(), "aggregate": EagerCheckpoint(), "publish": Batch(log_outputs=True)}
-    from policies import LazyCheckpoint
+    from falkirk.policies import LazyCheckpoint
 
     for dag_id, logs in (("falkirk_readings", True), ("falkirk_readings_discard", False)):
         readings = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags[dag_id]))
@@ -40,8 +40,8 @@ def test_regimes_round_trip_through_the_serialized_dag() -> None:
 def test_operator_refuses_a_regime_that_is_not_one() -> None:
     from datetime import datetime, timedelta, timezone
 
-    from plugins.operators import RegimeSparkSubmitOperator
-    from policies import EpochClock, RegimeError
+    from falkirk.plugins.operators import RegimeSparkSubmitOperator
+    from falkirk.policies import EpochClock, RegimeError
 
     clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
     with pytest.raises(RegimeError, match="task 'x': regime='eager' is not a Regime"):
@@ -53,8 +53,8 @@ def test_store_credentials_come_from_the_named_airflow_connection(monkeypatch: p
     import json
     from datetime import datetime, timedelta, timezone
 
-    from plugins.operators import RegimeSparkSubmitOperator
-    from policies import EagerCheckpoint, EpochClock, StoreConfig
+    from falkirk.plugins.operators import RegimeSparkSubmitOperator
+    from falkirk.policies import EagerCheckpoint, EpochClock, StoreConfig
 
     monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({
         "conn_type": "aws", "login": "AKIAEXAMPLE", "password": "secret-key-example",

@@ -16,11 +16,11 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
-from policies.checkpoint_chains import DataEdge, TaskGraph
-from policies.epoch_tables import CommitKey
-from policies.ledger import InputRef, LedgerEntry, OutputRef
-from policies.recovery import BadEpoch, FailedTask, LostScratch, PlanError, RecoveryPlan, plan_recovery
+from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
+from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
+from falkirk.policies.epoch_tables import CommitKey
+from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef
+from falkirk.policies.recovery import BadEpoch, FailedTask, LostScratch, PlanError, RecoveryPlan, plan_recovery
 
 REGIMES = {"source": Ephemeral(), "clean": Batch(log_outputs=True), "model": LazyCheckpoint(every=3),
            "sink": EagerCheckpoint()}

@@ -23,14 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from policies.checkpoint_chains import StoreReadability
-from policies.epoch_tables import CommitKey, commit_epoch, open_table, scan
-from policies.ledger import Ledger, LedgerEntry, OutputRef
-from policies.recovery import FailedTask, RecoveryPlan
-from policies.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog
-from policies.regimes import LazyCheckpoint
-from policies.store import StoreConfig, StoreError
-from spark_jobs.delta_sink import StagedFiles, publish
+from falkirk.policies.checkpoint_chains import StoreReadability
+from falkirk.policies.epoch_tables import CommitKey, commit_epoch, open_table, scan
+from falkirk.policies.ledger import Ledger, LedgerEntry, OutputRef
+from falkirk.policies.recovery import FailedTask, RecoveryPlan
+from falkirk.policies.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog
+from falkirk.policies.regimes import LazyCheckpoint
+from falkirk.policies.store import StoreConfig, StoreError
+from falkirk.spark_jobs.delta_sink import StagedFiles, publish
 from tests.sentinel import checksum
 
 BIN = Path(sys.executable).parent
@@ -105,8 +105,8 @@ def _lazy_rows(store: StoreConfig, epochs: range) -> list[LedgerEntry]:
 def test_a_stateful_task_never_restores_across_a_rolled_back_epoch(store: StoreConfig) -> None:
     """Epochs 4-6 are rolled back by a recovery and not redone yet; a new DAG run's epoch 7
     used to restore epoch 3's state (the latest current row) and commit wrong totals."""
-    from policies.job_spec import JobSpec
-    from spark_jobs.runtime import EpochContext, RolledBack
+    from falkirk.policies.job_spec import JobSpec
+    from falkirk.spark_jobs.runtime import EpochContext, RolledBack
 
     ledger = Ledger(store)
     rows = _lazy_rows(store, range(1, 7))
@@ -175,7 +175,7 @@ def test_a_lease_released_by_hand_is_audited_and_its_holder_stops(store: StoreCo
 
 
 def test_collection_and_recovery_exclude_each_other(store: StoreConfig) -> None:
-    from policies.collector import collect
+    from falkirk.policies.collector import collect
 
     ledger = Ledger(store)
     for r in _lazy_rows(store, range(1, 4)):
@@ -194,7 +194,7 @@ def test_collection_and_recovery_exclude_each_other(store: StoreConfig) -> None:
 
 def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(store: StoreConfig,
                                                                                tmp_path: Path) -> None:
-    from policies.collector import collect
+    from falkirk.policies.collector import collect
 
     sentinel = tmp_path / "sentinel" / "table"  # a Delta table outside the store, epochs 1-3
     for e in (1, 2, 3):
@@ -205,7 +205,7 @@ def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(s
     for e in (1, 2, 3):  # src's output rows point at the sentinel; dst reads them
         ledger.append(LedgerEntry("d", "src", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
                                   outputs=(OutputRef("output", str(sentinel), "durable", e, 1),)))
-        from policies.ledger import InputRef
+        from falkirk.policies.ledger import InputRef
         ledger.append(LedgerEntry("d", "dst", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
                                   outputs=(OutputRef("output", own, "durable", e, 0),),
                                   inputs=(InputRef("src", "output", e),)))
@@ -279,9 +279,9 @@ def test_a_ledger_row_pointing_at_a_collected_table_is_not_counted(store: StoreC
     """model's state table is gone (collected, or its scratch lost) while the ledger still
     lists epochs 1-4: the plan restores nothing from it and re-runs model from empty state,
     and a reader fails naming the table and epoch."""
-    from plugins.recovery import compute_plan
-    from policies.recovery import BadEpoch
-    from policies.regimes import Regime
+    from falkirk.plugins.recovery import compute_plan
+    from falkirk.policies.recovery import BadEpoch
+    from falkirk.policies.regimes import Regime
 
     ledger = Ledger(store)
     rows = _lazy_rows(store, range(1, 5))
@@ -302,8 +302,8 @@ def test_a_later_run_is_swept_only_if_computed_before_the_rollback(store: StoreC
     sweep runs after every wave of re-runs, so sweeping it again would never end)."""
     from types import SimpleNamespace
 
-    from plugins.recovery import _sweep_later_rows
-    from policies.recovery import TaskPlan
+    from falkirk.plugins.recovery import _sweep_later_rows
+    from falkirk.policies.recovery import TaskPlan
 
     ledger = Ledger(store)
     rows = _lazy_rows(store, range(1, 7))
@@ -318,7 +318,7 @@ def test_a_later_run_is_swept_only_if_computed_before_the_rollback(store: StoreC
     ledger.invalidate([r for r in rows if r.epoch in (4, 5)], plan.plan_id)
     assert _sweep_later_rows(running, ledger, print) == 1
     assert ("d", "model", -1, 6, 0) in ledger.invalidated("d")
-    from plugins.recovery import CLOCK_SKEW
+    from falkirk.plugins.recovery import CLOCK_SKEW
 
     time.sleep(CLOCK_SKEW.total_seconds() + 0.5)
     from dataclasses import replace

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from policies.metadata import Chain
-from policies.monitor import Monitor, garbage, low_watermarks
-from policies.reset import Message, reset
-from policies.scenario import load_scenario
-from policies.times import INF
+from falkirk.policies.metadata import Chain
+from falkirk.policies.monitor import Monitor, garbage, low_watermarks
+from falkirk.policies.reset import Message, reset
+from falkirk.policies.scenario import load_scenario
+from falkirk.policies.times import INF
 
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 
@@ -88,9 +88,9 @@ def test_garbage_at_g1b_t4() -> None:
 ])
 def test_ledger_watermarks_count_an_external_send_only_once_accepted(tally_logs: bool, expected) -> None:
     """G1 from ledger rows: deliver's epochs are sent at once but accepted later (spec §4.2)."""
-    from policies.checkpoint_chains import DataEdge, TaskGraph
-    from policies.collector import watermarks
-    from policies.ledger import InputRef, LedgerEntry, OutputRef, external_uri, is_external
+    from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
+    from falkirk.policies.collector import watermarks
+    from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef, external_uri, is_external
 
     graph = TaskGraph(("i", "a", "o"), (DataEdge("i", "output", "a"), DataEdge("a", "output", "o")))
     a_tier = "durable" if tally_logs else "scratch"

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.graph import Edge, Graph, Processor
-from policies.metadata import Chain, Checkpoint
-from policies.projections import make_projection
-from policies.solver import Solver
-from policies.times import EPOCH, INF, Bound, Domain, EpochDomain, LexDomain, SeqDomain
+from falkirk.policies.graph import Edge, Graph, Processor
+from falkirk.policies.metadata import Chain, Checkpoint
+from falkirk.policies.projections import make_projection
+from falkirk.policies.solver import Solver
+from falkirk.policies.times import EPOCH, INF, Bound, Domain, EpochDomain, LexDomain, SeqDomain
 
 LEX = LexDomain(2)
 

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from policies.epoch_tables import scan
-from policies import CommitKey, EpochTableError, Ledger, LedgerEntry, LedgerError, OutputRef, StoreConfig, StoreError, Tier, commit_epoch, read_epoch
+from falkirk.policies.epoch_tables import scan
+from falkirk.policies import CommitKey, EpochTableError, Ledger, LedgerEntry, LedgerError, OutputRef, StoreConfig, StoreError, Tier, commit_epoch, read_epoch
 
 
 def test_store_config_from_env(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_reading_tables_never_aborts_the_process_at_exit(tmp_path: Path) -> None
     Ledger(store).append(LedgerEntry(dag_id="d", task_id="t", epoch=1, regime="batch", run_id="r", try_number=1))
     commit_epoch(str(tmp_path / "t"), pa.table({"epoch": [1] * 50, "v": list(range(50))}), CommitKey("d", "t", 1))
     code = (
-        "import sys; from policies import Ledger, StoreConfig, read_epoch\n"
+        "import sys; from falkirk.policies import Ledger, StoreConfig, read_epoch\n"
         f"assert len(Ledger(StoreConfig({store.durable_uri!r}, {store.scratch_uri!r})).entries('d')) == 1\n"
         f"assert read_epoch({str(tmp_path / 't')!r}, 1).num_rows == 50\n"
     )
@@ -117,7 +117,7 @@ def test_reads_return_plain_arrow_types(tmp_path: Path) -> None:
 
 
 def test_the_ledger_compacts_itself_and_stays_idempotent(tmp_path: Path, monkeypatch) -> None:
-    import policies.ledger as ledger_module
+    import falkirk.policies.ledger as ledger_module
 
     monkeypatch.setattr(ledger_module, "COMPACT_EVERY", 4)
     ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
@@ -136,7 +136,7 @@ def test_a_ledger_append_that_loses_the_commit_race_is_retried_once_applied(tmp_
     here, after the winner's real commit) and its retry appends its row, exactly once."""
     from deltalake.exceptions import CommitFailedError
 
-    import policies.epoch_tables as tables
+    import falkirk.policies.epoch_tables as tables
 
     ledger = Ledger(StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch")))
     winner = LedgerEntry(dag_id="d", task_id="a", epoch=1, regime="ephemeral", run_id="epoch-1", try_number=1)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from plugins.view import UNRECORDED, DagTask, dag_view, plan_view, recovery_history, topological
-from policies.checkpoint_status import CheckpointStatus, grid_from_rows, unrecorded
-from policies.ledger import LedgerEntry, OutputRef
-from policies.recovery import FailedTask, RecoveryPlan, TaskPlan
+from falkirk.plugins.view import UNRECORDED, DagTask, dag_view, plan_view, recovery_history, topological
+from falkirk.policies.checkpoint_status import CheckpointStatus, grid_from_rows, unrecorded
+from falkirk.policies.ledger import LedgerEntry, OutputRef
+from falkirk.policies.recovery import FailedTask, RecoveryPlan, TaskPlan
 
 
 def row(task: str, epoch: int, incarnation: int = 0, state: str | None = None, out: str = "scratch") -> dict:

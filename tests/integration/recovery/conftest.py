@@ -26,8 +26,8 @@ import pytest
 from devstack.airflow import AirflowStack
 from devstack.demo import run_id_of
 from devstack.spark import SparkConnectServer
-from policies.store import StoreConfig
-from spark_jobs.clicks.feed import clicks_for_epoch, deliver
+from falkirk.policies.store import StoreConfig
+from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import (A, B, C, DAGS, DUPLICATED, EPOCHS, REF, SUCCESS, Drill, G, K, clock,
                                               wait_states)
 

@@ -15,12 +15,12 @@ from deltalake import DeltaTable
 from devstack.airflow import AirflowStack
 from devstack.demo import run_id_of
 from devstack.processes import VENV_BIN
-from plugins.airflow_rest import AirflowClient
-from policies.epoch_tables import open_table, scan
-from policies.ledger import Ledger
-from policies.regimes import Tier
-from policies.store import StoreConfig
-from spark_jobs.clicks.feed import clicks_for_epoch
+from falkirk.plugins.airflow_rest import AirflowClient
+from falkirk.policies.epoch_tables import open_table, scan
+from falkirk.policies.ledger import Ledger
+from falkirk.policies.regimes import Tier
+from falkirk.policies.store import StoreConfig
+from falkirk.spark_jobs.clicks.feed import clicks_for_epoch
 from tests.oracle import canonical
 from tests.unit.test_recovery import oracle
 

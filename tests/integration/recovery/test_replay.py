@@ -13,12 +13,12 @@ from collections import Counter
 import pytest
 
 from devstack.demo import run_id_of
-from plugins.recovery import plan, replay
-from policies.ledger import Ledger
-from policies.recovery import PlanError
-from policies.recovery_log import LeaseHeld, RecoveryLog
-from policies.regimes import Tier
-from spark_jobs.clicks.feed import clicks_for_epoch, deliver
+from falkirk.plugins.recovery import plan, replay
+from falkirk.policies.ledger import Ledger
+from falkirk.policies.recovery import PlanError
+from falkirk.policies.recovery_log import LeaseHeld, RecoveryLog
+from falkirk.policies.regimes import Tier
+from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import (A, B, C, DUPLICATED, EPOCHS, REF, SUCCESS, TASKS, Drill,
                                               assert_equals_reference, check_minimal, rows, snapshot, tries,
                                               wait_states)
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_failed_task_instance_read_from_airflow(drill: Drill, monkeypatch, capsys) -> None:
-    from plugins.cli import main
+    from falkirk.plugins.cli import main
 
     for k, v in {**drill.store.env(), "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
         monkeypatch.setenv(k, v)

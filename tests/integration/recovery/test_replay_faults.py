@@ -12,11 +12,11 @@ from datetime import datetime, timezone
 import pytest
 
 from devstack.demo import run_id_of
-from plugins.recovery import plan, replay
-from plugins.view import recovery_history
-from policies.ledger import Ledger
-from policies.recovery import PlanError
-from policies.recovery_log import RecoveryLog
+from falkirk.plugins.recovery import plan, replay
+from falkirk.plugins.view import recovery_history
+from falkirk.policies.ledger import Ledger
+from falkirk.policies.recovery import PlanError
+from falkirk.policies.recovery_log import RecoveryLog
 from tests.integration.recovery.drill import (EPOCHS, G, K, SUCCESS, Drill, assert_equals_reference, clock,
                                               falkirk, tries, wait_states)
 
@@ -182,7 +182,7 @@ def test_random_interleavings_of_killed_replays_collections_and_new_runs(drill: 
     import os
     import random
 
-    from spark_jobs.clicks.feed import clicks_for_epoch, deliver
+    from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
     from tests.integration.recovery.drill import REF
 
     seed = int(os.environ.get("FALKIRK_DRILL_SEED", "20261123"))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 
-from plugins.operators import RegimeSparkSubmitOperator
-from policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
+from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("falkirk_clicks_dag", ROOT / "dags" / "falkirk_clicks.py")
