@@ -39,8 +39,7 @@ def build_dag(dag_id: str = "falkirk_clicks", conn_id: str = "spark_default") ->
         doc_md=__doc__,
     ) as dag:
         tasks = [
-            RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime,
-                                      depends_on_past=regime.keeps_state)
+            RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime)
             for task, regime in REGIMES.items()
         ]
         for up, down in zip(tasks, tasks[1:]):

@@ -39,8 +39,7 @@ with DAG(
     aggregate = RegimeSparkSubmitOperator(
         task_id="aggregate",
         application=f"{JOBS}.aggregate",
-        regime=EagerCheckpoint(),
-        depends_on_past=True,  # epoch t's state is built on epoch t-1's
+        regime=EagerCheckpoint(),  # keeps state: its epochs run in order (depends_on_past)
     )
     publish = RegimeSparkSubmitOperator(
         task_id="publish", application=f"{JOBS}.publish", regime=Batch(log_outputs=True)

@@ -45,8 +45,7 @@ def build_dag(dag_id: str = "falkirk_readings", tally_logs: bool = True, conn_id
         default_args={"epoch_clock": EPOCHS, "conn_id": conn_id, "retries": 0},
         doc_md=__doc__,
     ) as dag:
-        tasks = {task: RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime,
-                                                 depends_on_past=regime.keeps_state)
+        tasks = {task: RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime)
                  for task, regime in regimes(tally_logs).items()}
         for up, down in EDGES:
             tasks[up] >> tasks[down]

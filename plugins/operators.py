@@ -80,6 +80,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         if not isinstance(epoch_clock, EpochClock):
             raise TypeError(f"task {task_id!r}: epoch_clock={epoch_clock!r} is not a falkirk.policies.EpochClock")
         application = job_file(application, task_id)
+        # A task that keeps state builds epoch t on epoch t-1: its epochs run in order.
+        kwargs.setdefault("depends_on_past", regime.keeps_state)
         super().__init__(
             application=application,
             conf={**DEFAULT_SPARK_CONF, **(conf or {})},
@@ -112,6 +114,10 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             inputs=tuple(sorted(self.upstream_task_ids)),
         )
 
+    def job_argv(self, spec: JobSpec) -> list[str]:
+        """The job's command line: the spec, for a job file of its own."""
+        return spec.argv()
+
     def job_env(self) -> dict[str, str]:
         """The job's environment: the operator's ``env_vars``, plus the store's connection
         (``falkirk_default`` if it is defined; without it the worker's ``FALKIRK_*`` variables)."""
@@ -120,7 +126,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         spec = self.job_spec(context)
         self.log.info("Falkirk: %s epoch %s under %s", spec.task_id, spec.epoch, spec.regime.spec())
-        self.application_args = spec.argv()
+        self.application_args = self.job_argv(spec)
         self.env_vars = self.job_env()
         if self.name == "arrow-spark":  # the provider's default application name
             self.name = f"falkirk:{spec.dag_id}.{spec.task_id}:epoch-{spec.epoch}"

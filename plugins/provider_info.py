@@ -1,6 +1,7 @@
 """What the ``falkirk-airflow`` distribution registers with Airflow's providers manager
 (the ``apache_airflow_provider`` entry point): the store's connection type, the hook, the
-operator, and the plugin (the API at ``/falkirk`` and the Falkirk view).
+operator, the ``@task.falkirk`` decorator, and the plugin (the API at ``/falkirk`` and the
+Falkirk view).
 
 Imports nothing: Airflow calls it while it reads its own configuration.
 
@@ -40,4 +41,5 @@ def get_provider_info() -> dict[str, Any]:
             },
         }],
         "plugins": [{"name": "falkirk", "plugin-class": "falkirk.plugins.falkirk_plugin.FalkirkPlugin"}],
+        "task-decorators": [{"name": "falkirk", "class-name": "falkirk.plugins.taskflow.falkirk_task"}],
     }

@@ -27,26 +27,40 @@ from tests.oracle import canonical, expected_tables
 pytestmark = pytest.mark.integration
 
 DAG = "team_orders"
+TASKS = ("ingest", "aggregate", "publish", "top_three")
 USER_DAG = '''\
-"""A team's own DAG: the package's orders jobs, found by module name."""
+"""A team's own DAG: the package's orders jobs, found by module name, and a job of its own
+written inline (the TaskFlow form)."""
 from datetime import datetime, timedelta, timezone
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, task
 
 from falkirk.plugins.operators import RegimeSparkSubmitOperator
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, EpochClock
+from falkirk.spark_jobs.runtime import EpochResult
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+
+
+@task.falkirk(regime=Batch(log_outputs=True))
+def top_three(ctx):
+    """The three customers with the highest running totals this epoch."""
+    from pyspark.sql import functions as F
+
+    totals = ctx.read_input("aggregate")
+    return EpochResult(outputs={"output": totals.orderBy(F.col("total_amount").desc(), "customer")
+                                .limit(3).select("customer", "total_amount")})
+
 
 with DAG(dag_id="team_orders", schedule=None, start_date=EPOCHS.first, catchup=False, max_active_runs=3,
          default_args={"epoch_clock": EPOCHS, "retries": 0}):
     ingest = RegimeSparkSubmitOperator(task_id="ingest", application="falkirk.spark_jobs.pipeline.ingest",
                                        regime=Ephemeral())
     aggregate = RegimeSparkSubmitOperator(task_id="aggregate", application="falkirk.spark_jobs.pipeline.aggregate",
-                                          regime=EagerCheckpoint(), depends_on_past=True)
+                                          regime=EagerCheckpoint())
     publish = RegimeSparkSubmitOperator(task_id="publish", application="falkirk.spark_jobs.pipeline.publish",
                                         regime=Batch(log_outputs=True))
-    ingest >> aggregate >> publish
+    ingest >> aggregate >> [publish, top_three()]
 '''
 USER_PLUGIN = '''\
 """The team's own plugin, beside the package's."""
@@ -152,11 +166,12 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
             client.wait_for_dag(DAG)
             regimes = client.request("GET", f"/falkirk/api/v1/dags/{DAG}/regimes")
             assert {t["task_id"]: t["regime"] for t in regimes["tasks"]} == {
-                "aggregate": "eager_checkpoint", "ingest": "ephemeral", "publish": "batch(log_outputs=true)"}
+                "aggregate": "eager_checkpoint", "ingest": "ephemeral", "publish": "batch(log_outputs=true)",
+                "top_three": "batch(log_outputs=true)"}
             client.set_paused(DAG, False)
             for epoch in (1, 2, 3):
                 client.trigger(DAG, run_id_of(epoch), CLOCK.logical_date(epoch))
-            wait_for(client, {1: {"publish": "success"}, 2: {"aggregate": "failed"}})
+            wait_for(client, {1: {t: "success" for t in TASKS}, 2: {"aggregate": "failed"}})
             faults.write_text("")  # the cause is fixed
 
             env = {"PATH": f"{venv}:/usr/bin:/bin", "HOME": str(tmp_path), **store.env(),
@@ -167,11 +182,11 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
             assert planned.returncode == 0, planned.stderr
             plan = json.loads(planned.stdout)
             rerun = sorted((t["task_id"], e) for t in plan["tasks"] for e in t["rerun"])
-            assert rerun == [("aggregate", 2), ("aggregate", 3), ("publish", 2), ("publish", 3)], plan["tasks"]
+            assert rerun == [(t, e) for t in ("aggregate", "publish", "top_three") for e in (2, 3)], plan["tasks"]
             replayed = subprocess.run([str(venv / "falkirk"), "replay", plan["plan_id"]], env=env, cwd=tmp_path,
                                       capture_output=True, text=True, timeout=1200)
             assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
-            wait_for(client, {e: {t: "success" for t in ("ingest", "aggregate", "publish")} for e in (1, 2, 3)})
+            wait_for(client, {e: {t: "success" for t in TASKS} for e in (1, 2, 3)})
         finally:
             stack.stop()
     want = expected_tables([1, 2, 3])
@@ -179,8 +194,13 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
         task, table = name.split("/")
         uri = store.table_uri(Tier.DURABLE, DAG, task, table)
         assert canonical(scan(DeltaTable(uri)).to_pylist()) == canonical(want[name]), name
+    top = [{"customer": r["customer"], "total_amount": r["total_amount"], "epoch": e} for e in (1, 2, 3)
+           for r in sorted((r for r in want["aggregate/output"] if r["epoch"] == e),
+                           key=lambda r: (-r["total_amount"], r["customer"]))[:3]]
+    uri = store.table_uri(Tier.DURABLE, DAG, "top_three", "output")
+    assert canonical(scan(DeltaTable(uri)).to_pylist()) == canonical(top)
     assert sorted({(e.task_id, e.epoch) for e in Ledger(store).entries(DAG)}) == [
-        (t, e) for t in ("aggregate", "ingest", "publish") for e in (1, 2, 3)]
+        (t, e) for t in sorted(TASKS) for e in (1, 2, 3)]
 
 
 def last_json(output: str):
@@ -196,5 +216,6 @@ def wait_for(client, expected: dict[int, dict[str, str]], timeout: float = 900) 
         now = {e: {t: ti["state"] for t, ti in client.task_instances(DAG, run_id_of(e)).items()} for e in expected}
         if all(now[e].get(t) == s for e, want in expected.items() for t, s in want.items()):
             return
-        assert time.monotonic() < deadline, f"states {now}, expected {expected}"
+        failed = [(e, t) for e in now for t, s in now[e].items() if s == "failed" and expected[e].get(t) != "failed"]
+        assert not failed and time.monotonic() < deadline, f"states {now}, expected {expected}"
         time.sleep(2)

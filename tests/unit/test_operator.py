@@ -74,3 +74,63 @@ def test_store_credentials_come_from_the_named_airflow_connection(monkeypatch: p
     op.store_conn_id = "pg"
     with pytest.raises(ValueError, match="connection 'pg': type 'postgres' cannot hold store credentials"):
         op.job_env()
+
+
+def test_the_store_hook_reads_a_falkirk_store_connection_or_falls_back_to_the_environment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import json
+
+    from falkirk.plugins.store_hook import FalkirkStoreHook
+    from falkirk.policies import StoreError
+
+    monkeypatch.setenv("FALKIRK_STORE_URI", str(tmp_path / "env-store"))
+    monkeypatch.delenv("FALKIRK_SCRATCH_URI", raising=False)
+    assert FalkirkStoreHook().get_store().durable_uri == str(tmp_path / "env-store")  # no falkirk_default
+    with pytest.raises(StoreError, match="connection 'lake' is not defined: create it"):
+        FalkirkStoreHook("lake").get_store()
+
+    monkeypatch.setenv("AIRFLOW_CONN_FALKIRK_DEFAULT", json.dumps({
+        "conn_type": "falkirk_store", "login": "KEY", "password": "SECRET",
+        "extra": {"store_uri": "s3://lake/falkirk", "scratch_uri": "/mnt/scratch", "endpoint_url": "https://s3.x"}}))
+    store = FalkirkStoreHook().get_store()
+    assert (store.durable_uri, store.scratch_uri) == ("s3://lake/falkirk", "/mnt/scratch")
+    assert store.storage_options == {"AWS_ACCESS_KEY_ID": "KEY", "AWS_SECRET_ACCESS_KEY": "SECRET",
+                                     "AWS_ENDPOINT_URL": "https://s3.x"}
+
+
+def test_jobs_by_module_name_and_depends_on_past_from_the_regime() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from falkirk.plugins.operators import RegimeSparkSubmitOperator
+    from falkirk.policies import Batch, EagerCheckpoint, EpochClock, LazyCheckpoint
+
+    clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+    ops = {regime.spec(): RegimeSparkSubmitOperator(task_id=f"t{i}", application="falkirk.spark_jobs.pipeline.ingest",
+                                                    regime=regime, epoch_clock=clock)
+           for i, regime in enumerate((Batch(), EagerCheckpoint(), LazyCheckpoint(every=2)))}
+    assert {k: op.depends_on_past for k, op in ops.items()} == {
+        "batch(log_outputs=false)": False, "eager_checkpoint": True,
+        "lazy_checkpoint(every=2, log_outputs=false)": True}
+    assert ops["eager_checkpoint"].application == str(ROOT / "spark_jobs" / "pipeline" / "ingest.py")
+    explicit = RegimeSparkSubmitOperator(task_id="x", application="falkirk.spark_jobs.pipeline.ingest",
+                                         regime=Batch(), epoch_clock=clock, depends_on_past=True)
+    assert explicit.depends_on_past
+    with pytest.raises(FileNotFoundError, match="'falkirk.spark_jobs.nope' is neither a file nor an importable"):
+        RegimeSparkSubmitOperator(task_id="x", application="falkirk.spark_jobs.nope", regime=Batch(),
+                                  epoch_clock=clock)
+
+
+def test_the_taskflow_form_refuses_what_a_task_could_not_find_where_it_runs() -> None:
+    from falkirk.plugins.taskflow import falkirk_task
+    from falkirk.policies import Batch
+
+    with pytest.raises(TypeError, match="needs regime="):
+        falkirk_task(lambda ctx: None)
+
+    def outer():
+        @falkirk_task(regime=Batch())
+        def inner(ctx):
+            return None
+
+    with pytest.raises(TypeError, match="must be a function defined at the top level of the DAG file"):
+        outer()
