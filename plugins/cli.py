@@ -52,9 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["solve"]:
         return solver_cli.main(argv)
-    parser = argparse.ArgumentParser(prog="falkirk", description="Falkirk Wheel rollback recovery for Airflow.")
+    parser = argparse.ArgumentParser(prog="falkirk", description="Falkirk Wheel rollback recovery for Airflow.",
+                                     epilog="falkirk solve SCENARIO.json answers a rollback scenario "
+                                            "(falkirk-scenario/1) as JSON; see falkirk solve --help.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("solve", help="answer a rollback scenario (falkirk-scenario/1) as JSON")
     plan = sub.add_parser("plan", help="plan a recovery from the ledger and Airflow (changes nothing)")
     plan.add_argument("--dag", required=True)
     plan.add_argument("--failed-task", action="append", default=[], metavar="TASK[:EPOCH]",

@@ -44,7 +44,7 @@ the ledger itself (:meth:`TaskGraph.from_ledger`: every input a task ever read).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable
 
 from falkirk.policies.epoch_tables import CommitKey, epoch_rows, open_table
 from falkirk.policies.graph import Edge, Graph, Processor
@@ -289,12 +289,3 @@ def _restorable(row: LedgerEntry, readable: Readable) -> bool:
 
 def _key(row: LedgerEntry) -> CommitKey:
     return CommitKey(row.dag_id, row.task_id, row.epoch, row.map_index, row.incarnation)
-
-
-def describe(chains: Mapping[str, Chain]) -> str:
-    """One line per task: its restorable epochs (for people; bounds are shown as epochs)."""
-    lines = []
-    for task, chain in chains.items():
-        epochs = [str(c.f - 1) for c in chain.checkpoints[1:]]
-        lines.append(f"{task}: ∅" + (", " + ", ".join(epochs) if epochs else ""))
-    return "\n".join(lines)

@@ -282,6 +282,6 @@ def _epochs(epochs: tuple[int, ...]) -> str:
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            break
         n /= 1024
-    return f"{n} B"
+    return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

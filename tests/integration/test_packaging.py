@@ -76,7 +76,8 @@ CLOCK = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timed
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run([str(VENV_BIN / "uv"), "build", "--wheel", "--out-dir", str(out), str(PROJECT_ROOT)],
+    # The sdist first, then the wheel from it: a clean tree, nothing written into the checkout.
+    built = subprocess.run([str(VENV_BIN / "uv"), "build", "--out-dir", str(out), str(PROJECT_ROOT)],
                            capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     (found,) = out.glob("falkirk_airflow-*.whl")
@@ -109,7 +110,8 @@ def test_the_wheel_installs_one_import_name(wheel: Path, venv: Path, tmp_path: P
         meta = next(n for n in whl.namelist() if n.endswith(".dist-info/top_level.txt"))
         assert whl.read(meta).decode().split() == ["falkirk"]
         entry_points = whl.read(next(n for n in whl.namelist() if n.endswith("entry_points.txt"))).decode()
-    assert {t for t in tops if not t.endswith(".dist-info")} == {"falkirk"}
+        bundled = "falkirk/plugins/ui/falkirk.js" in whl.namelist()  # the view's bundle
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"falkirk"} and bundled
     assert "provider_info = falkirk.plugins.provider_info:get_provider_info" in entry_points
     assert "falkirk = falkirk.plugins.falkirk_plugin:FalkirkPlugin" in entry_points
     for name in ("plugins", "policies", "spark_jobs", "devstack", "tests", "benchmarks"):

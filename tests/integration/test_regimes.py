@@ -59,7 +59,7 @@ def epochs_in(store: StoreConfig, tier: Tier, task: str, table: str) -> dict[int
 
 
 S, D = Tier.SCRATCH, Tier.DURABLE
-# ARCHITECTURE.md §3, written out: regime, the outputs' tier, and the state's tiers at epochs 1, 2, 3.
+# The Falkirk Wheel's Figure 1, written out: regime, the outputs' tier, and the state's tiers at epochs 1, 2, 3.
 CASES = [
     ("ephemeral", Ephemeral(), S, [(), (), ()]),
     ("batch", Batch(), S, [(), (), ()]),
