@@ -232,8 +232,8 @@ def _dag_tasks(dag_id: str) -> list[DagTask]:
         dag = SerializedDagModel.get_dag(dag_id, session=session)
     if dag is None:
         raise HTTPException(status_code=404, detail=f"DAG {dag_id!r} is not in the metadata database")
-    return [DagTask(t.task_id, getattr(t, "falkirk_regime", None), tuple(sorted(t.upstream_task_ids)))
-            for t in dag.tasks]
+    return [DagTask(t.task_id, getattr(t, "falkirk_regime", None), tuple(sorted(t.upstream_task_ids)),
+                    getattr(t, "falkirk_epoch_clock", None)) for t in dag.tasks]
 
 
 def _failures(spec: FailureSpec, tasks: list[DagTask], store: StoreConfig, last_epoch: int) -> list[Failure]:
@@ -423,8 +423,9 @@ def dag_ledger(dag_id: str) -> dict[str, Any]:
 
 @app.get("/api/v1/dags/{dag_id}/regimes", dependencies=[ReadDag])
 def dag_regimes(dag_id: str) -> dict[str, Any]:
-    """Each task's fault-tolerance regime, read from the serialized DAG (no DAG file is imported)."""
-    tasks = [{"task_id": t.task_id, "regime": t.regime} for t in _dag_tasks(dag_id)]
+    """Each task's fault-tolerance regime and epoch clock, read from the serialized DAG (no DAG
+    file is imported)."""
+    tasks = [{"task_id": t.task_id, "regime": t.regime, "epoch_clock": t.epoch_clock} for t in _dag_tasks(dag_id)]
     return {"dag_id": dag_id, "tasks": sorted(tasks, key=lambda t: t["task_id"])}
 
 

@@ -91,13 +91,14 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         self.regime = regime
         self.epoch_clock = epoch_clock
         self.store_conn_id = store_conn_id
-        # The regime's text form, serialized with the DAG: the API server reads it from the
-        # serialized DAG without importing DAG files (see regime_of).
+        # The regime's and the clock's text forms, serialized with the DAG: the API server reads
+        # them from the serialized DAG without importing DAG files (see regime_of, epoch_clock_of).
         self.falkirk_regime = regime.spec()
+        self.falkirk_epoch_clock = epoch_clock.spec()
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
-        return frozenset(super().get_serialized_fields() | {"falkirk_regime"})
+        return frozenset(super().get_serialized_fields() | {"falkirk_regime", "falkirk_epoch_clock"})
 
     def job_spec(self, context: Mapping[str, Any]) -> JobSpec:
         """The job's command line for this task instance."""
@@ -168,6 +169,12 @@ def regime_of(task: Any) -> Regime | None:
     """The regime of a task, live or deserialized from the DAG table; ``None`` if it has none."""
     spec = getattr(task, "falkirk_regime", None)
     return Regime.parse(spec) if isinstance(spec, str) and spec else None
+
+
+def epoch_clock_of(task: Any) -> EpochClock | None:
+    """The epoch clock of a task, live or deserialized from the DAG table; ``None`` if it has none."""
+    spec = getattr(task, "falkirk_epoch_clock", None)
+    return EpochClock.parse(spec) if isinstance(spec, str) and spec else None
 
 
 def job_file(application: str, task_id: str = "?") -> str:

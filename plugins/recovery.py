@@ -501,8 +501,9 @@ def _regimes(dag_id: str, client: AirflowClient) -> dict[str, Regime]:
     """The regimes of the DAG's tasks, as the plugin reads them from the serialized DAG."""
     try:
         body = client.request("GET", f"/falkirk/api/v1/dags/{dag_id}/regimes")
-    except AirflowError:
-        return {}
+    except AirflowError as exc:  # planning without the regimes would leave out tasks with no ledger row
+        raise PlanError(f"the Falkirk API of Airflow at {client.base_url} did not give the regimes of {dag_id!r} "
+                        f"({exc}); is falkirk-airflow installed where Airflow's API server runs?") from None
     return {t["task_id"]: Regime.parse(t["regime"]) for t in body["tasks"] if t.get("regime")}
 
 

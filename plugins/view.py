@@ -35,11 +35,13 @@ UNRECORDED_WHY = ("Airflow reports success but the ledger has no row: a ledger c
 
 @dataclass(frozen=True)
 class DagTask:
-    """A task as the view draws it: its id, regime text (``None`` for a plain Airflow task) and upstream tasks."""
+    """A task as the view draws it: its id, regime text (``None`` for a plain Airflow task),
+    upstream tasks, and the text of its epoch clock."""
 
     task_id: str
     regime: str | None
     upstream: tuple[str, ...]
+    epoch_clock: str | None = None
 
     @property
     def regime_name(self) -> str | None:

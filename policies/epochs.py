@@ -64,6 +64,32 @@ class EpochClock:
             raise EpochError(f"epoch {epoch} is before the first epoch {self.first_epoch}")
         return self.first + (epoch - self.first_epoch) * self.period
 
+    def spec(self) -> str:
+        """The text form, serialized with a DAG's tasks; :meth:`parse` reads it back.
+
+        >>> from datetime import datetime, timedelta, timezone
+        >>> clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(hours=6))
+        >>> clock.spec()
+        'first=2026-01-01T00:00:00+00:00,period_seconds=21600,first_epoch=1'
+        >>> EpochClock.parse(clock.spec()) == clock
+        True
+        """
+        seconds = self.period / timedelta(seconds=1)
+        period = int(seconds) if seconds == int(seconds) else seconds
+        return f"first={self.first.isoformat()},period_seconds={period},first_epoch={self.first_epoch}"
+
+    @classmethod
+    def parse(cls, text: str) -> "EpochClock":
+        """Read a clock from its text form (see :meth:`spec`)."""
+        try:
+            fields = dict(item.split("=", 1) for item in text.split(","))
+            return cls(first=datetime.fromisoformat(fields["first"]),
+                       period=timedelta(seconds=float(fields["period_seconds"])),
+                       first_epoch=int(fields.get("first_epoch", "1")))
+        except (KeyError, ValueError) as exc:
+            raise EpochError(f"{text!r:.100} is not an epoch clock: write "
+                             f"first=ISO-DATE-WITH-ZONE,period_seconds=N[,first_epoch=N] ({exc})") from None
+
     def describe(self) -> str:
         """A short human description, used in error messages."""
         return f"(epoch {self.first_epoch} at {self.first.isoformat()}, one every {self.period})"

@@ -29,6 +29,10 @@ def test_regimes_round_trip_through_the_serialized_dag() -> None:
     assert type(back.get_task("aggregate")).__name__ == "SerializedBaseOperator"  # no DAG code behind it
     assert {t.task_id: regime_of(t) for t in back.tasks} == {
         "ingest": Ephemeral(), "aggregate": EagerCheckpoint(), "publish": Batch(log_outputs=True)}
+    from falkirk.plugins.operators import epoch_clock_of
+
+    clock = bag.dags["falkirk_orders"].get_task("aggregate").epoch_clock
+    assert {t.task_id: epoch_clock_of(t) for t in back.tasks} == {t: clock for t in ("ingest", "aggregate", "publish")}
     from falkirk.policies import LazyCheckpoint
 
     for dag_id, logs in (("falkirk_readings", True), ("falkirk_readings_discard", False)):
