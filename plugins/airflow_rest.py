@@ -171,5 +171,12 @@ class AirflowClient:
                             params={"state": "failed", "limit": 1000})
         return data["task_instances"]
 
+    def dag_runs_at(self, dag_id: str, logical_date: datetime) -> list[str]:
+        """The ids of ``dag_id``'s runs with exactly this logical date."""
+        stamp = logical_date.isoformat()
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
+                            params={"logical_date_gte": stamp, "logical_date_lte": stamp, "limit": 10})
+        return [run["dag_run_id"] for run in data["dag_runs"]]
+
     def dag_exists(self, dag_id: str) -> bool:
         return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200

@@ -39,6 +39,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 from falkirk.policies.checkpoint_chains import StoreReadability, TaskGraph
 from falkirk.policies.epoch_tables import StoreUnreachable, unanswered
+from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.ledger import Ledger, LedgerEntry
 from falkirk.policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan, plan_recovery
 from falkirk.policies.faults import crash_point
@@ -80,13 +81,17 @@ def plan(
     if failed_tasks and client is None:
         raise PlanError("--failed-task without an epoch reads failed task instances from Airflow: "
                         "give --airflow-url and credentials, or write TASK:EPOCH")
-    regimes = _regimes(dag_id, client) if client is not None else {}
+    regimes, clock = _regimes(dag_id, client) if client is not None else ({}, None)
     if failed_tasks:
         ledger = Ledger(store)
         every = ledger.entries(dag_id, include_invalidated=True)
         lost = [] if live_lease(RecoveryLog(store).events(dag_id), dag_id) else _unrecorded_from_airflow(
             dag_id, client, ledger.entries(dag_id), every, regimes, ledger.collected(dag_id))
-        failures += _failed_from_airflow(dag_id, client, failed_tasks, every, lost)
+        found = _failed_from_airflow(dag_id, client, failed_tasks, every, lost, clock)
+        newest = max((e.epoch for e in every), default=0)
+        if last_epoch is None and any(f.epoch > newest for f in found):  # a run that committed nothing
+            last_epoch = max(f.epoch for f in found)
+        failures += found
     failures += [LostScratch(loc) for loc in lost_scratch]
     failures += [BadEpoch(t, e) for t, e in bad_epochs]
     return compute_plan(dag_id, store, failures, regimes, last_epoch=last_epoch, record=record)
@@ -243,7 +248,7 @@ def start_replay(
     check_not_finished(events, plan_id)
     resuming = any(r["plan_id"] == plan_id and r["event"] in ("started", "resumed") for r in events)
     _validate(recovery, store, resuming)  # refuse early, before anything is written
-    runs = _run_ids(recovery, ledger.entries(recovery.dag_id, include_invalidated=True))
+    runs = _run_ids(recovery, ledger.entries(recovery.dag_id, include_invalidated=True), client)
     lease = log.begin(recovery, holder)
     running = RunningReplay(recovery, log, lease, client, runs, {}, 0, started, store)
     try:
@@ -448,9 +453,19 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
         time.sleep(poll)
 
 
-def _run_ids(recovery: RecoveryPlan, entries: Iterable[LedgerEntry]) -> dict[int, str]:
+def _run_ids(recovery: RecoveryPlan, entries: Iterable[LedgerEntry], client: AirflowClient) -> dict[int, str]:
+    """The DAG run of each epoch the plan re-runs: from the ledger, or, for a run that
+    committed nothing, from Airflow by its logical date on the DAG's epoch clock."""
     runs = {e.epoch: e.run_id for e in entries}
     missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
+    if missing:
+        _, clock = _regimes(recovery.dag_id, client)
+        if clock is not None:
+            for epoch in missing:
+                found = client.dag_runs_at(recovery.dag_id, clock.logical_date(epoch))
+                if len(found) == 1:
+                    runs[epoch] = found[0]
+            missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
     if missing:
         raise PlanError(f"epochs {missing} have no ledger row from any task, so their DAG runs are unknown; "
                         f"plan with --last-epoch {min(missing) - 1}")
@@ -475,13 +490,20 @@ def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequen
 
 
 def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str],
-                         entries: Sequence[LedgerEntry], unrecorded: Sequence[FailedTask] = ()) -> list[FailedTask]:
+                         entries: Sequence[LedgerEntry], unrecorded: Sequence[FailedTask] = (),
+                         clock: EpochClock | None = None) -> list[FailedTask]:
     """The failed instances of ``tasks`` (every task for ``"*"``), and those of ``unrecorded``:
-    successful in Airflow without a ledger row, which must run again as well."""
+    successful in Airflow without a ledger row, which must run again as well. A run with no
+    ledger row at all gets its epoch from its logical date and the DAG's epoch clock."""
     epoch_of = {e.run_id: e.epoch for e in entries}
     found = [f for f in unrecorded if "*" in tasks or f.task_id in tasks]
     for ti in client.failed_task_instances(dag_id):
         if "*" in tasks or ti["task_id"] in tasks:
+            if ti["dag_run_id"] not in epoch_of and clock is not None and ti.get("logical_date"):
+                try:
+                    epoch_of[ti["dag_run_id"]] = clock.epoch_of(datetime.fromisoformat(ti["logical_date"]))
+                except EpochError as exc:
+                    raise PlanError(f"failed task instance {ti['task_id']} of run {ti['dag_run_id']}: {exc}") from None
             if ti["dag_run_id"] not in epoch_of:
                 raise PlanError(f"failed task instance {ti['task_id']} of run {ti['dag_run_id']}: no task of that "
                                 f"run is in the ledger, so its epoch is unknown; use --failed-task TASK:EPOCH")
@@ -497,14 +519,17 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
     return sorted(found, key=lambda f: (f.epoch, f.task_id))
 
 
-def _regimes(dag_id: str, client: AirflowClient) -> dict[str, Regime]:
-    """The regimes of the DAG's tasks, as the plugin reads them from the serialized DAG."""
+def _regimes(dag_id: str, client: AirflowClient) -> tuple[dict[str, Regime], EpochClock | None]:
+    """The regimes of the DAG's tasks and its epoch clock, as the plugin reads them from the
+    serialized DAG."""
     try:
         body = client.request("GET", f"/falkirk/api/v1/dags/{dag_id}/regimes")
     except AirflowError as exc:  # planning without the regimes would leave out tasks with no ledger row
         raise PlanError(f"the Falkirk API of Airflow at {client.base_url} did not give the regimes of {dag_id!r} "
                         f"({exc}); is falkirk-airflow installed where Airflow's API server runs?") from None
-    return {t["task_id"]: Regime.parse(t["regime"]) for t in body["tasks"] if t.get("regime")}
+    regimes = {t["task_id"]: Regime.parse(t["regime"]) for t in body["tasks"] if t.get("regime")}
+    clocks = {t["epoch_clock"] for t in body["tasks"] if t.get("epoch_clock")}
+    return regimes, EpochClock.parse(clocks.pop()) if len(clocks) == 1 else None
 
 
 __all__ = ["AlreadyReplayed", "LeaseHeld", "ReplayReport", "RunningReplay", "compute_plan", "plan", "replay",

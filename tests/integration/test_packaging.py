@@ -28,6 +28,7 @@ pytestmark = pytest.mark.integration
 
 DAG = "team_orders"
 TASKS = ("ingest", "aggregate", "publish", "top_three")
+EPOCHS = (1, 2, 3, 4)
 USER_DAG = '''\
 """A team's own DAG: the package's orders jobs, found by module name, and a job of its own
 written inline (the TaskFlow form)."""
@@ -143,15 +144,17 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
         venv: Path, tmp_path: Path) -> None:
     """A project with its own dags/ (the package's jobs by module name) and plugins/ (a plugin
     of its own): Airflow lists both plugins once and no import error; the Falkirk API answers;
-    aggregate's epoch 2 fails, ``falkirk plan`` and ``falkirk replay`` from the environment
-    re-run it, and every table equals the failure-free run."""
+    aggregate's epoch 2 fails, and ingest's epoch 4 fails before anything of that run is in the
+    ledger (its epoch comes from the serialized epoch clock); ``falkirk plan --failed-task '*'``
+    and ``falkirk replay`` from the environment re-run exactly what they affect, and every
+    table equals the failure-free run."""
     project = tmp_path / "project"
     for folder in ("dags", "plugins", "include"):
         (project / folder).mkdir(parents=True)
     (project / "dags" / "team_orders.py").write_text(USER_DAG)
     (project / "plugins" / "team_plugin.py").write_text(USER_PLUGIN)
     faults = tmp_path / "faults"
-    faults.write_text(f"{DAG}/aggregate:2:before-commit\n")
+    faults.write_text(f"{DAG}/aggregate:2:before-commit,{DAG}/ingest:4:before-commit\n")
     store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
     with SparkConnectServer(tmp_path, venv_bin=venv) as spark:
         stack = AirflowStack(home=tmp_path / "airflow", store=store, dags_folder=project / "dags",
@@ -171,38 +174,40 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
                 "aggregate": "eager_checkpoint", "ingest": "ephemeral", "publish": "batch(log_outputs=true)",
                 "top_three": "batch(log_outputs=true)"}
             client.set_paused(DAG, False)
-            for epoch in (1, 2, 3):
+            for epoch in EPOCHS:
                 client.trigger(DAG, run_id_of(epoch), CLOCK.logical_date(epoch))
-            wait_for(client, {1: {t: "success" for t in TASKS}, 2: {"aggregate": "failed"}})
+            wait_for(client, {1: {t: "success" for t in TASKS}, 2: {"aggregate": "failed"}, 4: {"ingest": "failed"}})
+            assert Ledger(store).find(DAG, "ingest", 4) is None and max(e.epoch for e in Ledger(store).entries(DAG)) == 3
             faults.write_text("")  # the cause is fixed
 
             env = {"PATH": f"{venv}:/usr/bin:/bin", "HOME": str(tmp_path), **store.env(),
                    "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
                    "FALKIRK_AIRFLOW_PASSWORD": "admin"}
-            planned = subprocess.run([str(venv / "falkirk"), "plan", "--dag", DAG, "--failed-task", "aggregate",
+            planned = subprocess.run([str(venv / "falkirk"), "plan", "--dag", DAG, "--failed-task", "*",
                                       "--json"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
             assert planned.returncode == 0, planned.stderr
             plan = json.loads(planned.stdout)
             rerun = sorted((t["task_id"], e) for t in plan["tasks"] for e in t["rerun"])
-            assert rerun == [(t, e) for t in ("aggregate", "publish", "top_three") for e in (2, 3)], plan["tasks"]
+            assert rerun == sorted([("ingest", 4), *((t, e) for t in ("aggregate", "publish", "top_three")
+                                                     for e in (2, 3, 4))]), plan["tasks"]
             replayed = subprocess.run([str(venv / "falkirk"), "replay", plan["plan_id"]], env=env, cwd=tmp_path,
                                       capture_output=True, text=True, timeout=1200)
             assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
-            wait_for(client, {e: {t: "success" for t in TASKS} for e in (1, 2, 3)})
+            wait_for(client, {e: {t: "success" for t in TASKS} for e in EPOCHS})
         finally:
             stack.stop()
-    want = expected_tables([1, 2, 3])
+    want = expected_tables(list(EPOCHS))
     for name in ("aggregate/output", "aggregate/state", "publish/output"):
         task, table = name.split("/")
         uri = store.table_uri(Tier.DURABLE, DAG, task, table)
         assert canonical(scan(DeltaTable(uri)).to_pylist()) == canonical(want[name]), name
-    top = [{"customer": r["customer"], "total_amount": r["total_amount"], "epoch": e} for e in (1, 2, 3)
+    top = [{"customer": r["customer"], "total_amount": r["total_amount"], "epoch": e} for e in EPOCHS
            for r in sorted((r for r in want["aggregate/output"] if r["epoch"] == e),
                            key=lambda r: (-r["total_amount"], r["customer"]))[:3]]
     uri = store.table_uri(Tier.DURABLE, DAG, "top_three", "output")
     assert canonical(scan(DeltaTable(uri)).to_pylist()) == canonical(top)
     assert sorted({(e.task_id, e.epoch) for e in Ledger(store).entries(DAG)}) == [
-        (t, e) for t in sorted(TASKS) for e in (1, 2, 3)]
+        (t, e) for t in sorted(TASKS) for e in EPOCHS]
 
 
 def last_json(output: str):
