@@ -183,8 +183,7 @@ def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DE
     with SparkConnectServer(root) as connect:
         progress(f"Spark Connect server at {connect.url}")
         stack = AirflowStack(home=root / "airflow", store=store, port=port or None, extra_env={
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
-                                                      "port": connect.port}), **env})
+            **connect.airflow_env(), **env})
         stack.init()
         stack.start()
         progress(f"Airflow is up at {stack.base_url} (admin/admin) after {time.monotonic() - started:.0f}s")

@@ -38,7 +38,8 @@ class FalkirkStoreHook(BaseHook):
     """The Falkirk store of connection ``conn_id`` (type ``falkirk_store`` or ``aws``).
 
     ``FalkirkStoreHook().get_store()`` is the store every part of a deployment uses: the
-    connection ``falkirk_default`` when it is defined, else the environment variables.
+    connection ``falkirk_default`` when it is defined, else the environment variables. The
+    connection form's fields are declared with the provider (:mod:`falkirk.plugins.provider_info`).
     """
 
     conn_name_attr = "conn_id"
@@ -67,10 +68,6 @@ class FalkirkStoreHook(BaseHook):
         env = self.store_env()
         return StoreConfig.from_env(env) if env else StoreConfig.from_env()
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {"hidden-fields": ["host", "port", "schema"],
-                "relabeling": {"login": "Access key id", "password": "Secret access key"}}
 
 
 def store_env_from_connection(conn: Any) -> dict[str, str]:

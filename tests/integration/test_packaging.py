@@ -22,6 +22,7 @@ from devstack.processes import VENV_BIN
 from devstack.spark import SparkConnectServer
 from falkirk.policies import EpochClock, Ledger, StoreConfig, Tier
 from falkirk.policies.epoch_tables import scan
+from tests.integration.recovery.drill import wait_states
 from tests.oracle import canonical, expected_tables
 
 pytestmark = pytest.mark.integration
@@ -176,7 +177,8 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
             client.set_paused(DAG, False)
             for epoch in EPOCHS:
                 client.trigger(DAG, run_id_of(epoch), CLOCK.logical_date(epoch))
-            wait_for(client, {1: {t: "success" for t in TASKS}, 2: {"aggregate": "failed"}, 4: {"ingest": "failed"}})
+            wait_states(client, DAG, {1: {t: {"success"} for t in TASKS}, 2: {"aggregate": {"failed"}},
+                                      4: {"ingest": {"failed"}}})
             assert Ledger(store).find(DAG, "ingest", 4) is None and max(e.epoch for e in Ledger(store).entries(DAG)) == 3
             faults.write_text("")  # the cause is fixed
 
@@ -193,7 +195,7 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
             replayed = subprocess.run([str(venv / "falkirk"), "replay", plan["plan_id"]], env=env, cwd=tmp_path,
                                       capture_output=True, text=True, timeout=1200)
             assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
-            wait_for(client, {e: {t: "success" for t in TASKS} for e in EPOCHS})
+            wait_states(client, DAG, {e: {t: {"success"} for t in TASKS} for e in EPOCHS})
         finally:
             stack.stop()
     want = expected_tables(list(EPOCHS))
@@ -213,16 +215,3 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
 def last_json(output: str):
     """The JSON a CLI command printed after its log lines."""
     return json.loads(output.strip().splitlines()[-1])
-
-
-def wait_for(client, expected: dict[int, dict[str, str]], timeout: float = 900) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        now = {e: {t: ti["state"] for t, ti in client.task_instances(DAG, run_id_of(e)).items()} for e in expected}
-        if all(now[e].get(t) == s for e, want in expected.items() for t, s in want.items()):
-            return
-        failed = [(e, t) for e in now for t, s in now[e].items() if s == "failed" and expected[e].get(t) != "failed"]
-        assert not failed and time.monotonic() < deadline, f"states {now}, expected {expected}"
-        time.sleep(2)
