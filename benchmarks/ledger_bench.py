@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
-from falkirk.policies.ledger import SCHEMA, Ledger, LedgerEntry, OutputRef
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.ledger import Ledger, LedgerEntry, OutputRef, SCHEMA
 
 
 def median_seconds(fn, repeat: int) -> float:

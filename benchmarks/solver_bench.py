@@ -27,10 +27,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from falkirk.policies.graph import Edge, Graph, Processor
-from falkirk.policies.metadata import Chain, Checkpoint
-from falkirk.policies.solver import Solver
-from falkirk.policies.times import EPOCH, INF
+from falkirk.policies.rollback.graph import Edge, Graph, Processor
+from falkirk.policies.rollback.metadata import Chain, Checkpoint
+from falkirk.policies.rollback.solver import Solver
+from falkirk.policies.rollback.times import EPOCH, INF
 
 LATEST = 151  # every processor has seen epochs 0..150
 

@@ -2,7 +2,7 @@
 
 Every hour, for each DAG in the Falkirk ledger, it garbage-collects what the DAG's
 low-watermarks release: checkpoints no recovery can restore any more, logged outputs
-every consumer has passed, scratch copies below the watermark (``falkirk.policies.collector``,
+every consumer has passed, scratch copies below the watermark (``falkirk.policies.planning.collector``,
 the same as ``falkirk gc --dag D``). The task's log lists what was reclaimed. Trigger it
 with the param ``dry_run`` set to only print the plan.
 """
@@ -28,8 +28,8 @@ def falkirk_maintenance():
     def collect_garbage(**context) -> dict[str, int]:
         """Collect every DAG in the ledger; returns the bytes reclaimed per DAG."""
         from falkirk.plugins.store_hook import FalkirkStoreHook
-        from falkirk.policies.collector import collect
-        from falkirk.policies.ledger import Ledger
+        from falkirk.policies.planning.collector import collect
+        from falkirk.policies.store.ledger import Ledger
 
         store = FalkirkStoreHook().get_store()
         dry_run = bool(context["params"].get("dry_run"))

@@ -18,8 +18,8 @@ from typing import Callable
 from devstack.airflow import PROJECT_ROOT, AirflowClient, AirflowStack
 from devstack.report import epoch_table
 from falkirk.policies.epochs import EpochClock
-from falkirk.policies.ledger import Ledger
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.ledger import Ledger
 
 DAG_ID = "falkirk_orders"
 TASKS = ["ingest", "aggregate", "publish"]

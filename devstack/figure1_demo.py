@@ -37,13 +37,13 @@ from devstack.figure1_report import Strategy, strategies_png, timeline_png, writ
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.airflow_rest import AirflowClient
 from falkirk.plugins.recovery import plan, replay
-from falkirk.policies.epoch_tables import open_table, scan
-from falkirk.policies.ledger import Ledger
+from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.figure1.data import DEFAULT_RECORDS, RECORDS_ENV
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 from falkirk.spark_jobs.figure1.source import ClickstreamSource
-from falkirk.policies.recovery import RecoveryPlan
 
 DAG_ID = "falkirk_figure1"
 REFERENCE = "falkirk_figure1_reference"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from falkirk.policies.ledger import Ledger
+from falkirk.policies.store.ledger import Ledger
 
 
 def epoch_table(ledger: Ledger, dag_id: str, task_order: list[str] | None = None) -> str:

@@ -61,16 +61,17 @@ from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unrecorded
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, plan_view, recovery_history
-from falkirk.policies.checkpoint_status import CheckpointGrid, grid_from_ledger, unrecorded
-from falkirk.policies.epoch_tables import StoreUnreachable, UnreadableTable
-from falkirk.policies.ledger import Ledger, LedgerEntry
-from falkirk.policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
-from falkirk.policies.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
+from falkirk.policies.planning.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
+from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
+from falkirk.policies.store.control import Collections
+from falkirk.policies.store.ledger import Ledger, LedgerEntry
+from falkirk.policies.store.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
 
 log = logging.getLogger(__name__)
 UI = Path(__file__).resolve().parent / "ui"
@@ -313,7 +314,7 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
             for task, run, state in rows}
     ledger = Ledger(store)
     version = ledger.version()
-    collected = ledger.collected(dag_id)
+    collected = Collections(store).through(dag_id)
     grid = grid_from_ledger(ledger, dag_id, [t.task_id for t in tasks], collected_through=collected)
     events = RecoveryLog(store).events(dag_id)
     # While a recovery runs, its rolled-back instances are successful until it clears them.

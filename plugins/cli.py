@@ -1,6 +1,6 @@
 """The ``falkirk`` command line.
 
-* ``falkirk solve SCENARIO.json``: answer a rollback scenario (see :mod:`falkirk.policies.cli`).
+* ``falkirk solve SCENARIO.json``: answer a rollback scenario (see :mod:`falkirk.policies.rollback.cli`).
 * ``falkirk plan --dag D (--failed-task T[:E] | --lost-scratch LOCATION | --bad-epoch T:E) [--json]``:
   compute a recovery plan from the ledger (and, for ``--failed-task T`` without an
   epoch, from the failed task instances Airflow reports), record it, and print it as a
@@ -14,7 +14,7 @@
   (``FALKIRK_LEASE_SECONDS``, default 120); either way ``falkirk replay PLAN_ID`` then
   resumes the plan where it stopped.
 * ``falkirk gc --dag D [--dry-run]``: garbage-collect what the DAG's low-watermarks
-  release (see :mod:`falkirk.policies.collector`) and print it, with the space reclaimed;
+  release (see :mod:`falkirk.policies.planning.collector`) and print it, with the space reclaimed;
   ``--dry-run`` only prints. Needs only the store, not Airflow.
 * ``falkirk delivered --dag D --task T --through E``: record that the external system task
   ``T`` sends to has accepted every record of its epochs up to ``E`` (spec §4.2, output
@@ -40,9 +40,9 @@ from typing import Sequence
 from deltalake.exceptions import DeltaError
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
-from falkirk.policies import cli as solver_cli
-from falkirk.policies.epoch_tables import StoreUnreachable, UnreadableTable
-from falkirk.policies.recovery import PlanError
+from falkirk.policies.planning.recovery import PlanError
+from falkirk.policies.rollback import cli as solver_cli
+from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
 
 EXIT_INVALID = 2
 EXIT_STORE = 3
@@ -154,7 +154,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from falkirk.plugins.recovery import replay
-    from falkirk.policies.recovery_log import AlreadyReplayed
+    from falkirk.policies.store.recovery_log import AlreadyReplayed
 
     client = _client(args.airflow_url, required=True)
     try:
@@ -166,7 +166,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from falkirk.policies.collector import collect
+    from falkirk.policies.planning.collector import collect
 
     if not 0 <= args.retain_hours <= 87_600:
         raise ValueError(f"--retain-hours {args.retain_hours}: give a whole number of hours from 0 to 87600")
@@ -186,7 +186,7 @@ def _gc(args: argparse.Namespace) -> int:
 def _release(args: argparse.Namespace) -> int:
     import getpass
 
-    from falkirk.policies.recovery_log import RecoveryLog
+    from falkirk.policies.store.recovery_log import RecoveryLog
 
     by = os.environ.get("FALKIRK_AIRFLOW_USER") or getpass.getuser()
     held = RecoveryLog(_store()).release(args.dag, by, args.reason)
@@ -196,11 +196,13 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _delivered(args: argparse.Namespace) -> int:
-    from falkirk.policies.ledger import Ledger
+    from falkirk.policies.store.control import Deliveries
+    from falkirk.policies.store.ledger import Ledger
 
-    ledger = Ledger(_store())
-    raised = ledger.record_delivery(args.dag, args.task, args.through)
-    point = ledger.delivered(args.dag).get(args.task, 0)
+    store = _store()
+    deliveries = Deliveries(store)
+    raised = deliveries.record(args.dag, args.task, args.through, Ledger(store).external_senders(args.dag))
+    point = deliveries.through(args.dag).get(args.task, 0)
     print(f"{args.dag}.{args.task}: delivered through epoch {point}" + ("" if raised else " (unchanged)"))
     return 0
 

@@ -2,7 +2,7 @@
 
 :func:`plan` gathers the facts (the ledger's rows, what the store can still read, the
 failed task instances Airflow reports, the regimes of the DAG's tasks) and asks
-:func:`falkirk.policies.recovery.plan_recovery` for a :class:`~falkirk.policies.recovery.RecoveryPlan`,
+:func:`falkirk.policies.planning.recovery.plan_recovery` for a :class:`~falkirk.policies.planning.recovery.RecoveryPlan`,
 which it records in the recovery log so that ``falkirk replay PLAN_ID`` can find it.
 
 :func:`replay` executes a recorded plan, in this order:
@@ -37,13 +37,16 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Mapping, Sequence
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
-from falkirk.policies.checkpoint_chains import StoreReadability, TaskGraph
-from falkirk.policies.epoch_tables import StoreUnreachable, unanswered
 from falkirk.policies.epochs import EpochClock, EpochError
-from falkirk.policies.ledger import Ledger, LedgerEntry
-from falkirk.policies.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan, plan_recovery
 from falkirk.policies.faults import crash_point
-from falkirk.policies.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
+from falkirk.policies.planning.chains import TaskGraph
+from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan,
+    plan_recovery)
+from falkirk.policies.store.commits import StoreUnreachable, unanswered
+from falkirk.policies.store.control import Collections
+from falkirk.policies.store.ledger import Ledger, LedgerEntry
+from falkirk.policies.store.readability import StoreReadability
+from falkirk.policies.store.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
@@ -86,7 +89,7 @@ def plan(
         ledger = Ledger(store)
         every = ledger.entries(dag_id, include_invalidated=True)
         lost = [] if live_lease(RecoveryLog(store).events(dag_id), dag_id) else _unrecorded_from_airflow(
-            dag_id, client, ledger.entries(dag_id), every, regimes, ledger.collected(dag_id))
+            dag_id, client, ledger.entries(dag_id), every, regimes, Collections(store).through(dag_id))
         found = _failed_from_airflow(dag_id, client, failed_tasks, every, lost, clock)
         newest = max((e.epoch for e in every), default=0)
         if last_epoch is None and any(f.epoch > newest for f in found):  # a run that committed nothing
@@ -261,7 +264,7 @@ def start_replay(
             client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
         # One append per plan: a resumed replay whose invalidations were made adds none.
         doomed = [e for e in ledger.entries(recovery.dag_id) if (e.task_id, e.epoch) in rerun]
-        running.invalidated = ledger.invalidate(doomed, plan_id)
+        running.invalidated = ledger.invalidations.record(doomed, plan_id)
         progress(f"plan {plan_id}: invalidated {running.invalidated} ledger rows past the frontiers")
         crash_point("replay", 0, "after-invalidations", dag_id=recovery.dag_id)
         _sweep_later_rows(running, ledger, progress)
@@ -304,7 +307,7 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     """
     recovery = running.plan
     wanted = set(recovery.rerun_set() if wanted is None else wanted)
-    gone = {(t, e, m, inc) for _, t, m, e, inc in ledger.invalidated(recovery.dag_id)}
+    gone = {(t, e, m, inc) for _, t, m, e, inc in ledger.invalidations.keys(recovery.dag_id)}
     current = {(e.task_id, e.epoch) for e in ledger.entries(recovery.dag_id)
                if (e.task_id, e.epoch, e.map_index, e.incarnation) not in gone}
     todo = set()
@@ -346,7 +349,7 @@ def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress
     rows gone (a stateful task waits for its previous epoch's redo), or, if it read them just
     before, refused or withdrew its own commit (``falkirk.spark_jobs.runtime``)."""
     recovery = running.plan
-    since = ledger.invalidated_at(recovery.dag_id, recovery.plan_id)
+    since = ledger.invalidations.recorded_at(recovery.dag_id, recovery.plan_id)
     if since is None:  # the plan rolled nothing back: nothing later was computed from it
         return 0
     affected = _affected_later(running, ledger)
@@ -355,7 +358,7 @@ def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress
     if not later:
         return 0
     digest = ",".join(sorted(f"{e.task_id}:{e.epoch}:{e.incarnation}" for e in later))
-    n = ledger.invalidate(later, f"{recovery.plan_id}+later:{_short_hash(digest)}")
+    n = ledger.invalidations.record(later, f"{recovery.plan_id}+later:{_short_hash(digest)}")
     if n:
         progress(f"plan {recovery.plan_id}: invalidated {n} rows of later DAG runs computed from rolled-back epochs")
     return n
@@ -476,7 +479,7 @@ def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequen
                              every: Sequence[LedgerEntry], regimes: Mapping[str, Regime],
                              collected: Mapping[str, int], newest_runs: int = 100) -> list[FailedTask]:
     """Instances of Falkirk tasks that Airflow reports successful although the ledger has no
-    current row for them (see :func:`falkirk.policies.checkpoint_status.unrecorded`), among the newest
+    current row for them (see :func:`falkirk.plugins.grid_status.unrecorded`), among the newest
     runs; ``current`` are the ledger's current rows, ``every`` includes the rolled-back ones."""
     present = {(e.task_id, e.epoch) for e in current}
     runs = {e.epoch: e.run_id for e in every}

@@ -4,7 +4,7 @@ the ledger, Airflow's task instances and the recovery log.
 These functions take plain values (task lists, ledger rows, log rows) and return JSON-ready
 dicts, so the API routes stay thin and the shapes can be tested without a server.
 
->>> from falkirk.policies.checkpoint_status import CheckpointGrid
+>>> from falkirk.plugins.grid_status import CheckpointGrid
 >>> tasks = [DagTask("clean", "batch(log_outputs=true)", ("source",)), DagTask("source", "ephemeral", ())]
 >>> grid = CheckpointGrid({"source": "SS", "clean": "L-"}, {1: "epoch-1", 2: "epoch-2"}, 2)
 >>> view = dag_view("d", tasks, grid, {("clean", "epoch-2"): "failed"}, [], "/scratch", 3, can_replay=False)
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
-from falkirk.policies.checkpoint_status import CheckpointGrid, CheckpointStatus
-from falkirk.policies.recovery import RecoveryPlan
-from falkirk.policies.recovery_log import GC_PREFIX, lease_seconds
+from falkirk.plugins.grid_status import CheckpointGrid, CheckpointStatus
+from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.regimes import Regime, RegimeError
+from falkirk.policies.store.recovery_log import GC_PREFIX, lease_seconds
 
 # Airflow task-instance states worth showing over a cell; "success" is what the ledger shows.
 LIVE_STATES = ("failed", "upstream_failed", "running", "queued", "scheduled", "up_for_retry", "restarting", "cleared")
@@ -83,7 +83,7 @@ def dag_view(
     ``live_states`` maps (task, run id) to Airflow's state for the instances that are not
     plainly successful; failed ones become the preselected failures. ``unrecorded`` holds the
     (task, epoch, run id) Airflow reports successful without a ledger row
-    (:func:`falkirk.policies.checkpoint_status.unrecorded`): they are shown as such and preselected too.
+    (:func:`falkirk.plugins.grid_status.unrecorded`): they are shown as such and preselected too.
     """
     ordered = topological(tasks)
     ids = [t.task_id for t in ordered]

@@ -4,11 +4,11 @@ Pure Python: nothing here imports Airflow or Spark, so the API server, the sched
 a Spark driver and the tests all share it.
 """
 
-from falkirk.policies.epoch_tables import CommitKey, CommitResult, EpochTableError, commit_epoch, read_epoch
 from falkirk.policies.epochs import EpochClock, EpochError
-from falkirk.policies.ledger import Ledger, LedgerEntry, LedgerError, OutputRef
 from falkirk.policies.regimes import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, Regime, RegimeError, Tier
 from falkirk.policies.store import StoreConfig, StoreError
+from falkirk.policies.store.commits import CommitKey, CommitResult, EpochTableError, commit_epoch, read_epoch
+from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerError, OutputRef
 
 __all__ = [
     "Batch", "CommitKey", "CommitResult", "EagerCheckpoint", "Ephemeral", "EpochClock", "EpochError",

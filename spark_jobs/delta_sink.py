@@ -10,7 +10,7 @@ Parquet file into the table's ``epoch=<t>/`` directory (with pyarrow, to a local
 S3-compatible storage) and returns only the file's path, size and row count. The driver
 then makes all the files visible in **one** Delta commit (delta-rs) that replaces exactly
 that epoch's partition and records the (task, epoch) app transaction, as
-:func:`falkirk.policies.epoch_tables.commit_epoch` does for data it holds itself.
+:func:`falkirk.policies.store.commits.commit_epoch` does for data it holds itself.
 
 A small epoch (at most ``driver_write_max_rows`` rows, found by fetching one row more
 than that) is fetched as Arrow and written by the driver as one file instead: the
@@ -34,11 +34,11 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from falkirk.policies.epoch_tables import (EPOCH, CommitKey, CommitResult, EpochTableError, already_committed, count_epoch,
-                                   missing_commit, open_table, retry_lost_races, scan)
+from falkirk.policies.store.commits import (EPOCH, CommitKey, CommitResult, EpochTableError, already_committed,
+                                            commit_once, count_epoch, missing_commit, open_table, scan)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -97,56 +97,35 @@ def stage(frame: "DataFrame", uri: str, key: CommitKey,
                        table=table)
 
 
-def publish(staged: StagedFiles) -> CommitResult:
+def publish(staged: StagedFiles, attempts: int | None = None) -> CommitResult:
     """Make staged files visible in one Delta commit on the driver, unless the key is already there.
 
-    The check is repeated here, against the table as it is now, so that an attempt that
-    staged its files before another attempt committed (a zombie) changes nothing. A
-    commit racing this one is caught by Delta's own conflict check, and the loser tries
-    again on the table as it is then (:func:`retry_lost_races`): if the winner committed
-    the same key, the loser writes nothing. Epochs that run side by side all find no
-    table at first and race to create it; the losers commit into the winner's table.
+    The commit goes through :func:`falkirk.policies.store.commits.commit_once`, which checks
+    the key again against the table as it is now, so that an attempt that staged its files
+    before another attempt committed (a zombie) changes nothing. A commit racing this one
+    is caught by Delta's own conflict check, and the loser tries again on the table as it
+    is then (at most ``attempts`` times): if the winner committed the same key, the loser
+    writes nothing. Epochs that run side by side all find no table at first and race to
+    create it; the losers commit into the winner's table.
     """
     if staged.done is not None:
         return staged.done
-    first = [staged.table]
-
-    def attempt() -> CommitResult:
-        table = first.pop() if first else None  # a retry re-opens the table
-        return _publish(staged, table)
-
-    return retry_lost_races(attempt, uri=staged.uri)
-
-
-def _publish(staged: StagedFiles, table: "DeltaTable | None") -> CommitResult:
-    uri, key, options = staged.uri, staged.key, staged.storage_options
-    # Freshly read: another attempt may have committed since stage() looked.
-    if table is not None:
-        table.update_incremental()
-    else:
-        table = open_table(uri, options)
-    if already_committed(table, key):
-        return CommitResult(uri, table.version(), count_epoch(table, key.epoch), applied=False)
+    key, options = staged.key, staged.storage_options
     now = int(time.time() * 1000)
     actions = [AddAction(path, size, {EPOCH: str(key.epoch)}, now, True, json.dumps({"numRecords": rows}))
                for path, size, rows in staged.files]
-    # No retry inside delta-rs: a commit that loses the race must not be replayed on top of the
-    # winner (a replayed CREATE or overwrite would add this attempt's files beside the winner's
-    # for the same key). retry_lost_races re-reads the table and re-checks the key instead.
-    props = CommitProperties(
-        app_transactions=[Transaction(key.app_id, key.incarnation)],
-        custom_metadata={"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)},
-        max_commit_retries=0,
-    )
-    if table is None:
-        create_table_with_add_actions(uri, Schema.from_arrow(staged.schema), actions, mode="error",
-                                      partition_by=[EPOCH], storage_options=options, commit_properties=props)
-        table = DeltaTable(uri, storage_options=options)
-    else:
-        table.create_write_transaction(actions, mode="overwrite", schema=staged.schema, partition_by=[EPOCH],
-                                       partition_filters=[(EPOCH, "=", str(key.epoch))], commit_properties=props)
-        table.update_incremental()
-    return CommitResult(uri, table.version(), staged.rows, applied=True)
+
+    def write(table: "DeltaTable | None", properties: CommitProperties) -> None:
+        if table is None:
+            create_table_with_add_actions(staged.uri, Schema.from_arrow(staged.schema), actions, mode="error",
+                                          partition_by=[EPOCH], storage_options=options,
+                                          commit_properties=properties)
+        else:
+            table.create_write_transaction(actions, mode="overwrite", schema=staged.schema, partition_by=[EPOCH],
+                                           partition_filters=[(EPOCH, "=", str(key.epoch))],
+                                           commit_properties=properties)
+
+    return commit_once(staged.uri, key, write, staged.rows, options, table=staged.table, attempts=attempts)
 
 
 DRIVER_READ_MAX_BYTES = 16 * 1024 * 1024
@@ -161,7 +140,7 @@ def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None
     ``rows`` is the row count the ledger recorded for that commit. The epoch is read only
     while the table still holds exactly that commit: a table that is gone, a commit that was
     never made, or a partition deleted since (garbage collection) raises
-    :class:`~falkirk.policies.epoch_tables.EpochTableError` naming the table and the epoch, never an
+    :class:`~falkirk.policies.store.commits.EpochTableError` naming the table and the epoch, never an
     empty DataFrame that a job would take for an epoch without data.
 
     The driver reads only the Delta log: which files make up the epoch, their sizes, the

@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from falkirk.policies.ledger import Ledger
+from falkirk.policies.store.control import Deliveries
+from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.runtime import Sent
 
 
@@ -78,10 +79,11 @@ class Outbox:
 def report_deliveries(ledger: Ledger, dag_id: str, task_id: str, outbox: Outbox) -> int:
     """Record in the ledger what ``outbox`` has accepted of ``task_id``'s epochs; returns the
     task's delivery point. Epochs the task has not committed yet are not reported."""
+    deliveries = Deliveries(ledger.store)
     committed = {e.epoch for e in ledger.entries(dag_id, task_id)}
     through = 0
     while through + 1 in committed and through + 1 <= outbox.accepted_through():
         through += 1
     if through:
-        ledger.record_delivery(dag_id, task_id, through)
-    return ledger.delivered(dag_id).get(task_id, 0)
+        deliveries.record(dag_id, task_id, through, ledger.external_senders(dag_id))
+    return deliveries.through(dag_id).get(task_id, 0)

@@ -37,11 +37,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from falkirk.policies.epoch_tables import CommitKey, EpochTableError
 from falkirk.policies.job_spec import JobSpec
-from falkirk.policies.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import CommitKey, EpochTableError
+from falkirk.policies.store.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
 from falkirk.spark_jobs.delta_sink import DRIVER_WRITE_MAX_ROWS, publish, read_frame, stage
 from falkirk.spark_jobs.faults import crash_point
 
@@ -73,7 +73,7 @@ class Sent:
     The job sends them itself, before the commit; a crash before the ledger row means the
     epoch runs and sends again, so the destination must accept a repeated batch. The epoch
     becomes a checkpoint only once the destination has accepted it
-    (:meth:`falkirk.policies.ledger.Ledger.record_delivery`).
+    (:class:`falkirk.policies.store.control.Deliveries`).
     """
 
     destination: str
@@ -217,7 +217,7 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
         return 0
     # A recovery that rolled this epoch back invalidated its row: redo it as the next
     # incarnation, the only commit that replaces the rows already in its tables.
-    incarnation = max(args.incarnation, ledger.next_incarnation(args.dag_id, args.task_id, args.epoch,
+    incarnation = max(args.incarnation, ledger.invalidations.next_incarnation(args.dag_id, args.task_id, args.epoch,
                                                                args.map_index))
     if incarnation != args.incarnation:
         _say(f"{label}: rolled back by a recovery; redoing it as incarnation {incarnation}")
@@ -342,13 +342,13 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) 
     """
     if not ctx.depends_on:
         return
-    gone = ctx.ledger.invalidated(ctx.args.dag_id)
+    gone = ctx.ledger.invalidations.keys(ctx.args.dag_id)
     stale = sorted((t, e) for (t, e), row in ctx.depends_on.items()
                    if (row.dag_id, row.task_id, row.map_index, row.epoch, row.incarnation) in gone)
     if not stale:
         return
     if appended:
-        ctx.ledger.invalidate([entry], f"withdrawn:{entry.task_id}:{entry.epoch}:{entry.incarnation}")
+        ctx.ledger.invalidations.record([entry], f"withdrawn:{entry.task_id}:{entry.epoch}:{entry.incarnation}")
     raise RolledBack(f"{entry.task_id} epoch {entry.epoch}: {', '.join(f'{t} epoch {e}' for t, e in stale)} "
                      f"was rolled back by a recovery while this epoch ran; its commit is "
                      f"{'withdrawn' if appended else 'not made'}, and the recovery re-runs it")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from deltalake import DeltaTable
 
-from falkirk.policies.epoch_tables import scan
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import scan
 
 DAG_ID = "falkirk_orders"
 # table -> tier of the demo pipeline's regimes

@@ -7,7 +7,7 @@ jobs that need the whole graph (``events`` acknowledging its source) share one d
 import os
 
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
-from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
+from falkirk.policies.planning.chains import DataEdge, TaskGraph
 
 REGIMES = {"events": Ephemeral(), "popularity": Batch(log_outputs=True), "rank": LazyCheckpoint(every=3),
            "answers": Ephemeral(), "stats": EagerCheckpoint()}

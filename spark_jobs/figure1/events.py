@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from falkirk.policies.checkpoint_chains import StoreReadability
-from falkirk.policies.monitor import acknowledged_inputs, durable_only
+from falkirk.policies.planning.monitor import acknowledged_inputs
+from falkirk.policies.store.readability import StoreReadability, durable_only
 from falkirk.spark_jobs.figure1 import GRAPH
 from falkirk.spark_jobs.figure1.source import ClickstreamSource
 from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job

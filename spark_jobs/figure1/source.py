@@ -4,7 +4,7 @@ A real clickstream (a message queue, a landing bucket) cannot hold data for ever
 pipeline acknowledges an epoch, the source may forget it. Acknowledging too early loses
 data a recovery needs; the events task therefore acknowledges only the epochs inside its
 low-watermark, computed from the durable checkpoints in the ledger
-(:func:`falkirk.policies.monitor.acknowledged_inputs`): epochs that no failure can ever make the
+(:func:`falkirk.policies.planning.monitor.acknowledged_inputs`): epochs that no failure can ever make the
 pipeline read again. Reading an acknowledged epoch is an error, so a premature
 acknowledgement shows up as a failed recovery, not as silently different data.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from falkirk.policies import Ephemeral, LazyCheckpoint
-from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
+from falkirk.policies.planning.chains import DataEdge, TaskGraph
 from falkirk.policies.regimes import Regime
 
 EDGES = [("intake", "tally"), ("tally", "deliver")]

@@ -3,13 +3,13 @@
 Nothing durable: after a loss the epoch is read again from the inbox, which keeps it until
 it is acknowledged (:mod:`falkirk.spark_jobs.inbox`). Each run first acknowledges what the low-
 watermarks allow, so the inbox shrinks with the pipeline even without the maintenance DAG;
-the monitor (:func:`falkirk.policies.collector.collect` with ``acknowledge=``) can do it sooner.
+the monitor (:func:`falkirk.policies.planning.collector.collect` with ``acknowledge=``) can do it sooner.
 """
 
 from __future__ import annotations
 
-from falkirk.policies.checkpoint_chains import StoreReadability
-from falkirk.policies.monitor import acknowledged_inputs, durable_only
+from falkirk.policies.planning.monitor import acknowledged_inputs
+from falkirk.policies.store.readability import StoreReadability, durable_only
 from falkirk.spark_jobs.inbox import Inbox
 from falkirk.spark_jobs.readings import GRAPH, INBOX_ENV, location
 from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job

@@ -7,7 +7,7 @@ the runtime's own context and commit): ``intake`` (Ephemeral) reads an inbox,
 (Ephemeral) sends them to an outbox whose reader accepts them by receipt. G1a: tally
 discards its output (scratch only); G1b: tally logs it durably.
 
-The spec's steps, with the monitor (:func:`falkirk.policies.collector.collect`) run after each:
+The spec's steps, with the monitor (:func:`falkirk.policies.planning.collector.collect`) run after each:
 
 * T1: intake has sealed epochs 1 and 2; tally has no checkpoint yet;
 * T2: tally checkpoints epoch 1 (and deliver sends epoch 1, not yet accepted);
@@ -27,16 +27,15 @@ from collections import defaultdict
 import pytest
 
 from falkirk.policies import Ledger, StoreConfig
-from falkirk.policies.checkpoint_chains import StoreReadability
-from falkirk.policies.collector import collect
 from falkirk.policies.job_spec import JobSpec
-from falkirk.policies.recovery import LostScratch, plan_recovery
+from falkirk.policies.planning.collector import collect
+from falkirk.policies.planning.recovery import LostScratch, plan_recovery
+from falkirk.policies.store.control import Collections, Deliveries
+from falkirk.policies.store.readability import StoreReadability
 from falkirk.spark_jobs.inbox import ARCHIVE_DIR, Inbox, InboxError
 from falkirk.spark_jobs.outbox import Outbox, report_deliveries
-from falkirk.spark_jobs.readings import GRAPH, location, reading, regimes
-from falkirk.spark_jobs.readings import deliver as deliver_job
-from falkirk.spark_jobs.readings import intake as intake_job
-from falkirk.spark_jobs.readings import tally as tally_job
+from falkirk.spark_jobs.readings import (GRAPH, deliver as deliver_job, intake as intake_job, location, reading,
+    regimes, tally as tally_job)
 from falkirk.spark_jobs.runtime import EpochContext, commit
 
 JOBS = {"intake": intake_job.compute, "tally": tally_job.compute, "deliver": deliver_job.compute}
@@ -88,7 +87,7 @@ def test_scenario_g1_acknowledgements_and_collection_step_by_step(spark, tmp_pat
 
     def run(task: str, epoch: int) -> None:
         spec = JobSpec(dag, task, epoch, regimes(logs)[task], f"epoch-{epoch}", inputs=INPUTS[task],
-                       incarnation=ledger.next_incarnation(dag, task, epoch))
+                       incarnation=ledger.invalidations.next_incarnation(dag, task, epoch))
         ctx = EpochContext(spec, store, ledger, spark)
         commit(ctx, JOBS[task](ctx))
 
@@ -123,7 +122,7 @@ def test_scenario_g1_acknowledgements_and_collection_step_by_step(spark, tmp_pat
     run("deliver", 2)
     step("T4")
     # The checkpoints collected in G1b are marked in the ledger; G1a keeps everything.
-    assert ledger.collected(dag) == ({"intake": 1, "tally": 1} if logs else {})
+    assert Collections(ledger.store).through(dag) == ({"intake": 1, "tally": 1} if logs else {})
     if logs:
         with pytest.raises(InboxError, match="acknowledged"):
             inbox.read(2)
@@ -138,7 +137,7 @@ def test_scenario_g1_acknowledgements_and_collection_step_by_step(spark, tmp_pat
     assert p.task("deliver").frontier == 1
     if not logs:
         assert p.task("tally").restore_from.epoch == 1
-    ledger.invalidate([e for e in ledger.entries(dag) if (e.task_id, e.epoch) in p.rerun_set()], p.plan_id)
+    ledger.invalidations.record([e for e in ledger.entries(dag) if (e.task_id, e.epoch) in p.rerun_set()], p.plan_id)
     for task in GRAPH.tasks:
         if 2 in reruns.get(task, ()):
             run(task, 2)
@@ -169,7 +168,7 @@ def test_bad_delivery_reports_are_refused_and_change_nothing(spark, tmp_path, mo
     ]:
         assert main(["delivered", "--dag", "bad", *argv]) == 2
         assert message in capsys.readouterr().err
-    assert ledger.delivered("bad") == {}
+    assert Deliveries(ledger.store).through("bad") == {}
     assert main(["delivered", "--dag", "bad", "--task", "deliver", "--through", "1"]) == 0
     assert main(["delivered", "--dag", "bad", "--task", "deliver", "--through", "1"]) == 0  # idempotent
-    assert "(unchanged)" in capsys.readouterr().out and ledger.delivered("bad") == {"deliver": 1}
+    assert "(unchanged)" in capsys.readouterr().out and Deliveries(ledger.store).through("bad") == {"deliver": 1}

@@ -21,12 +21,14 @@ from pathlib import Path
 import pytest
 
 from falkirk.policies import Batch, LazyCheckpoint, Ledger, StoreConfig
-from falkirk.policies.checkpoint_chains import DataEdge, StoreReadability, TaskGraph
-from falkirk.policies.collector import collect, live_partitions
-from falkirk.policies.epoch_tables import open_table, scan
 from falkirk.policies.job_spec import JobSpec
-from falkirk.policies.recovery import LostScratch, plan_recovery
+from falkirk.policies.planning.chains import DataEdge, TaskGraph
+from falkirk.policies.planning.collector import collect, live_partitions
+from falkirk.policies.planning.recovery import LostScratch, plan_recovery
 from falkirk.policies.regimes import Tier
+from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.control import Collections
+from falkirk.policies.store.readability import StoreReadability
 from falkirk.spark_jobs.pipeline.source import orders_for_epoch
 from falkirk.spark_jobs.runtime import EpochContext, EpochResult, commit
 
@@ -66,7 +68,7 @@ def job(ctx: EpochContext) -> EpochResult:
 def run_epoch(spark, store: StoreConfig, dag: str, epoch: int, tasks=tuple(REGIMES)) -> None:
     ledger = Ledger(store)
     for task in tasks:
-        inc = ledger.next_incarnation(dag, task, epoch)
+        inc = ledger.invalidations.next_incarnation(dag, task, epoch)
         ctx = EpochContext(JobSpec(dag, task, epoch, REGIMES[task], f"epoch-{epoch}", inputs=INPUTS[task],
                                    incarnation=inc), store, ledger, spark)
         commit(ctx, job(ctx))
@@ -79,7 +81,7 @@ def live(store: StoreConfig, dag: str) -> dict[str, int]:
         "totals scratch state": len(live_partitions(store, store.table_uri(Tier.SCRATCH, dag, "totals", "state"))),
         "events log": len(live_partitions(store, store.table_uri(Tier.DURABLE, dag, "events", "output"))),
     }
-    collected = Ledger(store).collected(dag)
+    collected = Collections(store).through(dag)
     out["ledger rows"] = sum(1 for e in Ledger(store).entries(dag) if e.epoch > collected.get(e.task_id, 0))
     return out
 
@@ -134,7 +136,7 @@ def test_dry_run_changes_nothing_and_a_second_run_reclaims_nothing(spark, tmp_pa
 
     def snapshot() -> dict:
         files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-        return {"files": files, "collected": Ledger(store).collected(GC), "ledger": Ledger(store).version()}
+        return {"files": files, "collected": Collections(store).through(GC), "ledger": Ledger(store).version()}
 
     before = snapshot()
     for k, v in store.env().items():
@@ -181,7 +183,7 @@ def test_a_recovery_after_collection_still_runs_and_matches(spark, tmp_path) -> 
                       StoreReadability(store))
     assert {t.task_id: t.rerun for t in p.tasks if t.rerun} == {"totals": (11, 12, 13)}
     assert p.task("totals").restore_from.epoch == 10
-    ledger.invalidate([e for e in ledger.entries(GC) if (e.task_id, e.epoch) in p.rerun_set()], p.plan_id)
+    ledger.invalidations.record([e for e in ledger.entries(GC) if (e.task_id, e.epoch) in p.rerun_set()], p.plan_id)
     for epoch in (11, 12, 13):
         run_epoch(spark, store, GC, epoch, tasks=("totals",))
 

@@ -15,8 +15,8 @@ from deltalake import DeltaTable
 from devstack.airflow import PROJECT_ROOT
 from devstack.spark import spark_submit
 from falkirk.policies import EagerCheckpoint, Ephemeral, Ledger, StoreConfig, Tier
-from falkirk.policies.epoch_tables import open_table
 from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.store.commits import open_table
 from tests.oracle import canonical, expected_tables
 from tests.tables import DAG_ID, table_rows
 

@@ -38,8 +38,8 @@ from devstack.airflow import USERS, AirflowStack
 from devstack.demo import run_id_of
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.airflow_rest import AirflowClient
-from falkirk.policies.ledger import COMPACT_EVERY, SCHEMA, InputRef, Ledger, LedgerEntry, OutputRef
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.ledger import COMPACT_EVERY, InputRef, Ledger, LedgerEntry, OutputRef, SCHEMA
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import wait_states
 from tests.sentinel import checksum
@@ -477,7 +477,7 @@ def test_admin_releases_a_dead_executors_lease_from_the_view(view_stack: ViewSta
     import subprocess
 
     from devstack.processes import VENV_BIN
-    from falkirk.policies.recovery_log import RecoveryLog
+    from falkirk.policies.store.recovery_log import RecoveryLog
 
     vs = view_stack
     env = {**os.environ, **vs.store.env(), "FALKIRK_AIRFLOW_URL": vs.stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",

@@ -24,8 +24,8 @@ import pytest
 from PIL import Image
 
 from devstack.figure1_demo import DAG_ID, REFERENCE, DemoOutcome, run_demo
-from falkirk.policies.epoch_tables import open_table, scan
-from falkirk.policies.ledger import Ledger
+from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.figure1.data import QUERIES_PER_EPOCH
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 from falkirk.spark_jobs.figure1.source import ClickstreamSource

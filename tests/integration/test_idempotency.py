@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from falkirk.policies import EagerCheckpoint, Ledger, StoreConfig, Tier
-from falkirk.policies.epoch_tables import open_table, scan
 from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.store.commits import open_table, scan
 from falkirk.spark_jobs import runtime
 from falkirk.spark_jobs.runtime import EpochContext, EpochResult, commit
 

@@ -24,9 +24,10 @@ import shutil
 from pathlib import Path
 
 from falkirk.policies import Batch, Ephemeral, LazyCheckpoint, Ledger, StoreConfig
-from falkirk.policies.checkpoint_chains import StoreReadability, TaskGraph, chains_from_ledger
 from falkirk.policies.job_spec import JobSpec
-from falkirk.policies.solver import solve
+from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger
+from falkirk.policies.rollback.solver import solve
+from falkirk.policies.store.readability import StoreReadability
 from falkirk.spark_jobs.pipeline.source import orders_for_epoch
 from falkirk.spark_jobs.runtime import EpochContext, EpochResult, commit
 

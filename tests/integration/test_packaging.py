@@ -21,7 +21,7 @@ from devstack.demo import run_id_of
 from devstack.processes import VENV_BIN
 from devstack.spark import SparkConnectServer
 from falkirk.policies import EpochClock, Ledger, StoreConfig, Tier
-from falkirk.policies.epoch_tables import scan
+from falkirk.policies.store.commits import scan
 from tests.integration.recovery.drill import wait_states
 from tests.oracle import canonical, expected_tables
 

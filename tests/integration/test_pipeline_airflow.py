@@ -11,8 +11,9 @@ import httpx
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, run_id_of
 from devstack.processes import wait_until
-from falkirk.policies.ledger import Ledger
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.control import Collections
+from falkirk.policies.store.ledger import Ledger
 from tests.integration.conftest import EPOCHS
 from tests.oracle import canonical, expected_tables
 from tests.tables import TABLES, snapshot, table_rows
@@ -121,7 +122,7 @@ def test_the_maintenance_dag_collects_on_its_schedule(three_epochs, airflow_stac
         assert canonical(table_rows(local_store, "aggregate/state")) == canonical(state_3)
         assert _epochs(local_store, "ingest/output") == [] and _epochs(local_store, "aggregate/output") == []
         assert canonical(table_rows(local_store, "publish/output")) == canonical(publish)
-        assert Ledger(local_store).collected(DAG_ID) == {"ingest": 2, "aggregate": 2, "publish": 2}
+        assert Collections(local_store).through(DAG_ID) == {"ingest": 2, "aggregate": 2, "publish": 2}
 
         # A dry run, then a second real run, through Airflow: neither changes anything.
         after = snapshot(local_store)
@@ -129,6 +130,6 @@ def test_the_maintenance_dag_collects_on_its_schedule(three_epochs, airflow_stac
             client.trigger(MAINTENANCE, run_id, datetime.now(timezone.utc), conf={"dry_run": dry_run})
             assert client.wait_for_run(MAINTENANCE, run_id, progress=print) == "success"
             assert snapshot(local_store) == after, run_id
-            assert Ledger(local_store).collected(DAG_ID) == {"ingest": 2, "aggregate": 2, "publish": 2}
+            assert Collections(local_store).through(DAG_ID) == {"ingest": 2, "aggregate": 2, "publish": 2}
     finally:
         client.set_paused(MAINTENANCE, True)

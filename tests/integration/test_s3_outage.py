@@ -28,10 +28,10 @@ from devstack.s3 import MotoS3
 from devstack.s3_outage import S3Outage
 from devstack.spark import SparkConnectServer
 from falkirk.policies import EagerCheckpoint, Ephemeral, Ledger, StoreConfig, Tier
-from falkirk.policies.epoch_tables import scan
 from falkirk.policies.job_spec import JobSpec
-from falkirk.policies.recovery import FailedTask, RecoveryPlan
-from falkirk.policies.recovery_log import RecoveryLog
+from falkirk.policies.planning.recovery import FailedTask, RecoveryPlan
+from falkirk.policies.store.commits import scan
+from falkirk.policies.store.recovery_log import RecoveryLog
 from tests.oracle import canonical, expected_tables
 
 pytestmark = pytest.mark.integration
@@ -187,7 +187,7 @@ def test_a_replay_whose_invalidations_the_store_never_answered_resumes_to_the_fa
         assert "the store did not answer a commit to s3://falkirk-outage/store/_falkirk/invalidations" in cut.stderr
         assert tries() == before  # nothing cleared
         front.up()
-        assert len(Ledger(store).invalidated(DAG_ID)) == 4  # applied before the server stopped
+        assert len(Ledger(store).invalidations.keys(DAG_ID)) == 4  # applied before the server stopped
 
         refused = falkirk("replay", plan_id)
         assert refused.returncode != 0 and "falkirk release --dag falkirk_orders" in refused.stderr

@@ -8,8 +8,8 @@ from pathlib import Path
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock
 from devstack.s3 import MotoS3
-from falkirk.policies.ledger import Ledger
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.ledger import Ledger
 from tests.oracle import canonical, expected_tables
 from tests.tables import TABLES, table_rows
 

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
-from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
-from falkirk.policies.collector import CollectionPlan, plan_collection
-from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef, external_uri, is_external
-from falkirk.policies.monitor import durable_only
-from falkirk.policies.recovery import FailedTask, LostScratch, plan_recovery
+from falkirk.policies.planning.chains import DataEdge, TaskGraph
+from falkirk.policies.planning.collector import CollectionPlan, plan_collection
+from falkirk.policies.planning.recovery import FailedTask, LostScratch, plan_recovery
+from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef, external_uri, is_external
+from falkirk.policies.store.readability import durable_only
 
 READS_BACK = {("clean", "window"): 2}  # window reads the last three epochs of clean
 
@@ -151,7 +151,7 @@ def test_every_planned_recovery_stays_executable_after_collections(every, steps,
 
 
 def test_collect_refuses_a_retention_delta_cannot_vacuum_before_reading_anything(tmp_path) -> None:
-    from falkirk.policies.collector import collect
+    from falkirk.policies.planning.collector import collect
     from falkirk.policies.store import StoreConfig
 
     store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
-from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
-from falkirk.policies.epoch_tables import CommitKey
-from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef
-from falkirk.policies.recovery import BadEpoch, FailedTask, LostScratch, PlanError, RecoveryPlan, plan_recovery
+from falkirk.policies.planning.chains import DataEdge, TaskGraph
+from falkirk.policies.planning.recovery import BadEpoch, FailedTask, LostScratch, PlanError, RecoveryPlan, plan_recovery
+from falkirk.policies.store.commits import CommitKey
+from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
 
 REGIMES = {"source": Ephemeral(), "clean": Batch(log_outputs=True), "model": LazyCheckpoint(every=3),
            "sink": EagerCheckpoint()}

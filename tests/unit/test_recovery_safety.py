@@ -23,13 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from falkirk.policies.checkpoint_chains import StoreReadability
-from falkirk.policies.epoch_tables import CommitKey, commit_epoch, open_table, scan
-from falkirk.policies.ledger import Ledger, LedgerEntry, OutputRef
-from falkirk.policies.recovery import FailedTask, RecoveryPlan
-from falkirk.policies.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog
+from falkirk.policies.planning.recovery import FailedTask, RecoveryPlan
 from falkirk.policies.regimes import LazyCheckpoint
 from falkirk.policies.store import StoreConfig, StoreError
+from falkirk.policies.store.commits import CommitKey, commit_epoch, open_table, scan
+from falkirk.policies.store.control import Collections
+from falkirk.policies.store.ledger import Ledger, LedgerEntry, OutputRef
+from falkirk.policies.store.readability import StoreReadability
+from falkirk.policies.store.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog
 from falkirk.spark_jobs.delta_sink import StagedFiles, publish
 from tests.sentinel import checksum
 
@@ -112,7 +113,7 @@ def test_a_stateful_task_never_restores_across_a_rolled_back_epoch(store: StoreC
     rows = _lazy_rows(store, range(1, 7))
     for r in rows:
         ledger.append(r)
-    ledger.invalidate(rows[3:], "plan-x")
+    ledger.invalidations.record(rows[3:], "plan-x")
     spec = lambda epoch: JobSpec(dag_id="d", task_id="model", epoch=epoch, regime=LazyCheckpoint(every=3),  # noqa: E731
                                  run_id=f"epoch-{epoch}", try_number=1)
     with pytest.raises(RolledBack, match=r"model epoch 7: the previous epoch 6 was rolled back by a recovery"):
@@ -175,7 +176,7 @@ def test_a_lease_released_by_hand_is_audited_and_its_holder_stops(store: StoreCo
 
 
 def test_collection_and_recovery_exclude_each_other(store: StoreConfig) -> None:
-    from falkirk.policies.collector import collect
+    from falkirk.policies.planning.collector import collect
 
     ledger = Ledger(store)
     for r in _lazy_rows(store, range(1, 4)):
@@ -184,7 +185,7 @@ def test_collection_and_recovery_exclude_each_other(store: StoreConfig) -> None:
     lease = log.begin(plan, holder="alice")
     with pytest.raises(LeaseHeld, match=f"is being recovered by plan {plan.plan_id}"):
         collect(store, "d", retain_hours=0)
-    assert ledger.collected("d") == {}
+    assert Collections(ledger.store).through("d") == {}
     log.end(lease, "finished")
     gc = log.begin_collection("d", holder="gc")
     with pytest.raises(LeaseHeld, match="is being collected"):
@@ -194,7 +195,7 @@ def test_collection_and_recovery_exclude_each_other(store: StoreConfig) -> None:
 
 def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(store: StoreConfig,
                                                                                tmp_path: Path) -> None:
-    from falkirk.policies.collector import collect
+    from falkirk.policies.planning.collector import collect
 
     sentinel = tmp_path / "sentinel" / "table"  # a Delta table outside the store, epochs 1-3
     for e in (1, 2, 3):
@@ -205,14 +206,14 @@ def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(s
     for e in (1, 2, 3):  # src's output rows point at the sentinel; dst reads them
         ledger.append(LedgerEntry("d", "src", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
                                   outputs=(OutputRef("output", str(sentinel), "durable", e, 1),)))
-        from falkirk.policies.ledger import InputRef
+        from falkirk.policies.store.ledger import InputRef
         ledger.append(LedgerEntry("d", "dst", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
                                   outputs=(OutputRef("output", own, "durable", e, 0),),
                                   inputs=(InputRef("src", "output", e),)))
     with pytest.raises(ValueError, match=rf"task 'src' names its output table '{sentinel}', which is not where "
                                          rf"the store keeps it.*refusing to delete anything"):
         collect(store, "d", retain_hours=0)
-    assert checksum(tmp_path / "sentinel") == before and ledger.collected("d") == {}
+    assert checksum(tmp_path / "sentinel") == before and Collections(ledger.store).through("d") == {}
     assert not StoreReadability(store)(str(sentinel), CommitKey("d", "src", 1))  # never read either
 
 
@@ -280,7 +281,7 @@ def test_a_ledger_row_pointing_at_a_collected_table_is_not_counted(store: StoreC
     lists epochs 1-4: the plan restores nothing from it and re-runs model from empty state,
     and a reader fails naming the table and epoch."""
     from falkirk.plugins.recovery import compute_plan
-    from falkirk.policies.recovery import BadEpoch
+    from falkirk.policies.planning.recovery import BadEpoch
     from falkirk.policies.regimes import Regime
 
     ledger = Ledger(store)
@@ -303,7 +304,7 @@ def test_a_later_run_is_swept_only_if_computed_before_the_rollback(store: StoreC
     from types import SimpleNamespace
 
     from falkirk.plugins.recovery import _sweep_later_rows
-    from falkirk.policies.recovery import TaskPlan
+    from falkirk.policies.planning.recovery import TaskPlan
 
     ledger = Ledger(store)
     rows = _lazy_rows(store, range(1, 7))
@@ -315,9 +316,9 @@ def test_a_later_run_is_swept_only_if_computed_before_the_rollback(store: StoreC
         TaskPlan("model", "lazy_checkpoint(every=3)", 3, 3, (4, 5), None, (), (4, 5)),))
     running = SimpleNamespace(plan=plan)
     assert _sweep_later_rows(running, ledger, print) == 0  # nothing rolled back yet
-    ledger.invalidate([r for r in rows if r.epoch in (4, 5)], plan.plan_id)
+    ledger.invalidations.record([r for r in rows if r.epoch in (4, 5)], plan.plan_id)
     assert _sweep_later_rows(running, ledger, print) == 1
-    assert ("d", "model", -1, 6, 0) in ledger.invalidated("d")
+    assert ("d", "model", -1, 6, 0) in ledger.invalidations.keys("d")
     from falkirk.plugins.recovery import CLOCK_SKEW
 
     time.sleep(CLOCK_SKEW.total_seconds() + 0.5)

@@ -4,7 +4,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, EpochClock, EpochError, LazyCheckpoint, Regime, RegimeError, Tier
+from falkirk.policies import (Batch, EagerCheckpoint, Ephemeral, EpochClock, EpochError, LazyCheckpoint, Regime,
+    RegimeError, Tier)
 from falkirk.policies.job_spec import JobSpec
 
 UTC = timezone.utc

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from falkirk.policies.metadata import Chain
-from falkirk.policies.monitor import Monitor, garbage, low_watermarks
-from falkirk.policies.reset import Message, reset
-from falkirk.policies.scenario import load_scenario
-from falkirk.policies.times import INF
+from falkirk.policies.planning.monitor import Monitor, garbage, low_watermarks
+from falkirk.policies.rollback.metadata import Chain
+from falkirk.policies.rollback.reset import Message, reset
+from falkirk.policies.rollback.scenario import load_scenario
+from falkirk.policies.rollback.times import INF
 
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 
@@ -88,9 +88,9 @@ def test_garbage_at_g1b_t4() -> None:
 ])
 def test_ledger_watermarks_count_an_external_send_only_once_accepted(tally_logs: bool, expected) -> None:
     """G1 from ledger rows: deliver's epochs are sent at once but accepted later (spec §4.2)."""
-    from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
-    from falkirk.policies.collector import watermarks
-    from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef, external_uri, is_external
+    from falkirk.policies.planning.chains import DataEdge, TaskGraph
+    from falkirk.policies.planning.collector import watermarks
+    from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef, external_uri, is_external
 
     graph = TaskGraph(("i", "a", "o"), (DataEdge("i", "output", "a"), DataEdge("a", "output", "o")))
     a_tier = "durable" if tally_logs else "scratch"

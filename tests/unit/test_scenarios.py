@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from falkirk.policies.cli import main
-from falkirk.policies.scenario import ScenarioError, load_scenario
+from falkirk.policies.rollback.cli import main
+from falkirk.policies.rollback.scenario import ScenarioError, load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 CASES = sorted(p for p in SCENARIOS.glob("*.json") if not p.name.endswith(".expected.json"))

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from falkirk.policies.graph import Edge, Graph, Processor
-from falkirk.policies.metadata import Chain, Checkpoint
-from falkirk.policies.projections import make_projection
-from falkirk.policies.solver import Solver
-from falkirk.policies.times import EPOCH, INF, Bound, Domain, EpochDomain, LexDomain, SeqDomain
+from falkirk.policies.rollback.graph import Edge, Graph, Processor
+from falkirk.policies.rollback.metadata import Chain, Checkpoint
+from falkirk.policies.rollback.projections import make_projection
+from falkirk.policies.rollback.solver import Solver
+from falkirk.policies.rollback.times import Bound, Domain, EPOCH, EpochDomain, INF, LexDomain, SeqDomain
 
 LEX = LexDomain(2)
 

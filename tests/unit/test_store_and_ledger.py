@@ -6,8 +6,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from falkirk.policies.epoch_tables import scan
-from falkirk.policies import CommitKey, EpochTableError, Ledger, LedgerEntry, LedgerError, OutputRef, StoreConfig, StoreError, Tier, commit_epoch, read_epoch
+from falkirk.policies import (CommitKey, EpochTableError, Ledger, LedgerEntry, LedgerError, OutputRef, StoreConfig,
+    StoreError, Tier, commit_epoch, read_epoch)
+from falkirk.policies.store.commits import scan
 
 
 def test_store_config_from_env(tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_reads_return_plain_arrow_types(tmp_path: Path) -> None:
 
 
 def test_the_ledger_compacts_itself_and_stays_idempotent(tmp_path: Path, monkeypatch) -> None:
-    import falkirk.policies.ledger as ledger_module
+    import falkirk.policies.store.ledger as ledger_module
 
     monkeypatch.setattr(ledger_module, "COMPACT_EVERY", 4)
     ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
@@ -136,7 +137,7 @@ def test_a_ledger_append_that_loses_the_commit_race_is_retried_once_applied(tmp_
     here, after the winner's real commit) and its retry appends its row, exactly once."""
     from deltalake.exceptions import CommitFailedError
 
-    import falkirk.policies.epoch_tables as tables
+    import falkirk.policies.store.commits as tables
 
     ledger = Ledger(StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch")))
     winner = LedgerEntry(dag_id="d", task_id="a", epoch=1, regime="ephemeral", run_id="epoch-1", try_number=1)

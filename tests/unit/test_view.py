@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from falkirk.plugins.view import UNRECORDED, DagTask, dag_view, plan_view, recovery_history, topological
-from falkirk.policies.checkpoint_status import CheckpointStatus, grid_from_rows, unrecorded
-from falkirk.policies.ledger import LedgerEntry, OutputRef
-from falkirk.policies.recovery import FailedTask, RecoveryPlan, TaskPlan
+from falkirk.plugins.grid_status import CheckpointStatus, grid_from_rows, unrecorded
+from falkirk.plugins.view import DagTask, UNRECORDED, dag_view, plan_view, recovery_history, topological
+from falkirk.policies.planning.recovery import FailedTask, RecoveryPlan, TaskPlan
+from falkirk.policies.store.ledger import LedgerEntry, OutputRef
 
 
 def row(task: str, epoch: int, incarnation: int = 0, state: str | None = None, out: str = "scratch") -> dict:

@@ -16,10 +16,11 @@ from devstack.airflow import AirflowStack
 from devstack.demo import run_id_of
 from devstack.processes import VENV_BIN
 from falkirk.plugins.airflow_rest import AirflowClient
-from falkirk.policies.epoch_tables import open_table, scan
-from falkirk.policies.ledger import Ledger
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.control import Collections
+from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch
 from tests.oracle import canonical
 from tests.unit.test_recovery import oracle
@@ -79,7 +80,7 @@ def assert_equals_reference(store: StoreConfig, dag: str, lost_scratch: bool = F
     lost scratch directory hold only epochs written since, and those equal the reference's;
     epochs a collection deleted (at or below the task's mark) may be absent."""
     # A task's partitions go at or below its own mark, its outputs once its consumers' marks pass.
-    collected = max(Ledger(store).collected(dag).values(), default=0)
+    collected = max(Collections(store).through(dag).values(), default=0)
     for task, table, tier in TABLES:
         ref, got = rows(store, REF, task, table, tier), rows(store, dag, task, table, tier)
         epochs = {dict(r)["epoch"] for r in got}

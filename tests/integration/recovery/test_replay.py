@@ -14,10 +14,10 @@ import pytest
 
 from devstack.demo import run_id_of
 from falkirk.plugins.recovery import plan, replay
-from falkirk.policies.ledger import Ledger
-from falkirk.policies.recovery import PlanError
-from falkirk.policies.recovery_log import LeaseHeld, RecoveryLog
+from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.regimes import Tier
+from falkirk.policies.store.ledger import Ledger
+from falkirk.policies.store.recovery_log import LeaseHeld, RecoveryLog
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import (A, B, C, DUPLICATED, EPOCHS, REF, SUCCESS, TASKS, Drill,
                                               assert_equals_reference, check_minimal, rows, snapshot, tries,
@@ -81,10 +81,10 @@ def test_b_lost_scratch_with_concurrent_replays_and_a_second_replay(drill: Drill
     assert events == {"planned": 1, "started": 1, "finished": 1}
     assert_equals_reference(drill.store, B, lost_scratch=True)
 
-    before = (snapshot(drill.store, B), tries(drill.client, B), len(Ledger(drill.store).invalidated(B)))
+    before = (snapshot(drill.store, B), tries(drill.client, B), len(Ledger(drill.store).invalidations.keys(B)))
     again = replay(p.plan_id, drill.store, drill.stack.client(), progress=print)
     assert again.already_done and not again.cleared
-    assert (snapshot(drill.store, B), tries(drill.client, B), len(Ledger(drill.store).invalidated(B))) == before
+    assert (snapshot(drill.store, B), tries(drill.client, B), len(Ledger(drill.store).invalidations.keys(B))) == before
 
 
 def test_c_bad_epoch_and_the_naive_clear_downstream_it_replaces(drill: Drill) -> None:
@@ -121,7 +121,7 @@ def test_c_bad_epoch_and_the_naive_clear_downstream_it_replaces(drill: Drill) ->
 
 def test_bad_requests_change_nothing(drill: Drill) -> None:
     log, ledger = RecoveryLog(drill.store), Ledger(drill.store)
-    before = (len(log.events()), len(ledger.invalidated()), ledger.version(), tries(drill.client, A))
+    before = (len(log.events()), len(ledger.invalidations.keys()), ledger.version(), tries(drill.client, A))
     with pytest.raises(PlanError, match="Airflow has no DAG 'nope'"):
         plan("nope", drill.store, drill.client, bad_epochs=[("source", 2)])
     with pytest.raises(PlanError, match=r"failures\[0\].task_id: unknown task 'nope'"):
@@ -135,7 +135,7 @@ def test_bad_requests_change_nothing(drill: Drill) -> None:
         replay(drill.stale_plan, drill.store, drill.client)
     with pytest.raises(PlanError, match="plan_id 'feedbeef': no such plan"):
         replay("feedbeef", drill.store, drill.client)
-    assert (len(log.events()), len(ledger.invalidated()), ledger.version(), tries(drill.client, A)) == before
+    assert (len(log.events()), len(ledger.invalidations.keys()), ledger.version(), tries(drill.client, A)) == before
 
 
 def test_two_recoveries_of_different_plans_on_one_dag(drill: Drill) -> None:

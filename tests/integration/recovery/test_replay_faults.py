@@ -14,9 +14,9 @@ import pytest
 from devstack.demo import run_id_of
 from falkirk.plugins.recovery import plan, replay
 from falkirk.plugins.view import recovery_history
-from falkirk.policies.ledger import Ledger
-from falkirk.policies.recovery import PlanError
-from falkirk.policies.recovery_log import RecoveryLog
+from falkirk.policies.planning.recovery import PlanError
+from falkirk.policies.store.ledger import Ledger
+from falkirk.policies.store.recovery_log import RecoveryLog
 from tests.integration.recovery.drill import (EPOCHS, G, K, SUCCESS, Drill, assert_equals_reference, clock,
                                               falkirk, tries, wait_states)
 
@@ -46,7 +46,7 @@ def test_a_replay_killed_at_each_step_resumes_while_new_runs_arrive(drill: Drill
     # 1. Killed just after taking the lease: nothing invalidated, nothing cleared.
     killed = falkirk(drill, "replay", p.plan_id, crash=f"{K}/replay:0:after-lease")
     assert killed.returncode == -signal.SIGKILL and "invalidated" not in killed.stdout
-    assert lifecycle() == ["planned", "started"] and not Ledger(drill.store).invalidated(K)
+    assert lifecycle() == ["planned", "started"] and not Ledger(drill.store).invalidations.keys(K)
     # While the dead executor's lease is live, a second replay and a collection are refused.
     again = falkirk(drill, "replay", p.plan_id)
     assert again.returncode == 2 and f"is being recovered by plan {p.plan_id}" in again.stderr
@@ -103,12 +103,12 @@ def test_a_collection_between_plan_and_replay_is_refused_and_planning_again_reco
     assert (p.task("model").restore_from.epoch, p.task("sink").restore_from.epoch) == (1, 1)
     gc = falkirk(drill, "gc", "--dag", G, "--retain-hours", "0")
     assert gc.returncode == 0 and "deleted epochs" in gc.stdout
-    before = (tries(drill.client, G), len(Ledger(drill.store).invalidated(G)))
+    before = (tries(drill.client, G), len(Ledger(drill.store).invalidations.keys(G)))
 
     with pytest.raises(PlanError, match=rf"plan {p.plan_id} can no longer run: it restores or re-reads "
                                         rf".*model's state of epoch 1 .*which the store no longer holds"):
         replay(p.plan_id, drill.store, drill.stack.client(), progress=print)
-    assert (tries(drill.client, G), len(Ledger(drill.store).invalidated(G))) == before  # nothing changed
+    assert (tries(drill.client, G), len(Ledger(drill.store).invalidations.keys(G))) == before  # nothing changed
 
     again = plan(G, drill.store, drill.client, bad_epochs=[("clean", 2)])
     assert again.plan_id != p.plan_id and again.task("model").restore_from is None  # from the start now

@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Sequence
 
-from falkirk.policies.scenario import ScenarioError, load_scenario
+from falkirk.policies.rollback.scenario import ScenarioError, load_scenario
 
 EXIT_INVALID = 2
 MAX_SCENARIO_BYTES = 16 * 1024 * 1024

@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from falkirk.policies.frontiers import NotationError, format_bound, parse_bound
-from falkirk.policies.graph import Edge, Graph, Processor
-from falkirk.policies.metadata import Chain, Checkpoint, MetadataError
-from falkirk.policies.projections import ProjectionError, make_projection, projection_kinds
-from falkirk.policies.solver import Solution, Solver
-from falkirk.policies.times import EPOCH, Bound, Domain, LexDomain, SeqDomain
+from falkirk.policies.rollback.frontiers import NotationError, format_bound, parse_bound
+from falkirk.policies.rollback.graph import Edge, Graph, Processor
+from falkirk.policies.rollback.metadata import Chain, Checkpoint, MetadataError
+from falkirk.policies.rollback.projections import ProjectionError, make_projection, projection_kinds
+from falkirk.policies.rollback.solver import Solution, Solver
+from falkirk.policies.rollback.times import Bound, Domain, EPOCH, LexDomain, SeqDomain
 
 FORMAT = "falkirk-scenario/1"
 CHECKPOINT_KEYS = {"frontier", "M", "N", "D", "phi"}

@@ -19,7 +19,7 @@ for the old holder in the same commit. ``falkirk release --dag D`` ends a lease 
 (``released``, with who and why).
 
 >>> import tempfile
->>> from falkirk.policies.recovery import FailedTask, RecoveryPlan
+>>> from falkirk.policies.planning.recovery import FailedTask, RecoveryPlan
 >>> from falkirk.policies.store import StoreConfig
 >>> root = tempfile.mkdtemp()
 >>> log = RecoveryLog(StoreConfig(root + "/store", root + "/scratch"))
@@ -32,13 +32,13 @@ True
 >>> log.begin(plan, holder="bob")
 Traceback (most recent call last):
 ...
-falkirk.policies.recovery_log.LeaseHeld: DAG 'orders' is being recovered by plan ... (alice, since ...); wait until it finishes, ...
+falkirk.policies.store.recovery_log.LeaseHeld: DAG 'orders' is being recovered by plan ... (alice, since ...); wait until it finishes, ...
 >>> log.end(lease, "finished")
 True
 >>> log.begin(plan, holder="bob")
 Traceback (most recent call last):
 ...
-falkirk.policies.recovery_log.AlreadyReplayed: plan ... was already executed (finished ...); nothing to do
+falkirk.policies.store.recovery_log.AlreadyReplayed: plan ... was already executed (finished ...); nothing to do
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from falkirk.policies.epoch_tables import StoreUnreachable, open_table, retry_lost_races, scan, unanswered
-from falkirk.policies.recovery import PlanError, RecoveryPlan
+from falkirk.policies.planning.recovery import PlanError, RecoveryPlan
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import StoreUnreachable, open_table, retry_lost_races, scan, unanswered
 
 SCHEMA = pa.schema(
     [

@@ -1,6 +1,6 @@
 """The dataflow graph: processors with time domains, edges with projections.
 
->>> from falkirk.policies.times import EPOCH
+>>> from falkirk.policies.rollback.times import EPOCH
 >>> g = Graph([Processor("u", EPOCH), Processor("v", EPOCH)], [Edge("e", "u", "v", "identity")])
 >>> [e.id for e in g.out_edges("u")], [e.id for e in g.in_edges("v")], g.neighbours("v")
 (['e'], ['e'], ('u',))
@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from falkirk.policies.times import Domain
+from falkirk.policies.rollback.times import Domain
 
 
 class GraphError(ValueError):
@@ -27,7 +27,7 @@ class Processor:
 
 @dataclass(frozen=True)
 class Edge:
-    """A channel from ``src`` to ``dst`` whose φ is of kind ``phi`` (see :mod:`falkirk.policies.projections`)."""
+    """A channel from ``src`` to ``dst`` whose φ is of kind ``phi`` (see :mod:`falkirk.policies.rollback.projections`)."""
 
     id: str
     src: str

@@ -162,14 +162,16 @@ def epoch_rows(table: DeltaTable) -> dict[int, int]:
     return rows
 
 
-def missing_commit(table: DeltaTable | None, uri: str, key: CommitKey, rows: int | None) -> str | None:
+def missing_commit(table: DeltaTable | None, uri: str, key: CommitKey, rows: int | None,
+                   held: Callable[[], Mapping[int, int]] | None = None) -> str | None:
     """Why ``table`` no longer holds the commit of ``key`` with its ``rows`` rows (``None``: it does).
 
     The one answer to "is this commit still readable?": the table exists, records this
     incarnation of the (task, epoch) or a later one, and, at this incarnation, its epoch
     holds exactly the rows committed. A deleted partition (garbage collection, a lost file
     listing) keeps the transaction record, so the row count is what tells it apart from an
-    epoch that committed no rows.
+    epoch that committed no rows. ``held`` gives the table's rows per epoch when the caller
+    keeps them (:func:`epoch_rows` of the same table); by default they are read here.
 
     >>> import tempfile, pyarrow as pa
     >>> uri = tempfile.mkdtemp() + "/t"
@@ -187,9 +189,9 @@ def missing_commit(table: DeltaTable | None, uri: str, key: CommitKey, rows: int
     if recorded is None or recorded < key.incarnation:
         return f"{uri} has no commit of {key.task_id} epoch {key.epoch} (incarnation {key.incarnation})"
     if rows is not None and recorded == key.incarnation:
-        held = epoch_rows(table).get(int(key.epoch), 0)
-        if held != rows:
-            return (f"{uri} epoch {key.epoch} holds {held} rows where its commit wrote {rows} "
+        found = (held() if held is not None else epoch_rows(table)).get(int(key.epoch), 0)
+        if found != rows:
+            return (f"{uri} epoch {key.epoch} holds {found} rows where its commit wrote {rows} "
                     f"(deleted since, e.g. by garbage collection)")
     return None
 
@@ -205,10 +207,12 @@ def commit_epoch(
     ``rows`` must have an integer ``epoch`` column equal to ``key.epoch`` in every row.
     """
     _check_rows(rows, key.epoch)
-    return retry_lost_races(lambda: _write_once(
-        uri, rows, key, storage_options,
-        mode="overwrite", predicate=f"{EPOCH} = {int(key.epoch)}", partition_by=[EPOCH],
-    ), uri=uri)
+
+    def write(table: DeltaTable | None, properties: CommitProperties) -> None:
+        _write_rows(uri, table, rows, properties, storage_options, mode="overwrite",
+                    predicate=f"{EPOCH} = {int(key.epoch)}", partition_by=[EPOCH])
+
+    return commit_once(uri, key, write, rows.num_rows, storage_options)
 
 
 def append_once(
@@ -222,9 +226,65 @@ def append_once(
     Appends from concurrent tasks can lose Delta's commit race, the first one most of all
     (every writer tries to create the table); see :func:`retry_lost_races`.
     """
-    return retry_lost_races(
-        lambda: _write_once(uri, rows, key, storage_options, mode="append", predicate=None, partition_by=None),
-        uri=uri)
+
+    def write(table: DeltaTable | None, properties: CommitProperties) -> None:
+        _write_rows(uri, table, rows, properties, storage_options, mode="append", predicate=None, partition_by=None)
+
+    # Skipped: report none of the rows already there, which are other keys' rows.
+    return commit_once(uri, key, write, rows.num_rows, storage_options, count_existing=False)
+
+
+Write = Callable[["DeltaTable | None", CommitProperties], None]
+"""Writes one commit: into the table given, or creating it when ``None`` (failing if it exists
+by then), always with the commit properties given."""
+
+
+def commit_once(uri: str, key: CommitKey, write: Write, rows: int,
+                storage_options: dict[str, str] | None = None, *, table: DeltaTable | None = None,
+                count_existing: bool = True, attempts: int | None = None) -> CommitResult:
+    """The commit protocol, the one place it is written: make ``write``'s commit to the table
+    at ``uri`` at most once per ``key``.
+
+    Each attempt reads the table as it is now (``table``, if given, is brought up to date for
+    the first) and skips when it already records this incarnation of ``key`` (or a later one),
+    reporting the epoch's rows already there (none when not ``count_existing``). Otherwise
+    ``write`` commits with :func:`commit_properties`, which record ``key`` in the same Delta
+    commit, and with no retry inside delta-rs: a loser must not be replayed on top of the
+    winner. Lost races and an unanswering store are retried by :func:`retry_lost_races`,
+    which re-runs the check, so an older incarnation never overwrites a newer one.
+
+    >>> import tempfile, pyarrow as pa
+    >>> uri = tempfile.mkdtemp() + "/t"
+    >>> rows = pa.table({"epoch": [1], "x": [7]})
+    >>> write = lambda table, props: write_deltalake(uri, rows, mode="error", commit_properties=props)
+    >>> [commit_once(uri, CommitKey("d", "t", 1), write, rows=1).applied for _ in range(2)]
+    [True, False]
+    """
+    first = [table]
+
+    def attempt() -> CommitResult:
+        current = first.pop() if first else None
+        if current is not None:
+            current.update_incremental()
+        else:
+            current = open_table(uri, storage_options)
+        if already_committed(current, key):
+            existing = count_epoch(current, key.epoch) if count_existing else 0
+            return CommitResult(uri, current.version(), existing, applied=False)
+        write(current, commit_properties(key))
+        return CommitResult(uri, DeltaTable(uri, storage_options=storage_options).version(), rows, applied=True)
+
+    return retry_lost_races(attempt, uri=uri, **({} if attempts is None else {"attempts": attempts}))
+
+
+def commit_properties(key: CommitKey) -> CommitProperties:
+    """The Delta commit properties that record ``key``: its app transaction (id: the
+    (task, epoch), version: the incarnation) and no retry inside delta-rs."""
+    return CommitProperties(
+        app_transactions=[Transaction(key.app_id, key.incarnation)],
+        custom_metadata={"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)},
+        max_commit_retries=0,
+    )
 
 
 COMMIT_ATTEMPTS = 20
@@ -285,21 +345,9 @@ def retry_lost_races(commit: Callable[[], T], attempts: int = COMMIT_ATTEMPTS, u
         time.sleep(random.uniform(0.05, 0.25) * attempt)  # jitter, so racers do not meet again
 
 
-def _write_once(
-    uri: str,
-    rows: pa.Table,
-    key: CommitKey,
-    storage_options: dict[str, str] | None,
-    *,
-    mode: str,
-    predicate: str | None,
-    partition_by: list[str] | None,
-) -> CommitResult:
-    table = open_table(uri, storage_options)
-    if already_committed(table, key):
-        # Skipped: report the rows already there (for a shared append-only table, none of ours).
-        existing = count_epoch(table, key.epoch) if predicate else 0
-        return CommitResult(uri, table.version(), existing, applied=False)
+def _write_rows(uri: str, table: DeltaTable | None, rows: pa.Table, properties: CommitProperties,
+                storage_options: dict[str, str] | None, *, mode: str, predicate: str | None,
+                partition_by: list[str] | None) -> None:
     # A first commit creates the table and fails if it exists by then ("error"): writing to a bare
     # URI in mode append would let delta-rs load a table another writer created after the key
     # was checked, and append there unchecked.
@@ -310,16 +358,8 @@ def _write_once(
         predicate=predicate,
         partition_by=partition_by,
         storage_options=storage_options,
-        # No retry inside delta-rs: a loser must not be replayed on top of the winner (two
-        # creations of the table would both keep their rows); retry_lost_races re-checks the key.
-        commit_properties=CommitProperties(
-            app_transactions=[Transaction(key.app_id, key.incarnation)],
-            custom_metadata={"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)},
-            max_commit_retries=0,
-        ),
+        commit_properties=properties,
     )
-    after = DeltaTable(uri, storage_options=storage_options)
-    return CommitResult(uri, after.version(), rows.num_rows, applied=True)
 
 
 def read_epoch(uri: str, epoch: int, storage_options: dict[str, str] | None = None) -> pa.Table:

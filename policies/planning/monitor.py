@@ -11,9 +11,9 @@ In the example, i discards what it sends (D̄ = f), so it waits for o to acknowl
 :class:`Monitor` keeps the chains and updates the watermarks incrementally as
 checkpoints are reported.
 
->>> from falkirk.policies.times import EPOCH
->>> from falkirk.policies.graph import Edge, Graph, Processor
->>> from falkirk.policies.metadata import Chain, Checkpoint
+>>> from falkirk.policies.rollback.times import EPOCH
+>>> from falkirk.policies.rollback.graph import Edge, Graph, Processor
+>>> from falkirk.policies.rollback.metadata import Chain, Checkpoint
 >>> g = Graph([Processor("i", EPOCH), Processor("o", EPOCH)], [Edge("e", "i", "o")])
 >>> m = Monitor(g, {"i": Chain(EPOCH, [Checkpoint(0, N=0, D={"e": 0}), Checkpoint(2, N=0, D={"e": 2})]),
 ...                 "o": Chain(EPOCH, [Checkpoint(0, M={"e": 0}, N=0)])}, notifications=False)
@@ -26,25 +26,22 @@ checkpoints are reported.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import Iterable, Mapping
 
-from falkirk.policies.graph import Graph
-from falkirk.policies.metadata import Chain, Checkpoint
-from falkirk.policies.solver import Solution, Solver
-from falkirk.policies.times import Bound
-
-if TYPE_CHECKING:
-    from typing import Iterable
-
-    from falkirk.policies.checkpoint_chains import CommitKey, Readable, TaskGraph
-    from falkirk.policies.ledger import LedgerEntry
+from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger
+from falkirk.policies.rollback.graph import Graph
+from falkirk.policies.rollback.metadata import Chain, Checkpoint
+from falkirk.policies.rollback.solver import Solution, Solver
+from falkirk.policies.rollback.times import Bound
+from falkirk.policies.store.ledger import LedgerEntry
+from falkirk.policies.store.readability import Readable
 
 
 def low_watermarks(graph: Graph, chains: Mapping[str, Chain], notifications: bool = True) -> Solution:
     """The greatest consistent frontiers with no ⊤ anywhere (persisted checkpoints only).
 
-    >>> from falkirk.policies.times import EPOCH, INF
-    >>> from falkirk.policies.graph import Graph, Processor
+    >>> from falkirk.policies.rollback.times import EPOCH, INF
+    >>> from falkirk.policies.rollback.graph import Graph, Processor
     >>> g = Graph([Processor("p", EPOCH)], [])
     >>> low_watermarks(g, {"p": Chain(EPOCH, [Checkpoint(0, N=0), Checkpoint(3, N=3), Checkpoint(INF, N=5)])}).bound("p")
     3
@@ -64,8 +61,8 @@ class Garbage:
 def garbage(graph: Graph, solution: Solution) -> Garbage:
     """The checkpoints, log entries and inputs that the low-watermarks in ``solution`` release.
 
-    >>> from falkirk.policies.times import EPOCH
-    >>> from falkirk.policies.graph import Edge, Graph, Processor
+    >>> from falkirk.policies.rollback.times import EPOCH
+    >>> from falkirk.policies.rollback.graph import Edge, Graph, Processor
     >>> g = Graph([Processor("i", EPOCH), Processor("o", EPOCH)], [Edge("e", "i", "o")])
     >>> chains = {"i": Chain(EPOCH, [Checkpoint(0, N=0, D={"e": 0}), Checkpoint(2, N=0, D={"e": 0})]),
     ...           "o": Chain(EPOCH, [Checkpoint(0, M={"e": 0}, N=0), Checkpoint(1, M={"e": 1}, N=0)])}
@@ -99,32 +96,18 @@ class Monitor:
         return garbage(self.graph, self.solution)
 
 
-def durable_only(readable: "Readable", scratch_uri: str) -> "Readable":
-    """``readable`` with the scratch tier counted as already lost: what the monitor may rely on.
-
-    A scratch copy can vanish with its worker at any moment, so a watermark computed from it
-    could rise past something a later recovery needs.
-    """
-    prefix = scratch_uri.rstrip("/") + "/"
-
-    def check(uri: str, key: "CommitKey") -> bool:
-        return not uri.startswith(prefix) and readable(uri, key)
-
-    return check
-
-
-def acknowledged_inputs(entries: "Iterable[LedgerEntry]", readable: "Readable",
-                        graph: "TaskGraph | None" = None) -> dict[str, int]:
+def acknowledged_inputs(entries: Iterable[LedgerEntry], readable: Readable,
+                        graph: TaskGraph | None = None) -> dict[str, int]:
     """Per source task of a DAG (one with no inputs), the last epoch of external input it may
     acknowledge: every epoch at or below it is inside the source's low-watermark, so no
     recovery can ever ask for it again. ``0`` acknowledges nothing.
 
-    ``readable`` should count only durable copies (see :func:`durable_only`). ``graph`` is
+    ``readable`` should count only durable copies (see :func:`falkirk.policies.store.readability.durable_only`). ``graph`` is
     the DAG's: pass it, since the ledger knows only the tasks that have committed, and a
     consumer that has not committed yet must hold its source back (the default, the graph
     the ledger shows, is only right once every task has run).
 
-    >>> from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef
+    >>> from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
     >>> def row(task, epoch, regime, inputs=(), state=None):
     ...     return LedgerEntry("d", task, epoch, regime, f"epoch-{epoch}", 1, state_uri=state,
     ...                        outputs=(OutputRef("output", f"/scratch/{task}", "scratch", epoch, 1),),
@@ -135,13 +118,11 @@ def acknowledged_inputs(entries: "Iterable[LedgerEntry]", readable: "Readable",
     >>> durable = lambda uri, key: not uri.startswith("/scratch")
     >>> acknowledged_inputs(rows, durable)  # agg may roll back to 2
     {'src': 2}
-    >>> from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
+    >>> from falkirk.policies.planning.chains import DataEdge, TaskGraph
     >>> dag = TaskGraph(("src", "agg"), (DataEdge("src", "output", "agg"),))
     >>> acknowledged_inputs([r for r in rows if r.task_id == "src"], durable, dag)  # agg has not run yet
     {'src': 0}
     """
-    from falkirk.policies.checkpoint_chains import TaskGraph, chains_from_ledger
-
     rows = list(entries)
     if graph is None:
         if not rows:

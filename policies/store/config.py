@@ -126,7 +126,7 @@ class StoreConfig:
         >>> StoreConfig("/data/falkirk", "/tmp/scratch").scratch_location("/tmp/scratch/../etc")
         Traceback (most recent call last):
         ...
-        falkirk.policies.store.StoreError: '/tmp/scratch/../etc' is not the scratch root /tmp/scratch or a directory inside it; name a directory under it
+        falkirk.policies.store.config.StoreError: '/tmp/scratch/../etc' is not the scratch root /tmp/scratch or a directory inside it; name a directory under it
         """
         if not isinstance(location, str) or not location.strip() or "\x00" in location or len(location) > 4096:
             raise StoreError(f"{location!r:.80}: name the scratch directory that was lost")

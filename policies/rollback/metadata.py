@@ -13,14 +13,14 @@ correctness rests on: ∅ first with empty metadata, strictly ascending frontier
 metadata that never shrinks along the chain, M̄ ⊆ f and N̄ ⊆ f, and ⊤ only last and
 only for a live processor.
 
->>> from falkirk.policies.times import EPOCH
+>>> from falkirk.policies.rollback.times import EPOCH
 >>> chain = Chain(EPOCH, [Checkpoint(0, {"e": 0}, 0, {}), Checkpoint(3, {"e": 3}, 0, {})])
 >>> [c.f for c in chain], chain.has_top
 ([0, 3], False)
 >>> Chain(EPOCH, [Checkpoint(0, {}, 0, {}), Checkpoint(3, {"e": 5}, 0, {})], in_domains={"e": EPOCH})
 Traceback (most recent call last):
 ...
-falkirk.policies.metadata.MetadataError: checkpoints[1].M.e: M̄ must lie within the checkpoint's frontier (M̄ ⊆ f)
+falkirk.policies.rollback.metadata.MetadataError: checkpoints[1].M.e: M̄ must lie within the checkpoint's frontier (M̄ ⊆ f)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
-from falkirk.policies.times import Bound, Domain, SeqDomain
+from falkirk.policies.rollback.times import Bound, Domain, SeqDomain
 
 
 class MetadataError(ValueError):
@@ -37,10 +37,10 @@ class MetadataError(ValueError):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """Ξ(p, f): one element of F*(p), as bounds (see :mod:`falkirk.policies.times`).
+    """Ξ(p, f): one element of F*(p), as bounds (see :mod:`falkirk.policies.rollback.times`).
 
     A bar that is absent (an edge missing from ``M`` or ``D``, ``N`` of ``None``) adds no
-    constraint; :mod:`falkirk.policies.scenario` fills in the format's defaults before this point.
+    constraint; :mod:`falkirk.policies.rollback.scenario` fills in the format's defaults before this point.
     """
 
     f: Bound

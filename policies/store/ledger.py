@@ -2,15 +2,15 @@
 
 A ledger row is the commit point of a task's epoch. The job runtime writes the task's
 outputs and state first (each an idempotent Delta commit, see
-:mod:`falkirk.policies.epoch_tables`) and appends the ledger row last, so a (task, epoch) is
+:mod:`falkirk.policies.store.commits`) and appends the ledger row last, so a (task, epoch) is
 checkpointed exactly when its row exists. The row records what the Falkirk Wheel calls
 Ξ(p, f): the regime, the frontier (all epochs up to and including this one), and where
 the state and outputs were written, with their Delta versions and row counts.
 
 The ledger is append-only. Appends are idempotent per (task, epoch, incarnation): a
 second append of the same key changes nothing. A recovery never deletes a row: it
-appends an *invalidation* of it to a second table (``_falkirk/invalidations``), after
-which readers skip the row and the epoch is redone under the next incarnation.
+appends an *invalidation* of it to a control table
+(:class:`falkirk.policies.store.control.Invalidations`), after which readers skip the row and the epoch is redone under the next incarnation.
 
 >>> import tempfile
 >>> from falkirk.policies.store import StoreConfig
@@ -35,9 +35,10 @@ from typing import Any
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from falkirk.policies.epoch_tables import CommitKey, append_once, open_table, scan
 from falkirk.policies.regimes import Regime, RegimeError
-from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import CommitKey, append_once, open_table, scan
+from falkirk.policies.store.config import StoreConfig
+from falkirk.policies.store.control import Invalidations
 
 log = logging.getLogger(__name__)
 
@@ -74,43 +75,6 @@ SCHEMA = pa.schema(
 )
 
 
-INVALIDATION_SCHEMA = pa.schema(
-    [
-        pa.field("dag_id", pa.string(), nullable=False),
-        pa.field("task_id", pa.string(), nullable=False),
-        pa.field("map_index", pa.int32(), nullable=False),
-        pa.field("epoch", pa.int64(), nullable=False),
-        pa.field("incarnation", pa.int32(), nullable=False),
-        pa.field("plan_id", pa.string(), nullable=False),
-        pa.field("invalidated_at", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
-
-
-# A garbage collection's marks: the task's rows at epochs <= `through` are collected (their
-# state is gone); the ledger keeps them, so a task's chain has no gaps.
-COLLECTION_SCHEMA = pa.schema(
-    [
-        pa.field("dag_id", pa.string(), nullable=False),
-        pa.field("task_id", pa.string(), nullable=False),
-        pa.field("through", pa.int64(), nullable=False),
-        pa.field("collected_at", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
-
-
-# Deliveries to external systems (spec §4.2, output rule): the external system has accepted
-# every record a task sent at epochs <= `through`. Until then those epochs are not the task's
-# checkpoints, and the rest of the pipeline keeps what it needs to send them again.
-DELIVERY_SCHEMA = pa.schema(
-    [
-        pa.field("dag_id", pa.string(), nullable=False),
-        pa.field("task_id", pa.string(), nullable=False),
-        pa.field("through", pa.int64(), nullable=False),
-        pa.field("delivered_at", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
-
 # An output a task sent to a system outside the store is recorded with this tier and its
 # destination prefixed by EXTERNAL_SCHEME; it is no table, and no task of the DAG reads it.
 EXTERNAL_TIER = "external"
@@ -124,15 +88,6 @@ def external_uri(destination: str) -> str:
 
 def is_external(uri: str) -> bool:
     return uri.startswith(EXTERNAL_SCHEME)
-
-
-@dataclass(frozen=True)
-class _Once:
-    """An idempotency key for a one-off append (see :func:`falkirk.policies.epoch_tables.append_once`)."""
-
-    app_id: str
-    incarnation: int = 0
-    epoch: int = 0
 
 
 class LedgerError(ValueError):
@@ -239,97 +194,21 @@ class Ledger:
     def __init__(self, store: StoreConfig) -> None:
         self.store = store
         self.uri = store.ledger_uri
-        self.invalidations_uri = store.control_uri("invalidations")
-        self.collections_uri = store.control_uri("collections")
-        self.deliveries_uri = store.control_uri("deliveries")
+        # Rows named here are rolled back: every read of current rows leaves them out.
+        self.invalidations = Invalidations(store)
 
     def version(self) -> int | None:
         """The ledger table's Delta version (``None`` before the first row): plans record it."""
         table = open_table(self.uri, self.store.options_for(self.uri))
         return table.version() if table is not None else None
 
-    def invalidate(self, entries: "list[LedgerEntry]", plan_id: str) -> int:
-        """Mark ``entries`` as rolled back by recovery ``plan_id``; returns how many were marked.
-
-        One append per plan: executing the same plan again marks nothing twice.
-        """
-        if not entries:
-            return 0
-        now = datetime.now(timezone.utc)
-        rows = [{"dag_id": e.dag_id, "task_id": e.task_id, "map_index": e.map_index, "epoch": e.epoch,
-                 "incarnation": e.incarnation, "plan_id": plan_id, "invalidated_at": now} for e in entries]
-        dags = sorted({e.dag_id for e in entries})
-        key = _Once(f"falkirk-invalidate/{','.join(dags)}/{plan_id}")
-        uri = self.invalidations_uri
-        result = append_once(uri, pa.Table.from_pylist(rows, schema=INVALIDATION_SCHEMA), key,
-                             self.store.options_for(uri))
-        return len(rows) if result.applied else 0
-
-    def invalidated(self, dag_id: str | None = None) -> set[tuple[str, str, int, int, int]]:
-        """Keys (dag, task, map index, epoch, incarnation) of the rows recoveries rolled back."""
-        table = open_table(self.invalidations_uri, self.store.options_for(self.invalidations_uri))
-        if table is None:
-            return set()
-        cols = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pydict()
-        return set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
-
-    def invalidated_at(self, dag_id: str, plan_id: str) -> datetime | None:
-        """When recovery ``plan_id`` rolled back its rows of ``dag_id`` (``None`` if it rolled back none)."""
-        table = open_table(self.invalidations_uri, self.store.options_for(self.invalidations_uri))
-        if table is None:
-            return None
-        times = scan(table, where={"dag_id": dag_id, "plan_id": plan_id}, columns=["invalidated_at"])
-        return min(times.column("invalidated_at").to_pylist(), default=None)
-
-    def mark_collected(self, dag_id: str, through: "dict[str, int]") -> dict[str, int]:
-        """Record that each task's rows at epochs <= ``through[task]`` are garbage-collected;
-        returns the marks that raised a task's point (a mark at or below it changes nothing)."""
-        now = self.collected(dag_id)
-        raised = {t: e for t, e in sorted(through.items()) if e > now.get(t, 0)}
-        if not raised:
-            return {}
-        stamp = datetime.now(timezone.utc)
-        rows = [{"dag_id": dag_id, "task_id": t, "through": e, "collected_at": stamp} for t, e in raised.items()]
-        key = _Once(f"falkirk-collect/{dag_id}/" + ",".join(f"{t}:{e}" for t, e in raised.items()))
-        append_once(self.collections_uri, pa.Table.from_pylist(rows, schema=COLLECTION_SCHEMA), key,
-                    self.store.options_for(self.collections_uri))
-        return raised
-
-    def record_delivery(self, dag_id: str, task_id: str, through: int) -> bool:
-        """Record that the external system ``task_id`` sends to has accepted every record of its
-        epochs ``<= through``; returns whether that raised the task's delivery point.
-
-        Refused (nothing recorded) when the task sent nothing external, or when ``through``
-        is past the task's last committed epoch: the system cannot have accepted that yet.
-        """
-        if not isinstance(through, int) or through < 1:
-            raise LedgerError(f"through={through!r}: give the last epoch the external system accepted (>= 1)")
-        rows = self.entries(dag_id, task_id)
-        senders = sorted({e.task_id for e in self.entries(dag_id) if any(is_external(o.uri) for o in e.outputs)})
-        if not any(is_external(o.uri) for e in rows for o in e.outputs):
-            raise LedgerError(f"task {task_id!r} of DAG {dag_id!r} has sent nothing to an external system; "
-                              f"tasks that do: {senders or 'none'}")
-        committed = max(e.epoch for e in rows)
-        if through > committed:
-            raise LedgerError(f"through={through}: task {task_id!r} has committed epochs only through "
-                              f"{committed}; an external system cannot have accepted epoch {through}")
-        if through <= self.delivered(dag_id).get(task_id, 0):
-            return False
-        row = {"dag_id": dag_id, "task_id": task_id, "through": through, "delivered_at": datetime.now(timezone.utc)}
-        key = _Once(f"falkirk-deliver/{dag_id}/{task_id}:{through}")
-        return append_once(self.deliveries_uri, pa.Table.from_pylist([row], schema=DELIVERY_SCHEMA), key,
-                           self.store.options_for(self.deliveries_uri)).applied
-
-    def delivered(self, dag_id: str) -> dict[str, int]:
-        """Per task that sends to an external system, the last epoch it has accepted (absent: none)."""
-        table = open_table(self.deliveries_uri, self.store.options_for(self.deliveries_uri))
-        if table is None:
-            return {}
-        cols = scan(table, where={"dag_id": dag_id}).to_pydict()
-        out: dict[str, int] = {}
-        for task, through in zip(cols["task_id"], cols["through"]):
-            out[task] = max(out.get(task, 0), through)
-        return out
+    def external_senders(self, dag_id: str) -> dict[str, int]:
+        """Per task of ``dag_id`` that sent records to an external system, its last committed epoch."""
+        senders: dict[str, int] = {}
+        for e in self.entries(dag_id):
+            if any(is_external(o.uri) for o in e.outputs):
+                senders[e.task_id] = max(senders.get(e.task_id, 0), e.epoch)
+        return senders
 
     def dags(self) -> list[str]:
         """Every DAG with a row in the ledger."""
@@ -337,22 +216,6 @@ class Ledger:
         if table is None:
             return []
         return sorted(set(table.to_pyarrow_table(columns=["dag_id"]).column("dag_id").to_pylist()))
-
-    def collected(self, dag_id: str) -> dict[str, int]:
-        """Per task, the last epoch whose row is garbage-collected (tasks never collected are absent)."""
-        table = open_table(self.collections_uri, self.store.options_for(self.collections_uri))
-        if table is None:
-            return {}
-        cols = scan(table, where={"dag_id": dag_id}).to_pydict()
-        out: dict[str, int] = {}
-        for task, through in zip(cols["task_id"], cols["through"]):
-            out[task] = max(out.get(task, 0), through)
-        return out
-
-    def next_incarnation(self, dag_id: str, task_id: str, epoch: int, map_index: int = -1) -> int:
-        """The incarnation a new run of (task, epoch) commits under: one past the last rolled back."""
-        gone = [inc for d, t, m, e, inc in self.invalidated(dag_id) if (t, m, e) == (task_id, map_index, epoch)]
-        return max(gone, default=-1) + 1
 
     def append(self, entry: LedgerEntry) -> bool:
         """Record ``entry``; ``False`` when that (task, epoch, incarnation) is already recorded.
@@ -416,7 +279,7 @@ class Ledger:
                                 ) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
         """The current rows and the rows recoveries rolled back, from one read of each table."""
         cols = self.read(dag_id, task_id, map_index).to_pydict()
-        gone = self.invalidated(dag_id) if read_invalidations else set()
+        gone = self.invalidations.keys(dag_id) if read_invalidations else set()
         names = [n for n in _ENTRY_FIELDS if n in cols]
         seen: dict[tuple, LedgerEntry] = {}
         rolled_back: list[LedgerEntry] = []

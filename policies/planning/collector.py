@@ -19,8 +19,8 @@ mechanism: it marks the ledger first, then deletes each table's partitions in on
 commit and vacuums the files no version references any more. Both are idempotent: a
 second run finds nothing left to reclaim.
 
->>> from falkirk.policies.checkpoint_chains import DataEdge, TaskGraph
->>> from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef
+>>> from falkirk.policies.planning.chains import DataEdge, TaskGraph
+>>> from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
 >>> def row(task, e, regime, state=None, inputs=()):
 ...     return LedgerEntry("d", task, e, regime, f"epoch-{e}", 1, state_uri=state, notified_through=e,
 ...                        outputs=(OutputRef("output", f"/durable/{task}", "durable", e, 1),),
@@ -45,13 +45,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from falkirk.policies.checkpoint_chains import (Readable, StoreReadability, TaskGraph, chains_from_ledger, current_rows,
-                                       reads_back)
-from falkirk.policies.ledger import Ledger, LedgerEntry
-from falkirk.policies.monitor import durable_only, low_watermarks
-from falkirk.policies.recovery_log import RecoveryLog
+from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back
+from falkirk.policies.planning.monitor import low_watermarks
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.control import Collections
+from falkirk.policies.store.ledger import Ledger, LedgerEntry
+from falkirk.policies.store.readability import Readable, StoreReadability, durable_only
+from falkirk.policies.store.recovery_log import RecoveryLog
 
 LivePartitions = Callable[[str], Mapping[int, int]]
 """The epochs a table at a URI holds now, each with its size in bytes (empty: no table)."""
@@ -104,7 +105,7 @@ class CollectionPlan:
 def watermarks(entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Readable) -> dict[str, int]:
     """Per task, the last epoch of its low-watermark (0: it may still roll back to nothing).
 
-    ``readable`` should count only durable copies (:func:`falkirk.policies.monitor.durable_only`).
+    ``readable`` should count only durable copies (:func:`falkirk.policies.store.readability.durable_only`).
     """
     chains = chains_from_ledger(list(entries), graph, readable)
     solved = low_watermarks(graph.solver_graph(), chains)
@@ -203,7 +204,7 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
         progress(plan.describe())
         # Marks first: from here on no plan counts those checkpoints, before any file goes.
         if plan.marks:
-            ledger.mark_collected(dag_id, dict(plan.marks))
+            Collections(store).mark(dag_id, dict(plan.marks))
         removed = 0
         for r in plan.tables:
             removed += _delete_epochs(store, r.uri, r.epochs, retain_hours)
@@ -224,7 +225,7 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
     graph = graph or TaskGraph.from_ledger(rows)
     readable = durable_only(StoreReadability(store, rows), store.scratch_uri)
     plan = plan_collection(dag_id, rows, graph, readable, lambda uri: live_partitions(store, uri),
-                           ledger.collected(dag_id),
+                           Collections(store).through(dag_id),
                            lambda task: [store.table_uri(tier, dag_id, task, "state") for tier in Tier])
     for r in plan.tables:  # whatever a ledger row says, only the task's own tables are touched
         own = {store.table_uri(tier, dag_id, r.task_id, r.what) for tier in Tier}
@@ -241,7 +242,7 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
 
 def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:
     """The epochs the Delta table at ``uri`` holds now, with their sizes in bytes."""
-    from falkirk.policies.epoch_tables import open_table
+    from falkirk.policies.store.commits import open_table
 
     table = open_table(uri, store.options_for(uri))
     if table is None:
@@ -256,7 +257,7 @@ def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:
 
 
 def _delete_epochs(store: StoreConfig, uri: str, epochs: tuple[int, ...], retain_hours: int) -> int:
-    from falkirk.policies.epoch_tables import open_table
+    from falkirk.policies.store.commits import open_table
 
     table = open_table(uri, store.options_for(uri))
     if table is None:

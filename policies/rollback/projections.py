@@ -3,7 +3,7 @@
 φ(e)(f) is the set of the receiver's times that are safe to keep if the sender rolls
 back to f. Every projection maps ∅ to ∅ and ⊤ to ⊤, and is monotone.
 
->>> from falkirk.policies.times import EPOCH, LexDomain
+>>> from falkirk.policies.rollback.times import EPOCH, LexDomain
 >>> lex = LexDomain(2)
 >>> Ingress(EPOCH, lex).apply(2)          # epochs < 2  ->  every (t, c) with t < 2
 (2, 0)
@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from bisect import bisect_right
 from typing import Callable, Sequence
 
-from falkirk.policies.times import Bound, Domain, EpochDomain, LexDomain, SeqDomain
+from falkirk.policies.rollback.times import Bound, Domain, EpochDomain, LexDomain, SeqDomain
 
 
 class ProjectionError(ValueError):

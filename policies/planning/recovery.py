@@ -11,7 +11,7 @@ Three kinds of failure go in:
   its checkpoints from that epoch on are unusable.
 
 The planner builds every task's F*(p) with exact Ξ from the ledger
-(:mod:`falkirk.policies.checkpoint_chains`), applies the failures, runs the solver, and reads the
+(:mod:`falkirk.policies.planning.chains`), applies the failures, runs the solver, and reads the
 answer back in Airflow's terms: each task keeps the epochs up to its frontier; a
 stateful task re-runs every later epoch up to the last DAG run, a stateless one only
 the later epochs whose input changes or whose output is missing (its epochs do not
@@ -24,8 +24,8 @@ Plans are deterministic: the same ledger and the same failures give the same pla
 the same ``plan_id``. The plan records the ledger's Delta version, so an executor can
 refuse a plan computed from a ledger that has changed since.
 
->>> from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef
->>> from falkirk.policies.checkpoint_chains import TaskGraph
+>>> from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
+>>> from falkirk.policies.planning.chains import TaskGraph
 >>> def row(task, t, regime, inputs=(), state=False):
 ...     out = (OutputRef("output", f"/d/{task}/output", "durable", t, 1),)
 ...     return LedgerEntry("d", task, t, regime, f"r{t}", 1, notified_through=t, outputs=out,
@@ -49,11 +49,11 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Union
 
-from falkirk.policies.checkpoint_chains import (Readable, TaskGraph, chains_from_ledger, current_rows, reads_back,
-                                       sent_undelivered)
-from falkirk.policies.ledger import LedgerEntry
+from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back, sent_undelivered
 from falkirk.policies.regimes import Regime
-from falkirk.policies.solver import solve
+from falkirk.policies.rollback.solver import solve
+from falkirk.policies.store.ledger import LedgerEntry
+from falkirk.policies.store.readability import Readable, without
 
 
 class PlanError(ValueError):
@@ -235,8 +235,7 @@ def plan_recovery(
             untrusted.update((f.task_id, e) for e in range(f.epoch, upto + 1))
     lost = tuple(_dir(f.location) for f in failures if isinstance(f, LostScratch))
 
-    def still_readable(uri: str, key) -> bool:
-        return not any(uri == loc.rstrip("/") or uri.startswith(loc) for loc in lost) and readable(uri, key)
+    still_readable = without(readable, lost)
 
     # Records an external system has not accepted yet are sent again (spec §4.2): such an
     # epoch is no checkpoint, and it re-runs like an epoch that never committed.

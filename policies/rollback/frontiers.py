@@ -1,6 +1,6 @@
 """Frontiers: downward-closed sets of times, as values, and their JSON notation.
 
-A :class:`Frontier` pairs a domain with a bound (see :mod:`falkirk.policies.times`) and supports
+A :class:`Frontier` pairs a domain with a bound (see :mod:`falkirk.policies.rollback.times`) and supports
 the set operations of the spec (⊆ as ``<=``, ∩ as ``&``, ∪ as ``|``, membership as
 ``in``). The JSON notation is that of ``scenario-format.md``:
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from falkirk.policies.times import EPOCH, INF, Bound, Domain, EpochDomain, LexDomain, SeqDomain
+from falkirk.policies.rollback.times import Bound, Domain, EPOCH, EpochDomain, INF, LexDomain, SeqDomain
 
 __all__ = ["EPOCH", "Frontier", "NotationError", "format_bound", "parse_bound"]
 

@@ -1,6 +1,6 @@
 """Ξ(p, f) and F*(p) computed from the ledger and what the store can still read.
 
-The solver (:mod:`falkirk.policies.solver`) needs, for every task, the chain of checkpoints it
+The solver (:mod:`falkirk.policies.rollback.solver`) needs, for every task, the chain of checkpoints it
 could restore to and each checkpoint's metadata. A pipeline's ledger records every
 (task, epoch) commit; this module turns those rows into exactly that, in the epoch
 domain (a checkpoint after epoch t is the frontier ↓{t}, bound ``t + 1``):
@@ -27,7 +27,7 @@ domain (a checkpoint after epoch t is the frontier ↓{t}, bound ``t + 1``):
 The graph comes from the pipeline's declared data edges (:class:`TaskGraph`), or from
 the ledger itself (:meth:`TaskGraph.from_ledger`: every input a task ever read).
 
->>> from falkirk.policies.ledger import InputRef, LedgerEntry, OutputRef
+>>> from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
 >>> rows = [LedgerEntry("d", "a", t, "ephemeral", f"r{t}", 1, notified_through=t,
 ...                     outputs=(OutputRef("output", "/s/a", "scratch", t, 1, t),)) for t in (1, 2)]
 >>> rows += [LedgerEntry("d", "b", t, "batch(log_outputs=true)", f"r{t}", 1, notified_through=t,
@@ -44,18 +44,15 @@ the ledger itself (:meth:`TaskGraph.from_ledger`: every input a task ever read).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Iterable
 
-from falkirk.policies.epoch_tables import CommitKey, epoch_rows, open_table
-from falkirk.policies.graph import Edge, Graph, Processor
-from falkirk.policies.ledger import LedgerEntry, is_external
-from falkirk.policies.metadata import Chain, Checkpoint
-from falkirk.policies.regimes import Regime, Tier
-from falkirk.policies.store import StoreConfig
-from falkirk.policies.times import EPOCH
-
-Readable = Callable[[str, CommitKey], bool]
-"""Whether the table at a URI still holds the commit of a (task, epoch, incarnation)."""
+from falkirk.policies.regimes import Regime
+from falkirk.policies.rollback.graph import Edge, Graph, Processor
+from falkirk.policies.rollback.metadata import Chain, Checkpoint
+from falkirk.policies.rollback.times import EPOCH
+from falkirk.policies.store.commits import CommitKey
+from falkirk.policies.store.ledger import LedgerEntry, is_external
+from falkirk.policies.store.readability import Readable
 
 
 class ChainError(ValueError):
@@ -124,79 +121,6 @@ class TaskGraph:
             raise ChainError(f"failed task(s) {sorted(unknown)} are not in the graph's tasks {list(self.tasks)}")
         return Graph([Processor(t, EPOCH, failed=t in down) for t in self.tasks],
                      [Edge(e.id, e.src, e.dst, "identity") for e in self.edges])
-
-
-class StoreReadability:
-    """A :data:`Readable` over a store's Delta tables; each table's log is read once.
-
-    A table holds a commit when :func:`falkirk.policies.epoch_tables.missing_commit` finds nothing
-    missing: the table opens, records that (task, epoch)'s app transaction at this
-    incarnation or a later one, and its epoch still holds the rows the ledger recorded (a
-    partition deleted by garbage collection keeps the transaction record but not the rows).
-    A state table is also unreadable at epochs a garbage collection has marked
-    (:meth:`falkirk.policies.ledger.Ledger.collected`). A tier that is gone (its directory deleted)
-    has no tables, so nothing in it is readable. An external destination (``external:…``)
-    holds an epoch once the ledger records its delivery.
-
-    ``entries`` are the ledger rows whose row counts to check (all of the DAG's, with the
-    rolled-back ones, when not given: read from the ledger on first use).
-    """
-
-    def __init__(self, store: StoreConfig, entries: Iterable[LedgerEntry] | None = None) -> None:
-        self.store = store
-        self._tables: dict[str, object] = {}
-        self._epoch_rows: dict[str, dict[int, int]] = {}
-        self._collected: dict[str, dict[str, int]] = {}
-        self._delivered: dict[str, dict[str, int]] = {}
-        self._rows: dict[str, dict[tuple[str, str, int], int]] = {}
-        if entries is not None:
-            for e in entries:
-                _index_rows(self._rows.setdefault(e.dag_id, {}), e)
-
-    def __call__(self, uri: str, key: CommitKey) -> bool:
-        from falkirk.policies.ledger import Ledger
-
-        if is_external(uri):
-            if key.dag_id not in self._delivered:
-                self._delivered[key.dag_id] = Ledger(self.store).delivered(key.dag_id)
-            return key.epoch <= self._delivered[key.dag_id].get(key.task_id, 0)
-        if key.dag_id not in self._collected:
-            self._collected[key.dag_id] = Ledger(self.store).collected(key.dag_id)
-        if key.epoch <= self._collected[key.dag_id].get(key.task_id, 0) and uri in (
-                self.store.table_uri(tier, key.dag_id, key.task_id, "state") for tier in Tier):
-            return False
-        if not self.store.contains(uri):
-            return False  # a ledger row naming a table outside the store: never read
-        if uri not in self._tables:
-            self._tables[uri] = open_table(uri, self.store.options_for(uri))
-        table = self._tables[uri]
-        if table is None:
-            return False
-        recorded = table.transaction_version(key.app_id)  # type: ignore[attr-defined]
-        if recorded is None or recorded < key.incarnation:
-            return False
-        if recorded > key.incarnation:
-            return True  # a later incarnation replaced the epoch; its own row answers for it
-        if key.dag_id not in self._rows:
-            index: dict[tuple[str, str, int], int] = {}
-            for e in Ledger(self.store).entries(key.dag_id, include_invalidated=True):
-                _index_rows(index, e)
-            self._rows[key.dag_id] = index
-        expected = self._rows[key.dag_id].get((uri, key.app_id, key.incarnation))
-        if expected is None:
-            return True
-        if uri not in self._epoch_rows:
-            self._epoch_rows[uri] = epoch_rows(table)  # type: ignore[arg-type]
-        return self._epoch_rows[uri].get(int(key.epoch), 0) == expected
-
-
-def _index_rows(index: dict[tuple[str, str, int], int], e: LedgerEntry) -> None:
-    """Record the rows ``e``'s commit wrote to each of its tables."""
-    app = e.key.app_id
-    if e.state_uri is not None and e.state_rows is not None:
-        index[e.state_uri, app, e.incarnation] = e.state_rows
-    for o in e.outputs:
-        index[o.uri, app, e.incarnation] = o.rows
 
 
 def reads_back(entries: Iterable[LedgerEntry]) -> dict[tuple[str, str, str], int]:

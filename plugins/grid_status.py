@@ -13,10 +13,10 @@ its state and outputs went. :func:`grid_from_ledger` reduces each (task, epoch) 
 
 Each task's statuses are encoded as one string with a letter per epoch, which keeps the
 view's payload small for long histories. The grid is computed from the ledger's columns
-(Arrow), not from :class:`~falkirk.policies.ledger.LedgerEntry` objects, so that 25,000 rows
+(Arrow), not from :class:`~falkirk.policies.store.ledger.LedgerEntry` objects, so that 25,000 rows
 take milliseconds.
 
->>> from falkirk.policies.ledger import LedgerEntry, OutputRef
+>>> from falkirk.policies.store.ledger import LedgerEntry, OutputRef
 >>> out = lambda tier: (OutputRef("output", "/t", tier, 1, 3),)
 >>> rows = [LedgerEntry("d", "clean", 1, "batch(log_outputs=true)", "r1", 1, outputs=out("durable")),
 ...         LedgerEntry("d", "clean", 2, "batch(log_outputs=true)", "r2", 1, outputs=out("durable")),
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
-from falkirk.policies.ledger import Ledger
+from falkirk.policies.store.ledger import Ledger
 
 
 class CheckpointStatus(Enum):
@@ -131,7 +131,7 @@ def grid_from_ledger(ledger: Ledger, dag_id: str, tasks: Sequence[str],
     """The grid of ``dag_id`` from one read of the ledger and one of its invalidations."""
     cols = ledger.read(dag_id).select(["task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier",
                                        "outputs"]).to_pydict()
-    gone = {(t, m, e, i) for _, t, m, e, i in ledger.invalidated(dag_id)}
+    gone = {(t, m, e, i) for _, t, m, e, i in ledger.invalidations.keys(dag_id)}
     return grid_from_rows(tasks, cols, gone, collected_through=collected_through)
 
 

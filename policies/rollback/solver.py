@@ -1,6 +1,6 @@
 """The consistent-rollback solver: the Figure 6 fixed point of the Falkirk Wheel (spec §2).
 
-Given every processor's F*(p) (a :class:`~falkirk.policies.metadata.Chain`), choose f(p) ∈ F*(p)
+Given every processor's F*(p) (a :class:`~falkirk.policies.rollback.metadata.Chain`), choose f(p) ∈ F*(p)
 and a notification frontier f_n(p) so that
 
 * C2: D̄(e, f(p)) ⊆ f(dst e) for every output edge e of p;
@@ -21,9 +21,9 @@ Incremental updates reuse the previous answer:
   processors linked to the new checkpoint's processor through processors that can rise
   may change; those restart from the top of their chains and the rest keep their values.
 
->>> from falkirk.policies.graph import Edge, Graph, Processor
->>> from falkirk.policies.metadata import Chain, Checkpoint
->>> from falkirk.policies.times import EPOCH, INF
+>>> from falkirk.policies.rollback.graph import Edge, Graph, Processor
+>>> from falkirk.policies.rollback.metadata import Chain, Checkpoint
+>>> from falkirk.policies.rollback.times import EPOCH, INF
 >>> g = Graph([Processor("u", EPOCH), Processor("v", EPOCH, failed=True)], [Edge("e", "u", "v")])
 >>> chains = {
 ...     "u": Chain(EPOCH, [Checkpoint(0, N=0, D={"e": 0}), Checkpoint(2, N=0, D={"e": 1}),
@@ -41,10 +41,10 @@ import heapq
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
-from falkirk.policies.graph import Edge, Graph
-from falkirk.policies.metadata import Chain, Checkpoint
-from falkirk.policies.projections import Projection, Recorded, make_projection
-from falkirk.policies.times import Bound
+from falkirk.policies.rollback.graph import Edge, Graph
+from falkirk.policies.rollback.metadata import Chain, Checkpoint
+from falkirk.policies.rollback.projections import Projection, Recorded, make_projection
+from falkirk.policies.rollback.times import Bound
 
 
 class SolverError(ValueError):

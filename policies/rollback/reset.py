@@ -11,8 +11,8 @@ Once the solver has chosen f(p) for every processor:
 * a receiver that rolled back gets exactly Q′(e) in its queue; a receiver at ⊤ keeps
   the queued messages caused within f(src) and drops the rest (the sender regenerates them).
 
->>> from falkirk.policies.times import EPOCH, INF
->>> from falkirk.policies.graph import Edge, Graph, Processor
+>>> from falkirk.policies.rollback.times import EPOCH, INF
+>>> from falkirk.policies.rollback.graph import Edge, Graph, Processor
 >>> g = Graph([Processor("u", EPOCH), Processor("v", EPOCH)], [Edge("e", "u", "v")])
 >>> log = [Message("e", s, time=s, cause=s) for s in range(4)]      # u logged epochs 0..3
 >>> [m.seq for m in resend(g, {"u": INF, "v": 2}, {"e": log})["e"]]  # v kept epochs < 2
@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from falkirk.policies.graph import Graph
-from falkirk.policies.solver import Solution
-from falkirk.policies.times import Bound
+from falkirk.policies.rollback.graph import Graph
+from falkirk.policies.rollback.solver import Solution
+from falkirk.policies.rollback.times import Bound
 
 
 @dataclass(frozen=True)
@@ -80,10 +80,10 @@ def reset(
 ) -> ResetPlan:
     """The reset of spec §2.4 with the channel rule of §4.4 (``queued``: what each receiver held).
 
-    >>> from falkirk.policies.times import EPOCH, INF
-    >>> from falkirk.policies.graph import Edge, Graph, Processor
-    >>> from falkirk.policies.metadata import Chain, Checkpoint
-    >>> from falkirk.policies.solver import solve
+    >>> from falkirk.policies.rollback.times import EPOCH, INF
+    >>> from falkirk.policies.rollback.graph import Edge, Graph, Processor
+    >>> from falkirk.policies.rollback.metadata import Chain, Checkpoint
+    >>> from falkirk.policies.rollback.solver import solve
     >>> g = Graph([Processor("u", EPOCH), Processor("v", EPOCH, failed=True)], [Edge("e", "u", "v")])
     >>> chains = {"u": Chain(EPOCH, [Checkpoint(0, N=0, D={"e": 0}), Checkpoint(INF, N=0, D={"e": 0})]),
     ...           "v": Chain(EPOCH, [Checkpoint(0, M={"e": 0}, N=0), Checkpoint(2, M={"e": 2}, N=0)], failed=True)}

@@ -1,0 +1,210 @@
+"""The control tables beside the ledger: invalidations, collections and deliveries.
+
+Each is an append-only Delta table under the store's ``_falkirk/`` folder, owned by one
+class here; every append is idempotent (a repeated append records nothing twice):
+
+* :class:`Invalidations`: the ledger rows recoveries rolled back. Readers of the ledger
+  skip them, and the epoch is redone under the next incarnation.
+* :class:`Collections`: how far garbage collection went per task (state at those epochs
+  is gone; the ledger keeps the rows, so a task's chain has no gaps).
+* :class:`Deliveries`: how far an external system has accepted what a task sent it
+  (spec §4.2, output rule).
+
+>>> import tempfile
+>>> from falkirk.policies.store.config import StoreConfig
+>>> root = tempfile.mkdtemp()
+>>> collections = Collections(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
+>>> collections.mark("orders", {"ingest": 3}), collections.mark("orders", {"ingest": 2})
+({'ingest': 3}, {})
+>>> collections.through("orders")
+{'ingest': 3}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Mapping, Protocol
+
+import pyarrow as pa
+
+from falkirk.policies.store.commits import append_once, open_table, scan
+from falkirk.policies.store.config import StoreConfig
+
+INVALIDATION_SCHEMA = pa.schema(
+    [
+        pa.field("dag_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("map_index", pa.int32(), nullable=False),
+        pa.field("epoch", pa.int64(), nullable=False),
+        pa.field("incarnation", pa.int32(), nullable=False),
+        pa.field("plan_id", pa.string(), nullable=False),
+        pa.field("invalidated_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+# A garbage collection's marks: the task's rows at epochs <= `through` are collected.
+COLLECTION_SCHEMA = pa.schema(
+    [
+        pa.field("dag_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("through", pa.int64(), nullable=False),
+        pa.field("collected_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+# The external system has accepted every record a task sent at epochs <= `through`. Until
+# then those epochs are not the task's checkpoints, and the rest of the pipeline keeps what
+# it needs to send them again.
+DELIVERY_SCHEMA = pa.schema(
+    [
+        pa.field("dag_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("through", pa.int64(), nullable=False),
+        pa.field("delivered_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+InvalidationKey = tuple[str, str, int, int, int]
+"""(dag, task, map index, epoch, incarnation): one ledger row a recovery rolled back."""
+
+
+class DeliveryError(ValueError):
+    """A delivery that cannot have happened; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class _Once:
+    """An idempotency key for a one-off append (see :func:`falkirk.policies.store.commits.append_once`)."""
+
+    app_id: str
+    incarnation: int = 0
+    epoch: int = 0
+
+
+class RolledBackRow(Protocol):
+    dag_id: str
+    task_id: str
+    map_index: int
+    epoch: int
+    incarnation: int
+
+
+class Invalidations:
+    """The ledger rows recoveries rolled back (``_falkirk/invalidations``)."""
+
+    def __init__(self, store: StoreConfig) -> None:
+        self.store = store
+        self.uri = store.control_uri("invalidations")
+
+    def record(self, rows: Iterable[RolledBackRow], plan_id: str) -> int:
+        """Mark ``rows`` as rolled back by recovery ``plan_id``; returns how many were marked.
+
+        One append per plan: executing the same plan again marks nothing twice.
+        """
+        rows = list(rows)
+        if not rows:
+            return 0
+        now = datetime.now(timezone.utc)
+        records = [{"dag_id": e.dag_id, "task_id": e.task_id, "map_index": e.map_index, "epoch": e.epoch,
+                    "incarnation": e.incarnation, "plan_id": plan_id, "invalidated_at": now} for e in rows]
+        dags = sorted({e.dag_id for e in rows})
+        key = _Once(f"falkirk-invalidate/{','.join(dags)}/{plan_id}")
+        result = append_once(self.uri, pa.Table.from_pylist(records, schema=INVALIDATION_SCHEMA), key,
+                             self.store.options_for(self.uri))
+        return len(records) if result.applied else 0
+
+    def keys(self, dag_id: str | None = None) -> set[InvalidationKey]:
+        """Keys (dag, task, map index, epoch, incarnation) of the rows recoveries rolled back."""
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        if table is None:
+            return set()
+        cols = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pydict()
+        return set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
+
+    def recorded_at(self, dag_id: str, plan_id: str) -> datetime | None:
+        """When recovery ``plan_id`` rolled back its rows of ``dag_id`` (``None`` if it rolled back none)."""
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        if table is None:
+            return None
+        times = scan(table, where={"dag_id": dag_id, "plan_id": plan_id}, columns=["invalidated_at"])
+        return min(times.column("invalidated_at").to_pylist(), default=None)
+
+    def next_incarnation(self, dag_id: str, task_id: str, epoch: int, map_index: int = -1) -> int:
+        """The incarnation a new run of (task, epoch) commits under: one past the last rolled back."""
+        gone = [inc for d, t, m, e, inc in self.keys(dag_id) if (t, m, e) == (task_id, map_index, epoch)]
+        return max(gone, default=-1) + 1
+
+
+class Collections:
+    """How far garbage collection went, per task (``_falkirk/collections``)."""
+
+    def __init__(self, store: StoreConfig) -> None:
+        self.store = store
+        self.uri = store.control_uri("collections")
+
+    def mark(self, dag_id: str, through: Mapping[str, int]) -> dict[str, int]:
+        """Record that each task's rows at epochs <= ``through[task]`` are garbage-collected;
+        returns the marks that raised a task's point (a mark at or below it changes nothing)."""
+        now = self.through(dag_id)
+        raised = {t: e for t, e in sorted(through.items()) if e > now.get(t, 0)}
+        if not raised:
+            return {}
+        stamp = datetime.now(timezone.utc)
+        rows = [{"dag_id": dag_id, "task_id": t, "through": e, "collected_at": stamp} for t, e in raised.items()]
+        key = _Once(f"falkirk-collect/{dag_id}/" + ",".join(f"{t}:{e}" for t, e in raised.items()))
+        append_once(self.uri, pa.Table.from_pylist(rows, schema=COLLECTION_SCHEMA), key,
+                    self.store.options_for(self.uri))
+        return raised
+
+    def through(self, dag_id: str) -> dict[str, int]:
+        """Per task, the last epoch whose row is garbage-collected (tasks never collected are absent)."""
+        return _highest_through(self.store, self.uri, dag_id)
+
+
+class Deliveries:
+    """How far external systems have accepted what tasks sent them (``_falkirk/deliveries``)."""
+
+    def __init__(self, store: StoreConfig) -> None:
+        self.store = store
+        self.uri = store.control_uri("deliveries")
+
+    def record(self, dag_id: str, task_id: str, through: int, senders: Mapping[str, int]) -> bool:
+        """Record that the external system ``task_id`` sends to has accepted every record of its
+        epochs ``<= through``; returns whether that raised the task's delivery point.
+
+        ``senders``: per task of the DAG that sent records to an external system, its last
+        committed epoch (:meth:`falkirk.policies.store.ledger.Ledger.external_senders`).
+        Refused (nothing recorded) when ``task_id`` sent nothing external, or when ``through``
+        is past its last committed epoch: the system cannot have accepted that yet.
+        """
+        if not isinstance(through, int) or isinstance(through, bool) or through < 1:
+            raise DeliveryError(f"through={through!r}: give the last epoch the external system accepted (>= 1)")
+        if task_id not in senders:
+            raise DeliveryError(f"task {task_id!r} of DAG {dag_id!r} has sent nothing to an external system; "
+                                f"tasks that do: {sorted(senders) or 'none'}")
+        committed = senders[task_id]
+        if through > committed:
+            raise DeliveryError(f"through={through}: task {task_id!r} has committed epochs only through "
+                                f"{committed}; an external system cannot have accepted epoch {through}")
+        if through <= self.through(dag_id).get(task_id, 0):
+            return False
+        row = {"dag_id": dag_id, "task_id": task_id, "through": through, "delivered_at": datetime.now(timezone.utc)}
+        key = _Once(f"falkirk-deliver/{dag_id}/{task_id}:{through}")
+        return append_once(self.uri, pa.Table.from_pylist([row], schema=DELIVERY_SCHEMA), key,
+                           self.store.options_for(self.uri)).applied
+
+    def through(self, dag_id: str) -> dict[str, int]:
+        """Per task that sends to an external system, the last epoch it has accepted (absent: none)."""
+        return _highest_through(self.store, self.uri, dag_id)
+
+
+def _highest_through(store: StoreConfig, uri: str, dag_id: str) -> dict[str, int]:
+    table = open_table(uri, store.options_for(uri))
+    if table is None:
+        return {}
+    cols = scan(table, where={"dag_id": dag_id}).to_pydict()
+    out: dict[str, int] = {}
+    for task, through in zip(cols["task_id"], cols["through"]):
+        out[task] = max(out.get(task, 0), through)
+    return out
