@@ -128,7 +128,7 @@ def plan_view(plan: RecoveryPlan) -> dict[str, Any]:
         "ledger_version": plan.ledger_version,
         "failures": [f.describe() for f in plan.failures],
         "last_epoch": plan.last_epoch,
-        "tasks": [{"task_id": t.task_id, "regime": t.regime, "frontier": t.frontier, "rerun": list(t.rerun),
+        "tasks": [{"task_id": t.task_id, "regime": t.regime, "frontier": t.kept_through, "rerun": list(t.rerun),
                    "restores": (f"state of epoch {t.restore_from.epoch} ({t.restore_from.tier})"
                                 if t.restore_from else None),
                    "clear_downstream": list(t.clear_downstream)} for t in plan.tasks],

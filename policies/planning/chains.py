@@ -177,18 +177,18 @@ def chains_from_ledger(
             expected += 1
             for ref in row.outputs:
                 if not readable(ref.uri, _key(row)):
-                    discarded[ref.name] = row.epoch + 1
+                    discarded[ref.name] = EPOCH.through_bound(row.epoch)
             if not _restorable(row, readable):
                 continue
-            consumed = {(i.task_id, i.output): i.through + 1 for i in row.inputs}
+            consumed = {(i.task_id, i.output): EPOCH.through_bound(i.through) for i in row.inputs}
             for e in out_edges:
                 if not any(ref.name == e.output for ref in row.outputs):
                     raise ChainError(f"task {task!r} epoch {row.epoch}: edge {e.id} reads output {e.output!r}, "
                                      f"which the task did not write; it wrote {[o.name for o in row.outputs]}")
             checkpoints.append(Checkpoint(
-                f=row.epoch + 1,
+                f=EPOCH.through_bound(row.epoch),
                 M={e.id: consumed.get((e.src, e.output), EPOCH.empty) for e in in_edges},
-                N=EPOCH.empty if row.notified_through is None else row.notified_through + 1,
+                N=EPOCH.through_bound(row.notified_through),
                 D={e.id: discarded.get(e.output, EPOCH.empty) for e in out_edges},
             ))
         chains[task] = Chain(EPOCH, checkpoints, in_domains={e.id: EPOCH for e in in_edges},

@@ -48,6 +48,7 @@ from typing import Callable, Iterable, Mapping
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back
 from falkirk.policies.planning.monitor import low_watermarks
 from falkirk.policies.regimes import Tier
+from falkirk.policies.rollback.times import EPOCH
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger, LedgerEntry
@@ -109,7 +110,7 @@ def watermarks(entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Reada
     """
     chains = chains_from_ledger(list(entries), graph, readable)
     solved = low_watermarks(graph.solver_graph(), chains)
-    return {t: max(int(solved.bound(t)) - 1, 0) for t in graph.tasks}
+    return {t: max(EPOCH.last_through(solved.bound(t)), 0) for t in graph.tasks}
 
 
 def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Readable,

@@ -32,7 +32,7 @@ from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger
 from falkirk.policies.rollback.graph import Graph
 from falkirk.policies.rollback.metadata import Chain, Checkpoint
 from falkirk.policies.rollback.solver import Solution, Solver
-from falkirk.policies.rollback.times import Bound
+from falkirk.policies.rollback.times import Bound, EPOCH
 from falkirk.policies.store.ledger import LedgerEntry
 from falkirk.policies.store.readability import Readable
 
@@ -131,4 +131,4 @@ def acknowledged_inputs(entries: Iterable[LedgerEntry], readable: Readable,
     chains = chains_from_ledger(rows, graph, readable)
     solved = low_watermarks(graph.solver_graph(), chains)
     sources = [t for t in graph.tasks if not any(e.dst == t for e in graph.edges)]
-    return {t: max(int(solved.bound(t)) - 1, 0) for t in sources}
+    return {t: max(EPOCH.last_through(solved.bound(t)), 0) for t in sources}

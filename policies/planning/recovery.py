@@ -52,6 +52,7 @@ from typing import Iterable, Mapping, Union
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back, sent_undelivered
 from falkirk.policies.regimes import Regime
 from falkirk.policies.rollback.solver import solve
+from falkirk.policies.rollback.times import EPOCH
 from falkirk.policies.store.ledger import LedgerEntry
 from falkirk.policies.store.readability import Readable, without
 
@@ -107,17 +108,25 @@ class StateRef:
 
 @dataclass(frozen=True)
 class TaskPlan:
-    """One task's part of a plan. ``frontier`` is the last epoch kept (0: none, restart from ∅)."""
+    """One task's part of a plan: its frontier f(p), written as the last epoch it keeps
+    (``kept_through``; 0: none, restart from ∅), and its notification frontier f_n(p), as the
+    last epoch whose completion it keeps having acted on (``notified_through``)."""
 
     task_id: str
     regime: str
-    frontier: int
-    notification_frontier: int
+    kept_through: int
+    notified_through: int
     rerun: tuple[int, ...]
     restore_from: StateRef | None
     # (upstream task, output, epochs): logged upstream outputs the re-runs read again
     rereads: tuple[tuple[str, str, tuple[int, ...]], ...]
     clear_downstream: tuple[int, ...]
+
+
+# A recorded plan (the recovery log, ``falkirk plan --json``) keeps its first field names, so
+# plans recorded before load unchanged and keep their content-hash ids.
+_RECORDED = {"kept_through": "frontier", "notified_through": "notification_frontier"}
+_NAMES = {v: k for k, v in _RECORDED.items()}
 
 
 @dataclass(frozen=True)
@@ -158,7 +167,8 @@ class RecoveryPlan:
         kinds = {"failed_task": FailedTask, "lost_scratch": LostScratch, "bad_epoch": BadEpoch}
         failures = tuple(kinds[f.pop("kind")](**f) for f in (dict(x) for x in data["failures"]))
         tasks = tuple(
-            TaskPlan(**{**t, "rerun": tuple(t["rerun"]), "clear_downstream": tuple(t["clear_downstream"]),
+            TaskPlan(**{**{_NAMES.get(k, k): v for k, v in t.items()},
+                        "rerun": tuple(t["rerun"]), "clear_downstream": tuple(t["clear_downstream"]),
                         "restore_from": StateRef(**t["restore_from"]) if t["restore_from"] else None,
                         "rereads": tuple((a, b, tuple(c)) for a, b, c in t["rereads"])})
             for t in data["tasks"])
@@ -172,7 +182,7 @@ class RecoveryPlan:
         """The plan for people: per task, its frontier, what it re-runs, and clear-downstream's count."""
         rows = [["task", "regime", "keeps epochs", "re-runs", "restores", "clear-downstream re-runs"]]
         for t in self.tasks:
-            rows.append([t.task_id, t.regime, _epochs_upto(t.frontier), _span(t.rerun),
+            rows.append([t.task_id, t.regime, _epochs_upto(t.kept_through), _span(t.rerun),
                          f"state of epoch {t.restore_from.epoch}" if t.restore_from else
                          ("empty state" if Regime.parse(t.regime).keeps_state and t.rerun else "-"),
                          _span(t.clear_downstream)])
@@ -191,7 +201,7 @@ class RecoveryPlan:
             "failures": [{"kind": kind[type(f)], **asdict(f)} for f in self.failures],
             "last_epoch": self.last_epoch,
             "ledger_version": self.ledger_version,
-            "tasks": [{**asdict(t), "rerun": list(t.rerun), "clear_downstream": list(t.clear_downstream),
+            "tasks": [{**{_RECORDED.get(k, k): v for k, v in asdict(t).items()}, "rerun": list(t.rerun), "clear_downstream": list(t.clear_downstream),
                        "rereads": [[a, b, list(c)] for a, b, c in t.rereads]} for t in self.tasks],
         }
 
@@ -245,20 +255,20 @@ def plan_recovery(
     failed = sorted({f.task_id for f in failures if isinstance(f, FailedTask)})
     chains = chains_from_ledger(kept, graph, still_readable, failed=failed, first_epoch=first_epoch)
     answer = solve(graph.solver_graph(failed=failed), chains)
-    # A bound b keeps the epochs below it: the last epoch kept is b - 1 (∅ keeps none).
-    frontier = {t: max(int(answer.bound(t)) - 1, first_epoch - 1) for t in graph.tasks}
-    notified = {t: int(min(answer.notification[t], last_epoch + 1)) - 1 for t in graph.tasks}
+    kept_through = {t: max(EPOCH.last_through(answer.bound(t)), first_epoch - 1) for t in graph.tasks}
+    notified = {t: EPOCH.last_through(min(answer.notification[t], EPOCH.through_bound(last_epoch)))
+                for t in graph.tasks}
     by_epoch = {t: {e.epoch: e for e in rs} for t, rs in current_rows(kept).items()}
     back = reads_back(rows)
-    rerun = _rerun_sets(graph, frontier, stateful, by_epoch, still_readable, last_epoch, back)
+    rerun = _rerun_sets(graph, kept_through, stateful, by_epoch, still_readable, last_epoch, back)
     clear = _clear_downstream(graph, failures, current_rows(rows), lost, readable, last_epoch)
 
     tasks = []
     for t in graph.tasks:
         regime = regime_text[t]
         restore = None
-        if stateful[t] and frontier[t] >= first_epoch and rerun[t]:
-            row = by_epoch[t][frontier[t]]
+        if stateful[t] and kept_through[t] >= first_epoch and rerun[t]:
+            row = by_epoch[t][kept_through[t]]
             restore = StateRef(row.epoch, row.state_uri or "", row.state_version, row.state_tier)
         rereads = []
         for e in graph.edges:
@@ -268,12 +278,12 @@ def plan_recovery(
                 epochs = tuple(sorted(read - set(rerun[e.src])))
                 if epochs:
                     rereads.append((e.src, e.output, epochs))
-        tasks.append(TaskPlan(t, regime, frontier[t], notified[t], rerun[t], restore, tuple(rereads),
+        tasks.append(TaskPlan(t, regime, kept_through[t], notified[t], rerun[t], restore, tuple(rereads),
                               tuple(sorted(clear.get(t, ())))))
     return RecoveryPlan(dag_id, failures, last_epoch, ledger_version, tuple(tasks))
 
 
-def _rerun_sets(graph: TaskGraph, frontier: Mapping[str, int], stateful: Mapping[str, bool],
+def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Mapping[str, bool],
                 by_epoch: Mapping[str, Mapping[int, LedgerEntry]], readable: Readable,
                 last_epoch: int, back: Mapping[tuple[str, str, str], int]) -> dict[str, tuple[int, ...]]:
     """The epochs each task re-runs: past its frontier, all of them for a stateful task.
@@ -285,7 +295,7 @@ def _rerun_sets(graph: TaskGraph, frontier: Mapping[str, int], stateful: Mapping
     epoch that reads this task's output of it and that output can no longer be read. The
     rest keep their committed output.
     """
-    later = {t: set(range(frontier[t] + 1, last_epoch + 1)) for t in graph.tasks}
+    later = {t: set(range(kept_through[t] + 1, last_epoch + 1)) for t in graph.tasks}
     rerun = {t: set(later[t]) if stateful[t] else {e for e in later[t] if e not in by_epoch.get(t, {})}
              for t in graph.tasks}
 
@@ -366,5 +376,5 @@ def _span(epochs: tuple[int, ...]) -> str:
     return ",".join(map(str, epochs))
 
 
-def _epochs_upto(frontier: int) -> str:
-    return "none" if frontier <= 0 else (f"1-{frontier}" if frontier > 1 else "1")
+def _epochs_upto(through: int) -> str:
+    return "none" if through <= 0 else (f"1-{through}" if through > 1 else "1")

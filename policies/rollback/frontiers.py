@@ -105,7 +105,7 @@ def parse_bound(value: Any, domain: Domain) -> Bound:
     if isinstance(domain, EpochDomain) and form in ("through", "below"):
         if not _is_int(arg) or arg < (-1 if form == "through" else 0):
             raise NotationError(f"{form} takes a whole number of epochs >= {0 if form == 'below' else -1}, not {arg!r}")
-        return arg + 1 if form == "through" else arg
+        return domain.through_bound(arg) if form == "through" else arg
     if isinstance(domain, LexDomain) and form in ("through", "below"):
         if not isinstance(arg, list) or not all(_is_int(x) and x >= 0 for x in arg):
             raise NotationError(f"{form} takes a list of whole numbers >= 0 for a lex domain, not {arg!r}")
@@ -132,7 +132,7 @@ def format_bound(bound: Bound, domain: Domain) -> Any:
     if bound == domain.top:
         return "top"
     if isinstance(domain, EpochDomain):
-        return {"through": bound - 1}
+        return {"through": domain.last_through(bound)}
     if isinstance(domain, LexDomain):
         return {"below": list(bound)}
     counts = {e: c for e, c in domain.counts(bound).items() if c}

@@ -109,6 +109,28 @@ class EpochDomain(TotallyOrdered):
     def down(self, times: Iterable[Any]) -> Bound:
         return max((t + 1 for t in times), default=self.empty)
 
+    # The ledger, plans and the view speak of the *last epoch* a frontier holds ("through");
+    # the solver, of its exclusive bound. These two are the only conversions between them.
+
+    def through_bound(self, through: int | None) -> Bound:
+        """The bound of the frontier holding every epoch up to and including ``through``
+        (``None``: ∅).
+
+        >>> EPOCH.through_bound(3), EPOCH.through_bound(None)
+        (4, 0)
+        """
+        return self.empty if through is None else through + 1
+
+    def last_through(self, bound: Bound) -> int:
+        """The last epoch the frontier with this bound holds (``-1`` for ∅); ⊤ has none.
+
+        >>> EPOCH.last_through(4), EPOCH.last_through(EPOCH.empty)
+        (3, -1)
+        """
+        if self.is_top(bound):
+            raise ValueError("⊤ holds every epoch, including future ones: it has no last epoch")
+        return int(bound) - 1
+
     def __repr__(self) -> str:
         return "EPOCH"
 

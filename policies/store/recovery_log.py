@@ -159,10 +159,6 @@ class RecoveryLog:
         rows = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pylist()
         return sorted(rows, key=lambda r: r["recorded_at"])
 
-    def running(self, dag_id: str) -> Lease | None:
-        """The lease of ``dag_id`` that was taken and not given back, if any (it may have expired)."""
-        return _running(self.events(dag_id), dag_id)
-
     def check_free(self, dag_id: str) -> None:
         """Raise :class:`LeaseHeld` if a live lease of ``dag_id`` is held (reads only)."""
         held = live_lease(self.events(dag_id), dag_id)
@@ -216,7 +212,7 @@ class RecoveryLog:
             raise PlanError("--reason: say why the lease is released (it is recorded in the recovery log)")
         if len(reason) > 2000:
             raise PlanError(f"--reason: {len(reason)} characters; keep it under 2000")
-        held = _running(self.events(dag_id), dag_id)
+        held = open_lease(self.events(dag_id), dag_id)
         if held is None:
             raise NoLease(f"--dag: no recovery or collection of DAG {dag_id!r} holds a lease; nothing to release")
         detail = json.dumps({"token": held.token, "note": f"released by {by}: {reason.strip()} "
@@ -233,7 +229,7 @@ class RecoveryLog:
             check_not_finished(events, plan_id)
         now = datetime.now(timezone.utc)
         rows = []
-        other = _running(events, dag_id)
+        other = open_lease(events, dag_id)
         if other is not None:
             if not other.expired(now):
                 raise _held(other)
@@ -259,7 +255,7 @@ class RecoveryLog:
             if not unanswered(exc):
                 raise
             # The store did not answer: the row may have landed. Ask, while it stays silent.
-            held = retry_lost_races(lambda: _running(self.events(dag_id), dag_id), attempts=1, uri=self.uri)
+            held = retry_lost_races(lambda: open_lease(self.events(dag_id), dag_id), attempts=1, uri=self.uri)
             if held is not None and held.token != token and not held.expired():
                 raise _held(held) from None
             if held is None or held.token != token:
@@ -267,7 +263,7 @@ class RecoveryLog:
         return lease
 
     def _check_held(self, lease: Lease) -> None:
-        held = _running(self.events(lease.dag_id), lease.dag_id)
+        held = open_lease(self.events(lease.dag_id), lease.dag_id)
         if held is None or held.token != lease.token:
             raise LeaseLost(f"plan {lease.plan_id}: the lease of {lease.holder} on DAG {lease.dag_id!r} was "
                             f"released or taken over; stopping. Resume with: falkirk replay {lease.plan_id}")
@@ -315,8 +311,9 @@ def _token(row: dict) -> str:
         return ""
 
 
-def _running(events: list[dict], dag_id: str) -> Lease | None:
-    """The lease taken last and not ended (``events`` oldest first), with its latest renewal."""
+def open_lease(events: list[dict], dag_id: str) -> Lease | None:
+    """The lease taken last and not ended (``events`` oldest first), with its latest renewal; it
+    may have expired (:func:`live_lease` leaves an expired one out)."""
     held: Lease | None = None
     for r in events:
         if r["event"] in TAKEN:
@@ -333,7 +330,7 @@ def _running(events: list[dict], dag_id: str) -> Lease | None:
 
 def live_lease(events: list[dict], dag_id: str) -> Lease | None:
     """The lease in ``events`` (the DAG's log, oldest first) that is held and not expired, if any."""
-    held = _running(events, dag_id)
+    held = open_lease(events, dag_id)
     return held if held is not None and not held.expired() else None
 
 

@@ -134,7 +134,7 @@ def test_scenario_g1_acknowledgements_and_collection_step_by_step(spark, tmp_pat
     reruns = {t.task_id: t.rerun for t in p.tasks if t.rerun}
     # deliver's epoch 2 was never accepted, so it is sent again in both variants.
     assert reruns == ({"deliver": (2,)} if logs else {"intake": (2,), "tally": (2,), "deliver": (2,)})
-    assert p.task("deliver").frontier == 1
+    assert p.task("deliver").kept_through == 1
     if not logs:
         assert p.task("tally").restore_from.epoch == 1
     ledger.invalidations.record([e for e in ledger.entries(dag) if (e.task_id, e.epoch) in p.rerun_set()], p.plan_id)

@@ -131,7 +131,7 @@ def test_the_printed_plan_is_what_airflow_reran(job) -> None:
     # so they roll back to 3 too; events and popularity (logged) keep everything.
     expected = {(t, e) for t in ("rank", "answers", "stats") for e in range(4, 9)}
     assert set(plan.rerun_set()) == expected
-    assert {t.task_id: t.frontier for t in plan.tasks} == {"events": 8, "popularity": 8, "rank": 3, "answers": 3,
+    assert {t.task_id: t.kept_through for t in plan.tasks} == {"events": 8, "popularity": 8, "rank": 3, "answers": 3,
                                                            "stats": 3}
     assert set(outcome.reran) == expected  # the try numbers Airflow reports
     assert plan.table() in "\n".join(printed)

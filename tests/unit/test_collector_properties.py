@@ -134,11 +134,11 @@ def test_every_planned_recovery_stays_executable_after_collections(every, steps,
 
     rerun = {t.task_id: set(t.rerun) for t in p.tasks}
     assert all(e > store.acknowledged for e in rerun["source"]), "the source re-reads an acknowledged epoch"
-    assert p.task("export").frontier <= store.delivered
+    assert p.task("export").kept_through <= store.delivered
     assert set(range(store.delivered + 1, store.epoch + 1)) <= rerun["export"], "an unaccepted epoch is not re-sent"
     for t in p.tasks:
-        assert t.frontier >= watermarks.get(t.task_id, 0), f"{t.task_id} rolls back below its low-watermark"
-        if t.rerun and store.regimes[t.task_id].keeps_state and t.frontier > 0:
+        assert t.kept_through >= watermarks.get(t.task_id, 0), f"{t.task_id} rolls back below its low-watermark"
+        if t.rerun and store.regimes[t.task_id].keeps_state and t.kept_through > 0:
             assert t.restore_from is not None
             assert t.restore_from.epoch in store.live[t.restore_from.uri], f"{t.task_id}: restored state was collected"
         for edge in (e for e in store.graph.edges if e.dst == t.task_id):

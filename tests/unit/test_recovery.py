@@ -137,7 +137,7 @@ def test_plan_rerun_set_is_the_minimal_one(epochs: int, kind: str, task: str, at
     plan = plan_recovery("pipe", GRAPH, rows, failures, last_epoch=epochs, readable=readable_when(False),
                          regimes=REGIMES)
     frontiers, redo = oracle(rows, epochs, (task, at) if kind == "bad" else None, scratch_lost="lost" in kind)
-    assert {t.task_id: t.frontier for t in plan.tasks} == frontiers
+    assert {t.task_id: t.kept_through for t in plan.tasks} == frontiers
     assert plan.rerun_set() == redo
 
 

@@ -95,7 +95,7 @@ def assert_equals_reference(store: StoreConfig, dag: str, lost_scratch: bool = F
 
 def check_minimal(p, store: StoreConfig, dag: str, bad=None, scratch_lost=False) -> None:
     frontiers, redo = oracle(Ledger(store).entries(dag), len(EPOCHS), bad, scratch_lost)
-    assert {t.task_id: t.frontier for t in p.tasks} == frontiers
+    assert {t.task_id: t.kept_through for t in p.tasks} == frontiers
     assert p.rerun_set() == redo
     ours, theirs = len(p.rerun_set()), len(p.clear_downstream_set())
     print(f"{dag}: {'; '.join(f.describe() for f in p.failures)}: re-runs {ours} task instances, "

@@ -16,7 +16,7 @@ from falkirk.plugins.recovery import plan, replay
 from falkirk.plugins.view import recovery_history
 from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.store.ledger import Ledger
-from falkirk.policies.store.recovery_log import RecoveryLog
+from falkirk.policies.store.recovery_log import RecoveryLog, open_lease
 from tests.integration.recovery.drill import (EPOCHS, G, K, SUCCESS, Drill, assert_equals_reference, clock,
                                               falkirk, tries, wait_states)
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.faults
 
 
 def _wait_for_expiry(drill: Drill, dag: str) -> None:
-    lease = RecoveryLog(drill.store).running(dag)
+    lease = open_lease(RecoveryLog(drill.store).events(dag), dag)
     time.sleep(max((lease.expires_at(30) - datetime.now(timezone.utc)).total_seconds() + 1, 0))
 
 
@@ -147,7 +147,7 @@ def test_the_scheduler_and_the_api_server_killed_during_a_replay_from_the_view(d
     drill.stack.restart("api-server", "scheduler")
 
     log = RecoveryLog(drill.store)
-    assert log.running(G).plan_id == plan_id
+    assert open_lease(log.events(G), G).plan_id == plan_id
     # The new scheduler resets what the dead one was running (an orphan) and runs it again.
     deadline = time.monotonic() + 300
     while drill.client.task_instances(G, run_id_of(5))["clean"]["state"] in ("queued", "running"):
