@@ -56,16 +56,18 @@ from airflow.api_fastapi.core_api.security import (
     requires_access_dag,
 )
 from airflow.configuration import conf
+from airflow.models.dagrun import DagRun
 from airflow.models.serialized_dag import SerializedDagModel
 from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
-from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unrecorded
+from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unrecorded, with_runs
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, plan_view, recovery_history
 from falkirk.policies.planning.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
+from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
@@ -237,6 +239,32 @@ def _dag_tasks(dag_id: str) -> list[DagTask]:
                     getattr(t, "falkirk_epoch_clock", None)) for t in dag.tasks]
 
 
+def _runs_at_epochs(dag_id: str, tasks: list[DagTask], run_ids: set[str] | None = None) -> dict[int, str]:
+    """The DAG runs (all of them, or those of ``run_ids``) at their epochs, placed by the epoch
+    clock the operator serialized; runs off the clock's grid are left out (their tasks fail
+    naming the grid)."""
+    spec = next((t.epoch_clock for t in tasks if t.epoch_clock), None)
+    if spec is None or run_ids == set():
+        return {}
+    clock = EpochClock.parse(spec)
+    query = select(DagRun.run_id, DagRun.logical_date).where(DagRun.dag_id == dag_id)
+    if run_ids is not None:
+        query = query.where(DagRun.run_id.in_(sorted(run_ids)[:MAX_UNPLACED_RUNS]))
+    with create_session() as session:
+        rows = session.execute(query.order_by(DagRun.logical_date.desc()).limit(MAX_UNPLACED_RUNS)).all()
+    placed: dict[int, str] = {}
+    for run_id, logical_date in rows:
+        try:
+            placed.setdefault(clock.epoch_of(logical_date), run_id)
+        except EpochError:
+            continue
+    return placed
+
+
+# The newest runs the view places without ledger rows: the ones a person looks at.
+MAX_UNPLACED_RUNS = 1000
+
+
 def _failures(spec: FailureSpec, tasks: list[DagTask], store: StoreConfig, last_epoch: int) -> list[Failure]:
     """The spec's failures, each checked against the DAG and the store (422 naming the field)."""
     known = {t.task_id for t in tasks}
@@ -247,7 +275,7 @@ def _failures(spec: FailureSpec, tasks: list[DagTask], store: StoreConfig, last_
                 raise _invalid([field, i, "task_id"], f"task {item.task_id!r} is not in the DAG; "
                                                       f"use one of {sorted(known)}")
             if item.epoch > last_epoch:
-                raise _invalid([field, i, "epoch"], f"epoch {item.epoch} has no checkpoint in the ledger; "
+                raise _invalid([field, i, "epoch"], f"epoch {item.epoch} has no DAG run; "
                                                     f"the last epoch is {last_epoch}")
             kind = FailedTask if field == "failed_tasks" else BadEpoch
             failures.append(kind(item.task_id, item.epoch))
@@ -270,7 +298,10 @@ def _plan(dag_id: str, spec: FailureSpec, record: bool):
     if not entries:
         raise HTTPException(status_code=409, detail=f"the ledger has no rows for DAG {dag_id!r} yet; "
                                                     f"nothing can be rolled back before it has run")
-    failures = _failures(spec, tasks, store, last)
+    # Runs newer than the ledger's newest row committed nothing (their first task failed): the
+    # epoch clock places them, and a plan for one of their failures covers epochs up to it.
+    failures = _failures(spec, tasks, store, max([last, *_runs_at_epochs(dag_id, tasks)]))
+    last = max([last, *(f.epoch for f in failures if isinstance(f, (FailedTask, BadEpoch)))])
     regimes = {t.task_id: Regime.parse(t.regime) for t in tasks if t.regime}
     try:
         return compute_plan(dag_id, store, failures, regimes, last_epoch=last, record=record)
@@ -316,6 +347,8 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     version = ledger.version()
     collected = Collections(store).through(dag_id)
     grid = grid_from_ledger(ledger, dag_id, [t.task_id for t in tasks], collected_through=collected)
+    # Runs with no ledger row at all (each of their task instances failed or has not run yet).
+    grid = with_runs(grid, _runs_at_epochs(dag_id, tasks, {run for _, run in live} - set(grid.runs.values())))
     events = RecoveryLog(store).events(dag_id)
     # While a recovery runs, its rolled-back instances are successful until it clears them.
     lost = [] if live_lease(events, dag_id) else unrecorded(grid, _succeeded_without_row(dag_id, tasks, grid),

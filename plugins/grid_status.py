@@ -81,11 +81,26 @@ class CheckpointStatus(Enum):
 @dataclass(frozen=True)
 class CheckpointGrid:
     """The grid of one DAG: per task a string of status codes for epochs 1..``last_epoch``,
-    and the DAG run of each epoch that has a ledger row."""
+    and the DAG run of each epoch that has a ledger row (or that :func:`with_runs` placed)."""
 
     status: dict[str, str]
     runs: dict[int, str]
     last_epoch: int
+
+
+def with_runs(grid: CheckpointGrid, runs: Mapping[int, str]) -> CheckpointGrid:
+    """``grid`` with more DAG runs at their epochs: runs that committed nothing (a run whose
+    first task failed, say) get missing cells, and the grid grows to the newest of them.
+
+    >>> grid = with_runs(CheckpointGrid({"a": "SS"}, {1: "r1", 2: "r2"}, 2), {4: "r4"})
+    >>> grid.status, grid.runs, grid.last_epoch
+    ({'a': 'SS--'}, {1: 'r1', 2: 'r2', 4: 'r4'}, 4)
+    """
+    added = {e: r for e, r in runs.items() if e >= 1 and e not in grid.runs}
+    last = max([grid.last_epoch, *added])
+    missing = CheckpointStatus.MISSING.code
+    return CheckpointGrid({t: codes.ljust(last, missing) for t, codes in grid.status.items()},
+                          {**grid.runs, **added}, last)
 
 
 def grid_from_rows(

@@ -181,6 +181,13 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
                                       4: {"ingest": {"failed"}}})
             assert Ledger(store).find(DAG, "ingest", 4) is None and max(e.epoch for e in Ledger(store).entries(DAG)) == 3
             faults.write_text("")  # the cause is fixed
+            # The view places epoch 4's run by the serialized epoch clock, though it committed nothing.
+            view = client.request("GET", f"/falkirk/api/v1/dags/{DAG}/view")
+            assert view["last_epoch"] == 4 and len(view["status"]["ingest"]) == 4, view
+            assert view["status"]["ingest"][3] == "-" and view["epochs"][-1] == {"epoch": 4, "run_id": run_id_of(4)}
+            assert sorted((f["task_id"], f["epoch"]) for f in view["failed"]) == [("aggregate", 2), ("ingest", 4)]
+            preview = client.request("POST", f"/falkirk/api/v1/dags/{DAG}/preview", json={
+                "failed_tasks": [{"task_id": t, "epoch": e} for t, e in (("aggregate", 2), ("ingest", 4))]})
 
             env = {"PATH": f"{venv}:/usr/bin:/bin", "HOME": str(tmp_path), **store.env(),
                    "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
@@ -192,6 +199,7 @@ def test_a_team_project_on_the_installed_package_plans_and_replays_to_the_failur
             rerun = sorted((t["task_id"], e) for t in plan["tasks"] for e in t["rerun"])
             assert rerun == sorted([("ingest", 4), *((t, e) for t in ("aggregate", "publish", "top_three")
                                                      for e in (2, 3, 4))]), plan["tasks"]
+            assert sorted(map(tuple, preview["rerun"])) == rerun  # the view plans what the CLI plans
             replayed = subprocess.run([str(venv / "falkirk"), "replay", plan["plan_id"]], env=env, cwd=tmp_path,
                                       capture_output=True, text=True, timeout=1200)
             assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
