@@ -1,8 +1,8 @@
 """The ``falkirk`` command line.
 
 ``falkirk solve SCENARIO.json`` prints the answer to a rollback scenario as JSON on
-stdout and exits 0. An invalid scenario prints one line naming the offending field on
-stderr, nothing on stdout, and exits 2.
+stdout and exits 0. An invalid scenario prints one line naming the file and the offending
+field on stderr, nothing on stdout, and exits 2.
 
 ``falkirk plan`` and ``falkirk replay`` talk to Airflow and live in :mod:`falkirk.plugins.cli`,
 the command's entry point, which hands ``solve`` to :func:`main` here.
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         scenario = load_scenario(doc)
     except ScenarioError as exc:
-        print(str(exc), file=sys.stderr)
+        print(f"{'<stdin>' if args.scenario == '-' else args.scenario}: {exc}", file=sys.stderr)
         return EXIT_INVALID
     json.dump(scenario.answer(), sys.stdout, indent=2)
     sys.stdout.write("\n")

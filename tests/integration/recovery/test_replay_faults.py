@@ -5,6 +5,8 @@ table equal to the failure-free run. Marked ``faults``: ``make test-faults`` run
 
 from __future__ import annotations
 
+import os
+import random
 import signal
 import time
 from datetime import datetime, timezone
@@ -17,7 +19,8 @@ from falkirk.plugins.view import recovery_history
 from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.store.ledger import Ledger
 from falkirk.policies.store.recovery_log import RecoveryLog, open_lease
-from tests.integration.recovery.drill import (EPOCHS, G, K, SUCCESS, Drill, assert_equals_reference, clock,
+from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
+from tests.integration.recovery.drill import (EPOCHS, REF, G, K, SUCCESS, Drill, assert_equals_reference, clock,
                                               falkirk, tries, wait_states)
 
 pytestmark = pytest.mark.faults
@@ -179,12 +182,6 @@ def test_random_interleavings_of_killed_replays_collections_and_new_runs(drill: 
     Each round ends by the documented path: release or wait, ``falkirk replay`` again, or, for
     a plan a collection made stale, ``falkirk plan`` and ``falkirk replay`` anew. After every
     round each table equals the failure-free run and each epoch is published once."""
-    import os
-    import random
-
-    from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
-    from tests.integration.recovery.drill import REF
-
     seed = int(os.environ.get("FALKIRK_DRILL_SEED", "20261123"))
     rng = random.Random(seed)
     # Two rounds, drawn so that they differ: two failures, two kill points, one collection.
