@@ -37,7 +37,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -55,10 +55,25 @@ DEFAULT_SPARK_CONF: Mapping[str, str] = {
 }
 
 
+def mapping_refused(task_id: str) -> TypeError:
+    """Why a Falkirk task cannot be mapped (``.partial().expand()``) yet: every mapped instance
+    would commit the same tables at the same epoch, and all but one would be lost."""
+    return TypeError(
+        f"task {task_id!r}: a Falkirk task cannot be mapped with .partial()/.expand() yet: every mapped "
+        f"instance would commit the same tables at the same epoch, and all but one instance's rows would be "
+        f"lost. Write one task per partition (a loop over the partitions with task_id=f\"{task_id}_{{p}}\"), "
+        f"or process all partitions in one task's Spark job")
+
+
 class RegimeSparkSubmitOperator(SparkSubmitOperator):
     """Run ``application`` for the epoch of the current DAG run, under ``regime``."""
 
     ui_color = "#d8e9f0"
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> NoReturn:  # type: ignore[override]
+        """Refused, at parse time: see :func:`mapping_refused`."""
+        raise mapping_refused(str(kwargs.get("task_id", "?")))
 
     def __init__(
         self,

@@ -26,9 +26,9 @@ must be defined at the module's top level.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
-from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.plugins.operators import RegimeSparkSubmitOperator, mapping_refused
 from falkirk.policies.job_spec import JobSpec
 
 INLINE_JOB = "falkirk.spark_jobs.inline"
@@ -63,6 +63,14 @@ class FalkirkJob:
         self.function = function
         self.operator_kwargs = operator_kwargs
         functools.update_wrapper(self, function)
+
+    def partial(self, **kwargs: Any) -> NoReturn:
+        """Refused, at parse time (see :func:`falkirk.plugins.operators.mapping_refused`)."""
+        raise mapping_refused(str(kwargs.get("task_id", self.function.__name__)))
+
+    def expand(self, **kwargs: Any) -> NoReturn:
+        """Refused, at parse time (see :func:`falkirk.plugins.operators.mapping_refused`)."""
+        raise mapping_refused(self.function.__name__)
 
     def __call__(self, **overrides: Any) -> InlineJobOperator:
         kwargs = {"task_id": self.function.__name__, **self.operator_kwargs, **overrides}

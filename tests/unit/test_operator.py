@@ -138,3 +138,43 @@ def test_the_taskflow_form_refuses_what_a_task_could_not_find_where_it_runs() ->
 
     with pytest.raises(TypeError, match="must be a function defined at the top level of the DAG file"):
         outer()
+
+
+MAPPED_DAG = '''
+from datetime import datetime, timedelta, timezone
+from airflow.sdk import DAG
+from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.plugins.taskflow import falkirk_task
+from falkirk.policies import EagerCheckpoint, EpochClock
+
+CLOCK = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+
+@falkirk_task(regime=EagerCheckpoint())
+def totals(ctx):
+    return None
+
+with DAG("{dag_id}", schedule=None, default_args={{"epoch_clock": CLOCK}}):
+    {mapping}
+'''
+
+
+@pytest.mark.parametrize("form, mapping", [
+    ("operator", 'RegimeSparkSubmitOperator.partial(task_id="shard", application="falkirk.spark_jobs.pipeline.ingest", '
+                 'regime=EagerCheckpoint()).expand(conf=[{"a": "1"}, {"a": "2"}])'),
+    ("taskflow", 'totals.expand(conf=[{"a": "1"}, {"a": "2"}])'),
+    ("taskflow partial", 'totals.partial(task_id="totals").expand(conf=[{"a": "1"}])'),
+])
+def test_a_mapped_falkirk_task_is_refused_when_the_dag_is_parsed(form: str, mapping: str, tmp_path: Path) -> None:
+    """Two mapped instances would commit the same tables at the same epoch, losing all but one:
+    the DAG file fails to import, naming the task and what to write instead."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "mapped.py").write_text(MAPPED_DAG.format(dag_id="mapped", mapping=mapping))
+    bag = DagBag(str(dags))
+    assert "mapped" not in bag.dags
+    [error] = bag.import_errors.values()
+    task = "shard" if form == "operator" else "totals"
+    assert f"task {task!r}: a Falkirk task cannot be mapped with .partial()/.expand() yet" in error, error
+    assert "all but one instance's rows would be lost" in error and f'task_id=f"{task}_{{p}}"' in error, error
