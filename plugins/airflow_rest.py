@@ -165,6 +165,28 @@ class AirflowClient:
         return self.request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body,
                             idempotent=True)["task_instances"]
 
+    def set_state(self, dag_id: str, run_id: str, task_id: str, state: str, note: str | None = None) -> None:
+        """Set one task instance's state (not its upstream or downstream), with an optional note."""
+        body: dict[str, Any] = {"new_state": state}
+        if note:
+            body["note"] = note[:1000]
+        self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json=body,
+                     idempotent=True)
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        """The log of one try of a task instance, as text (one line per log event)."""
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                            params={"full_content": "true"}, headers={"Accept": "application/json"})
+        content = data.get("content", []) if isinstance(data, dict) else []
+        lines = []
+        for e in content:  # structured events: the message, then its details (an exception's among them)
+            if isinstance(e, dict):
+                details = {k: v for k, v in e.items() if k not in ("event", "timestamp", "level", "logger")}
+                lines.append(str(e.get("event", "")) + (" " + json.dumps(details, ensure_ascii=False) if details else ""))
+            else:
+                lines.append(str(e))
+        return "\n".join(lines)
+
     def failed_task_instances(self, dag_id: str) -> list[dict[str, Any]]:
         """Every task instance of ``dag_id`` in state ``failed``, across its runs."""
         data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/~/taskInstances",

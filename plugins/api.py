@@ -325,8 +325,9 @@ def _airflow_url() -> str:
 
 @app.get("/api/v1/health")
 def health(user: GetUserDep) -> dict[str, Any]:
-    """Whether the plugin is loaded and can see its store."""
-    return {"status": "ok", "ledger": Ledger(_store()).uri}
+    """Whether the plugin is loaded and can see its store, and who is asking (the Airflow user
+    the CLI records as the executor of a replay)."""
+    return {"status": "ok", "ledger": Ledger(_store()).uri, "user": user.get_name()}
 
 
 @app.get("/api/v1/dags/{dag_id}/view", dependencies=[ReadDag])

@@ -37,6 +37,7 @@ import os
 import sys
 from typing import Sequence
 
+import httpx
 from deltalake.exceptions import DeltaError
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
@@ -96,6 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UnreadableTable, StoreUnreachable) as exc:
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_STORE
+    except httpx.TransportError as exc:  # refused, reset, timed out, a name that does not resolve
+        reason = " ".join(str(exc).split())[:300]
+        print(f"falkirk {args.command}: cannot reach Airflow at {getattr(args, 'airflow_url', None)} "
+              f"({type(exc).__name__}: {reason}); check --airflow-url (or FALKIRK_AIRFLOW_URL) and that Airflow's "
+              f"API server is running", file=sys.stderr)
+        return EXIT_INVALID
     except DeltaError as exc:
         print(f"falkirk {args.command}: the store cannot be read: {exc}. A table's _delta_log is damaged: restore "
               f"it from a backup (nothing was changed)", file=sys.stderr)
@@ -158,11 +165,23 @@ def _replay(args: argparse.Namespace) -> int:
 
     client = _client(args.airflow_url, required=True)
     try:
-        replay(args.plan_id, _store(), client, holder=os.environ.get("FALKIRK_AIRFLOW_USER"),
+        replay(args.plan_id, _store(), client, holder=_airflow_user(client),
                progress=lambda m: print(m, flush=True), timeout=args.timeout)
     except AlreadyReplayed as exc:
         print(f"falkirk replay: {exc}")
     return 0
+
+
+def _airflow_user(client: AirflowClient) -> str | None:
+    """The Airflow user the CLI acts as, recorded as the executor of what it does: the user
+    name given, or the one Airflow reports for the token."""
+    named = os.environ.get("FALKIRK_AIRFLOW_USER")
+    if named:
+        return named
+    try:
+        return (client.request("GET", "/falkirk/api/v1/health") or {}).get("user")
+    except AirflowError:
+        return None
 
 
 def _gc(args: argparse.Namespace) -> int:

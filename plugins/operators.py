@@ -45,6 +45,9 @@ from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.job_spec import JobSpec
 from falkirk.policies.regimes import Regime, RegimeError
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.control import Completions
+from falkirk.policies.store.ledger import Ledger
 
 # Small defaults for small epochs; any of them can be overridden through `conf`.
 DEFAULT_SPARK_CONF: Mapping[str, str] = {
@@ -144,6 +147,10 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         self.log.info("Falkirk: %s epoch %s under %s", spec.task_id, spec.epoch, spec.regime.spec())
         self.application_args = self.job_argv(spec)
         self.env_vars = self.job_env()
+        # The store as the job will see it, read before Spark starts: a missing or wrong
+        # configuration fails here, in the task's own error.
+        store = StoreConfig.from_env({**os.environ, **self.env_vars})
+        refuse_rerun_of_completed_epoch(store, spec)
         if self.name == "arrow-spark":  # the provider's default application name
             self.name = f"falkirk:{spec.dag_id}.{spec.task_id}:epoch-{spec.epoch}"
         from airflow.sdk import BaseHook
@@ -153,6 +160,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             self._run_connect_client(context)
         else:
             super().execute(context)
+        record_completion(store, spec)
 
     def _run_connect_client(self, context: Any) -> None:
         """Run the job file with this interpreter as a Spark Connect client of the connection's server."""
@@ -178,6 +186,36 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             proc.kill()
             return
         super().on_kill()
+
+
+def refuse_rerun_of_completed_epoch(store: StoreConfig, spec: JobSpec) -> None:
+    """Refuse (without retries) an Airflow re-run of a task instance whose epoch completed and
+    was not rolled back by a recovery: Airflow's Clear, a backfill that reprocesses completed
+    runs. Running it would find the epoch committed and change nothing, so a result that
+    depends on a corrected input would stay stale behind a green task instance. A planned
+    recovery redoes the epoch and everything built on it; a retry of an attempt that died after
+    its commit is not refused (its epoch never completed) and is an idempotent no-op.
+    """
+    row = Ledger(store).find(spec.dag_id, spec.task_id, spec.epoch, spec.map_index)
+    if row is None or not Completions(store).completed(row):
+        return
+    from airflow.sdk.exceptions import AirflowFailException
+
+    raise AirflowFailException(
+        f"{spec.task_id} epoch {spec.epoch} already completed (committed by run {row.run_id}, try "
+        f"{row.try_number}) and no recovery has rolled it back, so running it again would change nothing: its "
+        f"result, and every result built on it, would stay as they are. To redo the epoch (after correcting its "
+        f"input, say), plan a recovery and replay it: falkirk plan --dag {spec.dag_id} --bad-epoch "
+        f"{spec.task_id}:{spec.epoch}, then falkirk replay PLAN_ID (or preview and replay it in the Falkirk view). "
+        f"To keep the result as it is, mark this task instance success.")
+
+
+def record_completion(store: StoreConfig, spec: JobSpec) -> None:
+    """Record that this task instance's job returned after committing its epoch (see
+    :class:`falkirk.policies.store.control.Completions`)."""
+    row = Ledger(store).find(spec.dag_id, spec.task_id, spec.epoch, spec.map_index)
+    if row is not None:
+        Completions(store).record(row)
 
 
 def regime_of(task: Any) -> Regime | None:

@@ -43,12 +43,12 @@ from falkirk.policies.planning.chains import TaskGraph
 from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan,
     plan_recovery)
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
-from falkirk.policies.store.control import Collections
+from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry
-from falkirk.policies.store.readability import StoreReadability
+from falkirk.policies.store.readability import StoreReadability, without
 from falkirk.policies.store.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
-from falkirk.policies.regimes import Regime
+from falkirk.policies.regimes import Regime, Tier
 from falkirk.policies.store import StoreConfig, StoreError
 
 _log = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ def compute_plan(
                 f = LostScratch(store.scratch_location(f.location))
             except StoreError as exc:
                 raise PlanError(f"--lost-scratch {exc}") from None
+            _check_holds_something(f.location, dag_id, [*entries, *rolled_back])
         checked.append(f)
     failures = checked
     graph = TaskGraph.from_ledger(entries)
@@ -140,6 +141,21 @@ def compute_plan(
     if record:
         RecoveryLog(store).record(result)
     return result
+
+
+def _check_holds_something(location: str, dag_id: str, entries: Sequence[LedgerEntry]) -> None:
+    """Refuse a lost scratch location under which the ledger records nothing of ``dag_id``:
+    losing it changes nothing, so it is most likely a wrong path."""
+    inside = without(lambda uri, key: True, [location])
+    kept = [uri for e in entries for uri in (e.state_uri, *(o.uri for o in e.outputs)) if uri]
+    if any(not inside(uri, None) for uri in kept):
+        return
+    scratch = [e.state_uri for e in entries if e.state_tier == Tier.SCRATCH.value and e.state_uri]
+    scratch += [o.uri for e in entries for o in e.outputs if o.tier == Tier.SCRATCH.value]
+    task_dirs = sorted({uri.rsplit("/", 1)[0] for uri in scratch})  # <scratch>/<dag>/<task>
+    raise PlanError(f"--lost-scratch {location}: the ledger records nothing of DAG {dag_id!r} kept there, so losing "
+                    f"it changes nothing; name a directory that held its scratch data: "
+                    f"{', '.join(task_dirs) if task_dirs else 'it has none'}")
 
 
 @dataclass(frozen=True)
@@ -268,6 +284,7 @@ def start_replay(
         progress(f"plan {plan_id}: invalidated {running.invalidated} ledger rows past the frontiers")
         crash_point("replay", 0, "after-invalidations", dag_id=recovery.dag_id)
         _sweep_later_rows(running, ledger, progress)
+        _settle_kept_instances(running, ledger, progress)
         todo = _to_clear(running, ledger)
         skipped = len(rerun) - len(todo)
         if skipped:
@@ -290,6 +307,31 @@ def _clear(running: RunningReplay, todo: set[tuple[str, int]], progress: Progres
         crash_point("replay", epoch, "after-clear", dag_id=recovery.dag_id)
 
 
+def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Progress) -> int:
+    """Mark success the failed task instances of the plan's epochs that the plan keeps: their
+    epoch is committed, current and completed, yet Airflow shows them failed because it re-ran
+    them and the operator refused (a Clear or a backfill of a completed epoch, see
+    :func:`falkirk.plugins.operators.refuse_rerun_of_completed_epoch`), failing what is
+    downstream too. Left failed, the re-runs downstream of them would wait on them for ever."""
+    recovery = running.plan
+    rerun = recovery.rerun_set()
+    first = min((e for _, e in rerun), default=recovery.last_epoch + 1)
+    rows = [e for e in ledger.entries(recovery.dag_id) if first <= e.epoch <= recovery.last_epoch
+            and (e.task_id, e.epoch) not in rerun and e.epoch in running.runs]
+    kept = {(e.task_id, e.epoch) for e in (Completions(running.store).completed_among(rows)
+                                           if running.store is not None else [])}
+    marked = 0
+    for epoch in sorted({e for _, e in kept}):
+        states = running.client.task_instances(recovery.dag_id, running.runs[epoch])
+        for task in sorted(t for t, e in kept if e == epoch):
+            if states.get(task, {}).get("state") in _FAILED:
+                _mark_completed(running, task, epoch)
+                marked += 1
+    if marked:
+        progress(f"plan {recovery.plan_id}: marked {marked} refused re-runs of kept epochs success")
+    return marked
+
+
 # Airflow states in which a task instance will not run again unless it is cleared.
 _SETTLED = {"success", "failed", "upstream_failed", "skipped", "removed"}
 _FAILED = {"failed", "upstream_failed"}
@@ -300,16 +342,18 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     """Of ``wanted`` (the plan's re-run set), the task instances that still need a clear: not
     redone (no current ledger row) and settled in Airflow, or never run in a run that ended;
     and those redone but marked failed in Airflow (killed after their commit: the re-run finds
-    the commit and succeeds without changing it).
+    the commit and succeeds without changing it). One redone whose job returned (its epoch
+    completed) but that Airflow shows failed (its state update was lost) is marked success
+    instead: a re-run of a completed epoch is refused.
 
     A resumed replay therefore never clears an instance the previous executor already cleared
     (it is queued, running, or has re-run and committed).
     """
     recovery = running.plan
     wanted = set(recovery.rerun_set() if wanted is None else wanted)
-    gone = {(t, e, m, inc) for _, t, m, e, inc in ledger.invalidations.keys(recovery.dag_id)}
-    current = {(e.task_id, e.epoch) for e in ledger.entries(recovery.dag_id)
-               if (e.task_id, e.epoch, e.map_index, e.incarnation) not in gone}
+    rows = {(e.task_id, e.epoch): e for e in ledger.entries(recovery.dag_id)}  # current rows only
+    completed = {(e.task_id, e.epoch) for e in (Completions(running.store).completed_among(
+        [rows[k] for k in wanted if k in rows]) if running.store is not None else [])}
     todo = set()
     for epoch in sorted({e for _, e in wanted}):
         run = running.runs[epoch]
@@ -317,11 +361,20 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
         run_state = running.client.dag_run(recovery.dag_id, run).get("state")
         for task in sorted(t for t, e in wanted if e == epoch):
             state = tis.get(task, {}).get("state")
-            if (task, epoch) in current and state not in _FAILED:
+            if (task, epoch) in rows and state not in _FAILED:
+                continue
+            if (task, epoch) in completed:
+                _mark_completed(running, task, epoch)
                 continue
             if state in _SETTLED or (state is None and run_state in ("success", "failed")):
                 todo.add((task, epoch))
     return todo
+
+
+def _mark_completed(running: RunningReplay, task: str, epoch: int) -> None:
+    running.client.set_state(running.plan.dag_id, running.runs[epoch], task, "success",
+                             note=f"Falkirk plan {running.plan.plan_id}: this epoch is committed and completed; "
+                                  f"re-running it (refused) would change nothing")
 
 
 def _affected_later(running: RunningReplay, ledger: Ledger) -> set[str]:

@@ -1,4 +1,4 @@
-"""The control tables beside the ledger: invalidations, collections and deliveries.
+"""The control tables beside the ledger: invalidations, collections, deliveries and completions.
 
 Each is an append-only Delta table under the store's ``_falkirk/`` folder, owned by one
 class here; every append is idempotent (a repeated append records nothing twice):
@@ -9,6 +9,9 @@ class here; every append is idempotent (a repeated append records nothing twice)
   is gone; the ledger keeps the rows, so a task's chain has no gaps).
 * :class:`Deliveries`: how far an external system has accepted what a task sent it
   (spec §4.2, output rule).
+* :class:`Completions`: the committed epochs whose Airflow task instance went on to finish,
+  so that Airflow re-running one (Clear, a backfill that reprocesses) is told apart from a
+  retry of an attempt that died after its commit.
 
 >>> import tempfile
 >>> from falkirk.policies.store.config import StoreConfig
@@ -62,6 +65,19 @@ DELIVERY_SCHEMA = pa.schema(
         pa.field("task_id", pa.string(), nullable=False),
         pa.field("through", pa.int64(), nullable=False),
         pa.field("delivered_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+COMPLETION_SCHEMA = pa.schema(
+    [
+        pa.field("dag_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("map_index", pa.int32(), nullable=False),
+        pa.field("epoch", pa.int64(), nullable=False),
+        pa.field("incarnation", pa.int32(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("try_number", pa.int32(), nullable=False),
+        pa.field("completed_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
 
@@ -197,6 +213,67 @@ class Deliveries:
     def through(self, dag_id: str) -> dict[str, int]:
         """Per task that sends to an external system, the last epoch it has accepted (absent: none)."""
         return _highest_through(self.store, self.uri, dag_id)
+
+
+class CompletedRow(RolledBackRow, Protocol):
+    run_id: str
+    try_number: int
+
+
+class Completions:
+    """The committed (task, epoch, incarnation)s whose Airflow task instance finished after the
+    commit (``_falkirk/completions``): the operator records one when its job has returned.
+
+    Airflow re-running such an instance (Clear, a backfill that reprocesses completed runs,
+    "mark failed" then clear) would find the epoch committed and change nothing, leaving its
+    result, and everything built on it, as it was: the operator refuses it, pointing to a
+    planned recovery. An attempt that died after its commit has no completion, so its retry
+    stays an idempotent no-op.
+
+    >>> import tempfile
+    >>> from types import SimpleNamespace
+    >>> from falkirk.policies.store.config import StoreConfig
+    >>> root = tempfile.mkdtemp()
+    >>> completions = Completions(StoreConfig(root + "/store", root + "/scratch"))
+    >>> row = SimpleNamespace(dag_id="d", task_id="t", map_index=-1, epoch=2, incarnation=0, run_id="r", try_number=1)
+    >>> completions.completed(row), completions.record(row), completions.record(row), completions.completed(row)
+    (False, True, False, True)
+    """
+
+    def __init__(self, store: StoreConfig) -> None:
+        self.store = store
+        self.uri = store.control_uri("completions")
+
+    def record(self, row: CompletedRow) -> bool:
+        """Record that ``row``'s epoch completed in Airflow; ``False`` when already recorded."""
+        record = {"dag_id": row.dag_id, "task_id": row.task_id, "map_index": row.map_index, "epoch": row.epoch,
+                  "incarnation": row.incarnation, "run_id": row.run_id, "try_number": row.try_number,
+                  "completed_at": datetime.now(timezone.utc)}
+        return append_once(self.uri, pa.Table.from_pylist([record], schema=COMPLETION_SCHEMA), self._key(row),
+                           self.store.options_for(self.uri)).applied
+
+    def completed(self, row: RolledBackRow) -> bool:
+        """Whether ``row``'s (task, epoch) completed in Airflow at this incarnation (or a later one).
+
+        Read from the Delta log's transaction records: no data file is opened.
+        """
+        return bool(self.completed_among([row]))
+
+    def completed_among(self, rows: Iterable[RolledBackRow]) -> list[RolledBackRow]:
+        """The ``rows`` that completed in Airflow (see :meth:`completed`), from one read of the log."""
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        if table is None:
+            return []
+        done = []
+        for row in rows:
+            recorded = table.transaction_version(self._key(row).app_id)
+            if recorded is not None and recorded >= row.incarnation:
+                done.append(row)
+        return done
+
+    @staticmethod
+    def _key(row: RolledBackRow) -> _Once:
+        return _Once(f"falkirk-complete/{row.dag_id}/{row.task_id}/{row.map_index}/{row.epoch}", row.incarnation)
 
 
 def _highest_through(store: StoreConfig, uri: str, dag_id: str) -> dict[str, int]:

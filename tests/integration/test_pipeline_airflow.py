@@ -11,6 +11,7 @@ import httpx
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, run_id_of
 from devstack.processes import wait_until
+from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger
@@ -52,22 +53,42 @@ def test_ledger_has_one_row_per_task_and_epoch(three_epochs, local_store: StoreC
     assert got["publish", 2].state_uri is None
 
 
-def test_clearing_aggregate_of_epoch_2_changes_nothing(three_epochs, airflow_stack: AirflowStack,
-                                                       local_store: StoreConfig) -> None:
+def test_clearing_a_completed_epoch_is_refused_naming_the_plan_that_redoes_it(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig) -> None:
+    """Airflow's Clear of aggregate's completed epoch 2, with downstream, as after correcting
+    its input: running it again would find the epoch committed and change nothing, leaving the
+    results stale behind green task instances. Instead aggregate fails at once (no retries)
+    naming the plan, nothing changes, and that plan redoes epochs 2 and 3 of aggregate and
+    publish, after which every table equals the failure-free run."""
     before = snapshot(local_store)
     client = airflow_stack.client()
     run_id = run_id_of(2)
-    cleared = client.clear(DAG_ID, run_id, ["aggregate"])
-    assert [ti["task_id"] for ti in cleared] == ["aggregate"]
-    state = client.wait_for_run(DAG_ID, run_id, progress=print)
+    cleared = client.request("POST", f"/api/v2/dags/{DAG_ID}/clearTaskInstances", json={
+        "dry_run": False, "task_ids": ["aggregate"], "dag_run_id": run_id, "only_failed": False,
+        "include_downstream": True, "include_upstream": False, "reset_dag_runs": True})["task_instances"]
+    assert sorted(ti["task_id"] for ti in cleared) == ["aggregate", "publish"]
+    assert client.wait_for_run(DAG_ID, run_id, progress=print) == "failed"
     tis = client.task_instances(DAG_ID, run_id)
-    assert state == "success"
-    assert tis["aggregate"]["state"] == "success" and tis["aggregate"]["try_number"] == 2
-    assert tis["ingest"]["try_number"] == 1 and tis["publish"]["try_number"] == 1  # only what was cleared
+    assert (tis["aggregate"]["state"], tis["aggregate"]["try_number"]) == ("failed", 2)
+    assert tis["publish"]["state"] == "upstream_failed" and tis["ingest"]["try_number"] == 1
+    log = client.task_log(DAG_ID, run_id, "aggregate", 2)
+    assert "aggregate epoch 2 already completed (committed by run epoch-2, try 1)" in log, log[-3000:]
+    assert f"falkirk plan --dag {DAG_ID} --bad-epoch aggregate:2, then falkirk replay PLAN_ID" in log, log[-3000:]
     assert snapshot(local_store) == before  # every table, its Delta version, and the ledger
 
+    p = plan(DAG_ID, local_store, client, bad_epochs=[("aggregate", 2)])
+    assert sorted(p.rerun_set()) == [("aggregate", 2), ("aggregate", 3), ("publish", 2), ("publish", 3)]
+    replay(p.plan_id, local_store, client, holder="admin")
+    expected = expected_tables(EPOCHS)
+    for name in TABLES:
+        assert canonical(table_rows(local_store, name)) == canonical(expected[name]), name
+    for epoch in (2, 3):
+        assert {t: ti["state"] for t, ti in client.task_instances(DAG_ID, run_id_of(epoch)).items()} == {
+            "ingest": "success", "aggregate": "success", "publish": "success"}
 
-def test_plugin_route_answers_through_the_api_server(three_epochs, airflow_stack: AirflowStack) -> None:
+
+def test_plugin_route_answers_through_the_api_server(three_epochs, airflow_stack: AirflowStack,
+                                                     monkeypatch) -> None:
     url = f"{airflow_stack.base_url}/falkirk/api/v1/dags/{DAG_ID}/ledger"
     assert httpx.get(url).status_code == 401  # Airflow does not guard plugin apps; the plugin does
     assert httpx.get(url, headers={"Authorization": "Bearer not-a-token"}).status_code in (401, 403)
@@ -84,7 +105,14 @@ def test_plugin_route_answers_through_the_api_server(three_epochs, airflow_stack
                                 {"task_id": "publish", "regime": "batch(log_outputs=true)", "epoch_clock": daily}]
     assert httpx.get(f"{airflow_stack.base_url}/falkirk/api/v1/dags/{DAG_ID}/regimes").status_code == 401
     health = airflow_stack.client().request("GET", "/falkirk/api/v1/health")
-    assert health == {"status": "ok", "ledger": airflow_stack.store.ledger_uri}
+    assert health == {"status": "ok", "ledger": airflow_stack.store.ledger_uri, "user": "admin"}
+    # The CLI acting with a token alone records the Airflow user the token belongs to, not the OS user.
+    from falkirk.plugins.airflow_rest import AirflowClient
+    from falkirk.plugins.cli import _airflow_user
+
+    viewer = AirflowClient(airflow_stack.base_url, token=airflow_stack.client("viewer").token)
+    monkeypatch.delenv("FALKIRK_AIRFLOW_USER", raising=False)
+    assert _airflow_user(viewer) == "viewer"
 
 
 def _epochs(store: StoreConfig, name: str) -> list[int]:

@@ -178,3 +178,35 @@ def test_a_mapped_falkirk_task_is_refused_when_the_dag_is_parsed(form: str, mapp
     task = "shard" if form == "operator" else "totals"
     assert f"task {task!r}: a Falkirk task cannot be mapped with .partial()/.expand() yet" in error, error
     assert "all but one instance's rows would be lost" in error and f'task_id=f"{task}_{{p}}"' in error, error
+
+
+def test_an_airflow_rerun_of_a_completed_epoch_is_refused_and_a_retry_after_a_commit_is_not(tmp_path: Path) -> None:
+    """The rule the operator applies before starting Spark: a committed epoch whose task instance
+    went on to complete is refused (Clear, backfill), naming the plan; one whose attempt died
+    after the commit is not (its retry is the job's idempotent no-op); an epoch a recovery
+    rolled back runs again."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from falkirk.plugins.operators import record_completion, refuse_rerun_of_completed_epoch
+    from falkirk.policies import EagerCheckpoint, Ledger, LedgerEntry, StoreConfig
+    from falkirk.policies.job_spec import JobSpec
+
+    store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
+    ledger = Ledger(store)
+    spec = JobSpec(dag_id="d", task_id="agg", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", try_number=2)
+    refuse_rerun_of_completed_epoch(store, spec)  # nothing committed: runs
+    row = LedgerEntry("d", "agg", 2, "eager_checkpoint", "epoch-2", 1)
+    ledger.append(row)
+    refuse_rerun_of_completed_epoch(store, spec)  # committed, then the attempt died: the retry runs (a no-op)
+    record_completion(store, spec)
+    with pytest.raises(AirflowFailException) as refused:
+        refuse_rerun_of_completed_epoch(store, spec)
+    assert str(refused.value).startswith("agg epoch 2 already completed (committed by run epoch-2, try 1) and no "
+                                         "recovery has rolled it back")
+    assert "falkirk plan --dag d --bad-epoch agg:2, then falkirk replay PLAN_ID" in str(refused.value)
+    assert "mark this task instance success" in str(refused.value)
+    ledger.invalidations.record([row], "plan-1")  # a recovery rolled it back: it runs again
+    refuse_rerun_of_completed_epoch(store, spec)
+    redone = LedgerEntry("d", "agg", 2, "eager_checkpoint", "epoch-2", 3, incarnation=1)
+    ledger.append(redone)
+    refuse_rerun_of_completed_epoch(store, spec)  # the redo's attempt died after its commit: still runs

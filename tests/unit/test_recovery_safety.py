@@ -233,6 +233,9 @@ def _falkirk(*args: str, env: dict | None = None, timeout: float = 60) -> subpro
     (["plan", "--dag", "d", "--lost-scratch", "/"], "--lost-scratch '/' is not the scratch root"),
     (["plan", "--dag", "d", "--lost-scratch", "SCRATCH/../durable"], "is not the scratch root"),
     (["release", "--dag", "d", "--reason", "x"], "no recovery or collection of DAG 'd' holds a lease"),
+    (["plan", "--dag", "d", "--lost-scratch", "SCRATCH/d/other"], "--lost-scratch SCRATCH/d/other: the ledger "
+     "records nothing of DAG 'd' kept there, so losing it changes nothing; name a directory that held its scratch "
+     "data: SCRATCH/d/model"),
 ])
 def test_bad_command_lines_are_refused_quickly_naming_the_field_and_change_nothing(
         store: StoreConfig, tmp_path: Path, args: list[str], message: str) -> None:
@@ -243,9 +246,23 @@ def test_bad_command_lines_are_refused_quickly_naming_the_field_and_change_nothi
     args = [a.replace("SCRATCH", store.scratch_uri) for a in args]
     started = time.monotonic()
     proc = _falkirk(*args, env=store.env())
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and message.replace("SCRATCH", store.scratch_uri) in proc.stderr, proc.stderr
     assert time.monotonic() - started < 30  # refused, not computed
     assert checksum(tmp_path) == before
+
+
+def test_an_unreachable_airflow_is_named_with_the_url_and_the_variable(store: StoreConfig) -> None:
+    """Nothing listens on port 9 here: the connection is refused, and the message says where
+    the URL came from instead of a traceback."""
+    env = {**store.env(), "FALKIRK_AIRFLOW_URL": "http://127.0.0.1:9", "FALKIRK_AIRFLOW_USER": "admin",
+           "FALKIRK_AIRFLOW_PASSWORD": "admin"}
+    for args in (["plan", "--dag", "d", "--failed-task", "model"], ["replay", "0123456789ab"]):
+        proc = _falkirk(*args, env=env)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith(f"falkirk {args[0]}: cannot reach Airflow at http://127.0.0.1:9 (ConnectError: "), \
+            proc.stderr
+        assert proc.stderr.rstrip().endswith("check --airflow-url (or FALKIRK_AIRFLOW_URL) and that Airflow's API "
+                                             "server is running"), proc.stderr
 
 
 def test_scratch_locations_are_confined_to_the_scratch_root(store: StoreConfig) -> None:
