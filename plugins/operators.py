@@ -37,7 +37,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping, NoReturn
+from typing import Any, Mapping, NoReturn, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -87,9 +87,13 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         conf: Mapping[str, Any] | None = None,
         env_vars: Mapping[str, str] | None = None,
         store_conn_id: str = DEFAULT_CONN_ID,
+        products: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
+        if isinstance(products, str) or not all(isinstance(p, str) and p for p in products):
+            raise TypeError(f"task {task_id!r}: products={products!r}: give a list of output names, "
+                            f"e.g. products=[\"output\"]")
         if not isinstance(regime, Regime):
             raise RegimeError(
                 f"task {task_id!r}: regime={regime!r} is not a Regime; use Ephemeral(), Batch(log_outputs=...), "
@@ -109,6 +113,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         self.regime = regime
         self.epoch_clock = epoch_clock
         self.store_conn_id = store_conn_id
+        self.products = tuple(products)
         # The regime's and the clock's text forms, serialized with the DAG: the API server reads
         # them from the serialized DAG without importing DAG files (see regime_of, epoch_clock_of).
         self.falkirk_regime = regime.spec()
@@ -131,6 +136,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             try_number=ti.try_number,
             map_index=ti.map_index if ti.map_index is not None else -1,
             inputs=tuple(sorted(self.upstream_task_ids)),
+            products=self.products,
         )
 
     def job_argv(self, spec: JobSpec) -> list[str]:

@@ -4,7 +4,8 @@ The operator renders a :class:`JobSpec` as ``spark-submit`` application argument
 runtime parses them back. Keeping both directions here means the two sides cannot drift.
 
 >>> from falkirk.policies.regimes import EagerCheckpoint
->>> spec = JobSpec("orders", "aggregate", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", inputs=("ingest",))
+>>> spec = JobSpec("orders", "aggregate", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", inputs=("ingest",),
+...                products=("output",))
 >>> JobSpec.parse(spec.argv()) == spec
 True
 """
@@ -31,6 +32,8 @@ class JobSpec:
     map_index: int = -1
     incarnation: int = 0
     inputs: tuple[str, ...] = ()
+    # Outputs the team keeps as products: garbage collection never deletes them.
+    products: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, argv: Sequence[str] | None = None) -> "JobSpec":
@@ -45,13 +48,15 @@ class JobSpec:
         parser.add_argument("--incarnation", type=int, default=0)
         parser.add_argument("--input", action="append", default=[], dest="inputs",
                             help="an upstream task whose output this job reads (repeatable)")
+        parser.add_argument("--product", action="append", default=[], dest="products",
+                            help="an output kept as a product, never garbage-collected (repeatable)")
         ns = parser.parse_args(argv)
         try:
             regime = Regime.parse(ns.regime)
         except RegimeError as exc:
             parser.error(f"--regime: {exc}")
         return cls(ns.dag_id, ns.task_id, ns.epoch, regime, ns.run_id, ns.try_number, ns.map_index,
-                   ns.incarnation, tuple(ns.inputs))
+                   ns.incarnation, tuple(ns.inputs), tuple(ns.products))
 
     def argv(self) -> list[str]:
         """The command line that :meth:`parse` reads back."""
@@ -60,4 +65,6 @@ class JobSpec:
                "--map-index", str(self.map_index), "--incarnation", str(self.incarnation)]
         for name in self.inputs:
             out += ["--input", name]
+        for name in self.products:
+            out += ["--product", name]
         return out

@@ -246,6 +246,10 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
     clash = sorted(set(result.outputs) & set(result.sent))
     if clash:
         raise JobError(f"{args.task_id}: {clash} named both as an output table and as sent; give them different names")
+    unknown = sorted(set(args.products) - set(result.outputs))
+    if unknown:
+        raise JobError(f"{args.task_id}: products={unknown} names outputs the job did not return; it returned "
+                       f"{sorted(result.outputs)}: name those in products=")
     if regime.keeps_state and result.state is None:
         raise JobError(f"{args.task_id}: regime {regime.spec()} keeps state; return EpochResult(state=df)")
     if not regime.keeps_state and result.state is not None:
@@ -297,7 +301,8 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         else:
             # D̄ as committed: an epoch sent only to scratch is not logged.
             discarded = args.epoch if out_tier is Tier.SCRATCH else before.get(name)
-            outputs.append(OutputRef(name, written.uri, out_tier.value, written.version, written.rows, discarded))
+            outputs.append(OutputRef(name, written.uri, out_tier.value, written.version, written.rows, discarded,
+                                     product=name in args.products))
     for name, sent in sorted(result.sent.items()):
         outputs.append(OutputRef(name, external_uri(sent.destination), EXTERNAL_TIER, 0, sent.rows))
     if state is None:

@@ -10,8 +10,8 @@ moment): whatever fails, ``t`` never rolls back before it. So:
 * an output epoch ``e`` of ``t`` is needed only by consumers that re-run an epoch reading
   it. Consumer ``c`` re-runs only epochs after W(c), and its epoch W(c) + 1 reads back
   ``reads_back`` epochs (a window), so ``e`` is deleted once it lies before
-  W(c) + 1 - reads_back for **every** consumer. An output that no task of the DAG reads is
-  the pipeline's product and is never collected;
+  W(c) + 1 - reads_back for **every** consumer. An output that no task of the DAG reads, or
+  that its task declares a product (the operator's ``products=``), is never collected;
 * a source task may acknowledge its external input through W(source).
 
 :func:`plan_collection` is the policy (pure: it reads nothing); :func:`collect` is the
@@ -38,6 +38,8 @@ second run finds nothing left to reclaim.
 [('src', 'output', '/durable/src', (1, 2, 3, 4, 5, 6)),
  ('agg', 'state', '/durable/agg/state', (3,)),
  ('agg', 'state', '/scratch/agg/state', (1, 2, 3, 4, 5))]
+>>> [(p.task_id, p.output, p.why) for p in p.products]
+[('agg', 'output', 'read by no task of the DAG')]
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from falkirk.policies.regimes import Tier
 from falkirk.policies.rollback.times import EPOCH
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.control import Collections
-from falkirk.policies.store.ledger import Ledger, LedgerEntry
+from falkirk.policies.store.ledger import Ledger, LedgerEntry, is_external
 from falkirk.policies.store.readability import Readable, StoreReadability, durable_only
 from falkirk.policies.store.recovery_log import RecoveryLog
 
@@ -71,6 +73,16 @@ class Reclaim:
 
 
 @dataclass(frozen=True)
+class Product:
+    """An output table garbage collection keeps whole, and why."""
+
+    task_id: str
+    output: str
+    uri: str
+    why: str  # "declared a product" (the operator's products=) or "read by no task of the DAG"
+
+
+@dataclass(frozen=True)
 class CollectionPlan:
     """What the low-watermarks of one DAG let it forget."""
 
@@ -79,6 +91,7 @@ class CollectionPlan:
     marks: Mapping[str, int]  # per task: ledger rows at epochs <= this become collected (new marks only)
     tables: tuple[Reclaim, ...]
     acknowledged: Mapping[str, int] = field(default_factory=dict)  # per source: input done through this epoch
+    products: tuple[Product, ...] = ()
 
     @property
     def bytes(self) -> int:
@@ -99,7 +112,10 @@ class CollectionPlan:
                 if task in self.acknowledged else ""
             lines.append(f"  {task}: low-watermark epoch {w}{mark}{ack}")
         for r in self.tables:
-            lines.append(f"  {r.task_id} {r.what}: epochs {_epochs(r.epochs)} of {r.uri} ({_size(r.bytes)})")
+            kind = "checkpoint" if r.what == "state" else "log"
+            lines.append(f"  {r.task_id} {r.what} ({kind}): epochs {_epochs(r.epochs)} of {r.uri} ({_size(r.bytes)})")
+        for p in self.products:
+            lines.append(f"  {p.task_id} {p.output} (product, kept whole: {p.why}): {p.uri}")
         return "\n".join(lines)
 
 
@@ -129,6 +145,7 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
     marks = {t: w - 1 for t, w in low.items() if w - 1 > done.get(t, 0)}
     back = reads_back(rows)  # how far back each consumer reads each of its inputs
     tables: list[Reclaim] = []
+    products: list[Product] = []
     for task in graph.tasks:
         task_rows = by_task.get(task, [])
         state_uris = {r.state_uri for r in task_rows if r.state_uri}
@@ -136,15 +153,18 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
             state_uris |= set(state_tables(task))
         for uri in sorted(state_uris):
             tables += _reclaim(task, "state", uri, live, before=low[task])
-        outputs = sorted({(o.name, o.uri) for r in task_rows for o in r.outputs})
+        outputs = sorted({(o.name, o.uri) for r in task_rows for o in r.outputs if not is_external(o.uri)})
+        declared = {o.name for r in task_rows for o in r.outputs if o.product}
         for name, uri in outputs:
             readers = [e.dst for e in graph.edges if e.src == task and e.output == name]
-            if not readers:
-                continue  # the pipeline's product: never collected
+            if name in declared or not readers:  # the pipeline's product: never collected
+                products.append(Product(task, name, uri, "declared a product" if name in declared
+                                        else "read by no task of the DAG"))
+                continue
             need = min(low[c] + 1 - back.get((task, name, c), 0) for c in readers)
             tables += _reclaim(task, name, uri, live, before=need)
     sources = [t for t in graph.tasks if not any(e.dst == t for e in graph.edges)]
-    return CollectionPlan(dag_id, low, marks, tuple(tables), {t: low[t] for t in sources})
+    return CollectionPlan(dag_id, low, marks, tuple(tables), {t: low[t] for t in sources}, tuple(products))
 
 
 def _reclaim(task: str, what: str, uri: str, live: LivePartitions, before: int) -> list[Reclaim]:

@@ -59,8 +59,8 @@ SCHEMA = pa.schema(
         pa.field("state_tier", pa.string()),
         pa.field("state_version", pa.int64()),
         pa.field("state_rows", pa.int64()),
-        # JSON list of {"name", "uri", "tier", "version", "rows", "discarded_through"}, one per output
-        # table; "discarded_through" is D̄ as committed: the last epoch whose rows were not logged.
+        # JSON list of {"name", "uri", "tier", "version", "rows", "discarded_through"[, "product"]}, one per
+        # output table; "discarded_through" is D̄ as committed: the last epoch whose rows were not logged.
         pa.field("outputs", pa.string(), nullable=False),
         pa.field("output_rows", pa.int64(), nullable=False),
         # JSON list of {"task_id", "output", "through"[, "reads_back"]}: M̄ per input, the last
@@ -106,6 +106,8 @@ class OutputRef:
     # D̄ as of this commit: the last epoch (<= this one) whose rows of this output went
     # only to scratch, i.e. were not logged; None when every epoch so far was logged.
     discarded_through: int | None = None
+    # A product of the pipeline, which garbage collection never deletes (recorded only when set).
+    product: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,8 @@ class LedgerEntry:
 
     def to_row(self) -> dict[str, Any]:
         row = {f.name: getattr(self, f.name) for f in fields(self)}
-        row["outputs"] = json.dumps([asdict(o) for o in self.outputs], sort_keys=True)
+        row["outputs"] = json.dumps([{k: v for k, v in asdict(o).items() if k != "product" or v}
+                                     for o in self.outputs], sort_keys=True)
         # reads_back only when set: rows of tasks that read just their own epoch stay as they were.
         row["inputs"] = json.dumps([{k: v for k, v in asdict(i).items() if k != "reads_back" or v}
                                     for i in self.inputs], sort_keys=True)

@@ -98,3 +98,23 @@ def test_regime_persists_exactly_what_it_promises(spark, store: StoreConfig, tas
         assert (entry.state_uri is None) == (tier is None)
         if tier is not None:
             assert entry.state_uri == store.table_uri(tier, DAG, task, "state")
+
+
+def test_a_declared_product_is_recorded_and_a_wrong_name_refused_before_any_commit(spark, store: StoreConfig) -> None:
+    """The operator's ``products=`` reaches the ledger row of each output it names (garbage
+    collection keeps those whole); naming an output the job did not return is an error that
+    commits nothing."""
+    from falkirk.spark_jobs.runtime import JobError
+
+    ledger = Ledger(store)
+    wrong = EpochContext(JobSpec(DAG, "report", 1, Batch(log_outputs=True), "epoch-1", products=("totals",)),
+                         store, ledger, spark)
+    with pytest.raises(JobError, match=r"report: products=\['totals'\] names outputs the job did not return; "
+                                       r"it returned \['output'\]: name those in products="):
+        commit(wrong, totals_job(wrong))
+    assert ledger.entries(DAG, "report") == [] and epochs_in(store, Tier.DURABLE, "report", "output") is None
+    ctx = EpochContext(JobSpec(DAG, "report", 1, Batch(log_outputs=True), "epoch-1", products=("output",)),
+                       store, ledger, spark)
+    entry = commit(ctx, totals_job(ctx))
+    assert [(o.name, o.product) for o in entry.outputs] == [("output", True)]
+    assert [(o.name, o.product) for e in ledger.entries(DAG, "report") for o in e.outputs] == [("output", True)]

@@ -159,3 +159,35 @@ def test_collect_refuses_a_retention_delta_cannot_vacuum_before_reading_anything
         with pytest.raises(ValueError, match=r"retain_hours=.*whole number of hours"):
             collect(store, "d", retain_hours=bad)
     assert list(tmp_path.iterdir()) == []  # nothing was created, not even the ledger
+
+
+def test_a_declared_product_is_kept_whole_though_a_task_reads_it() -> None:
+    """src's output is read by agg, so its old epochs are logs a collection may delete, unless
+    src declares it a product; the dry run's text says which is which."""
+    from falkirk.policies.planning.chains import DataEdge, TaskGraph
+    from falkirk.policies.planning.collector import Product, plan_collection
+
+    def rows(product: bool) -> list[LedgerEntry]:
+        out = [LedgerEntry("d", "src", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
+                           outputs=(OutputRef("output", "/durable/src", "durable", e, 1, product=product),))
+               for e in range(1, 6)]
+        return out + [LedgerEntry("d", "agg", e, "eager_checkpoint", f"epoch-{e}", 1, state_uri="/durable/agg/state",
+                                  notified_through=e, inputs=(InputRef("src", "output", e),),
+                                  outputs=(OutputRef("output", "/durable/agg", "durable", e, 1),))
+                      for e in range(1, 6)]
+
+    graph = TaskGraph(("src", "agg"), (DataEdge("src", "output", "agg"),))
+    durable = lambda uri, key: True  # noqa: E731
+    live = lambda uri: {e: 10 for e in range(1, 6)}  # noqa: E731
+    logs = plan_collection("d", rows(False), graph, durable, live)
+    assert [(r.task_id, r.what, r.epochs) for r in logs.tables] == [
+        ("src", "output", (1, 2, 3, 4, 5)), ("agg", "state", (1, 2, 3, 4))]
+    assert logs.products == (Product("agg", "output", "/durable/agg", "read by no task of the DAG"),)
+    kept = plan_collection("d", rows(True), graph, durable, live)
+    assert [(r.task_id, r.what, r.epochs) for r in kept.tables] == [("agg", "state", (1, 2, 3, 4))]
+    assert kept.products == (Product("src", "output", "/durable/src", "declared a product"),
+                             Product("agg", "output", "/durable/agg", "read by no task of the DAG"))
+    text = kept.describe().splitlines()
+    assert "  agg state (checkpoint): epochs 1-4 of /durable/agg/state (40 B)" in text, text
+    assert "  src output (product, kept whole: declared a product): /durable/src" in text, text
+    assert "  src output (log): epochs 1-5 of /durable/src (50 B)" in logs.describe().splitlines()
