@@ -312,7 +312,10 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
     epoch is committed, current and completed, yet Airflow shows them failed because it re-ran
     them and the operator refused (a Clear or a backfill of a completed epoch, see
     :func:`falkirk.plugins.operators.refuse_rerun_of_completed_epoch`), failing what is
-    downstream too. Left failed, the re-runs downstream of them would wait on them for ever."""
+    downstream too. Left failed, the re-runs downstream of them would wait on them for ever.
+
+    Airflow clears the failed instances downstream of one marked success; so the downstream
+    ones are marked first, and what Airflow clears is only what the plan re-runs anyway."""
     recovery = running.plan
     rerun = recovery.rerun_set()
     first = min((e for _, e in rerun), default=recovery.last_epoch + 1)
@@ -320,10 +323,12 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
             and (e.task_id, e.epoch) not in rerun and e.epoch in running.runs]
     kept = {(e.task_id, e.epoch) for e in (Completions(running.store).completed_among(rows)
                                            if running.store is not None else [])}
+    graph = TaskGraph.from_ledger(ledger.entries(recovery.dag_id, include_invalidated=True))
+    reach = {t: len(graph.downstream(t)) for t in graph.tasks}  # fewer for a task further downstream
     marked = 0
     for epoch in sorted({e for _, e in kept}):
         states = running.client.task_instances(recovery.dag_id, running.runs[epoch])
-        for task in sorted(t for t, e in kept if e == epoch):
+        for task in sorted((t for t, e in kept if e == epoch), key=lambda t: (reach.get(t, 0), t)):
             if states.get(task, {}).get("state") in _FAILED:
                 _mark_completed(running, task, epoch)
                 marked += 1
