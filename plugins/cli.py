@@ -49,6 +49,20 @@ EXIT_INVALID = 2
 EXIT_STORE = 3
 
 
+STORE_VARIABLES = """\
+the store (every command but solve):
+  FALKIRK_STORE_URI       the durable root: a local path or s3://bucket/prefix
+  FALKIRK_SCRATCH_URI     the scratch root (default: scratch beside a local store)
+  AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION   an S3-compatible store
+  FALKIRK_STORE_CONN_ID   or: an Airflow connection of type falkirk_store to read all of these from
+"""
+AIRFLOW_VARIABLES = """
+Airflow (--airflow-url, as the user who recovers; the user is recorded in the recovery log):
+  FALKIRK_AIRFLOW_URL     Airflow's base URL, e.g. http://127.0.0.1:8080
+  FALKIRK_AIRFLOW_USER, FALKIRK_AIRFLOW_PASSWORD   or FALKIRK_AIRFLOW_TOKEN
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["solve"]:
@@ -57,7 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      epilog="falkirk solve SCENARIO.json answers a rollback scenario "
                                             "(falkirk-scenario/1) as JSON; see falkirk solve --help.")
     sub = parser.add_subparsers(dest="command", required=True)
-    plan = sub.add_parser("plan", help="plan a recovery from the ledger and Airflow (changes nothing)")
+    plan = sub.add_parser("plan", help="plan a recovery from the ledger and Airflow (changes nothing)",
+                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=STORE_VARIABLES + AIRFLOW_VARIABLES
+                          + "\nexamples:\n  falkirk plan --dag falkirk_clicks --failed-task clean\n"
+                            "  falkirk plan --dag falkirk_clicks --bad-epoch source:4 --json\n"
+                            "  falkirk plan --dag falkirk_clicks --lost-scratch .falkirk/scratch/falkirk_clicks\n")
     plan.add_argument("--dag", required=True)
     plan.add_argument("--failed-task", action="append", default=[], metavar="TASK[:EPOCH]",
                       help="a failed task; without an epoch, its failed instances are read from Airflow")
@@ -67,10 +85,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="an epoch of a task whose results are wrong (e.g. its input was corrected)")
     plan.add_argument("--last-epoch", type=_epoch_arg, help="the latest epoch with a DAG run (default: the ledger's)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
-    replay = sub.add_parser("replay", help="execute a recorded plan through Airflow and wait for it")
+    replay = sub.add_parser("replay", help="execute a recorded plan through Airflow and wait for it",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog=STORE_VARIABLES + AIRFLOW_VARIABLES + "\nexample:\n  falkirk replay 3f9c0a1b2c4d\n")
     replay.add_argument("plan_id")
     replay.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the re-runs")
-    gc = sub.add_parser("gc", help="garbage-collect checkpoints, logs and scratch below the low-watermarks")
+    gc = sub.add_parser("gc", help="garbage-collect checkpoints, logs and scratch below the low-watermarks",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog=STORE_VARIABLES + "\nexample:\n  falkirk gc --dag falkirk_clicks --dry-run\n")
     gc.add_argument("--dag", required=True)
     gc.add_argument("--dry-run", action="store_true", help="print what would be reclaimed; change nothing")
     gc.add_argument("--retain-hours", type=int, default=1, metavar="HOURS",

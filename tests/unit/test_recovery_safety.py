@@ -265,6 +265,17 @@ def test_an_unreachable_airflow_is_named_with_the_url_and_the_variable(store: St
                                              "server is running"), proc.stderr
 
 
+@pytest.mark.parametrize("command, variables", [
+    ("plan", ("FALKIRK_STORE_URI", "FALKIRK_STORE_CONN_ID", "FALKIRK_AIRFLOW_URL", "FALKIRK_AIRFLOW_TOKEN",
+              "falkirk plan --dag falkirk_clicks --bad-epoch source:4 --json")),
+    ("replay", ("FALKIRK_STORE_URI", "FALKIRK_AIRFLOW_USER, FALKIRK_AIRFLOW_PASSWORD", "falkirk replay 3f9c0a1b2c4d")),
+    ("gc", ("FALKIRK_SCRATCH_URI", "AWS_ENDPOINT_URL", "falkirk gc --dag falkirk_clicks --dry-run")),
+])
+def test_each_commands_help_lists_the_variables_it_needs_with_an_example(command: str, variables: tuple) -> None:
+    proc = _falkirk(command, "--help")
+    assert proc.returncode == 0 and all(v in proc.stdout for v in variables), proc.stdout
+
+
 def test_scratch_locations_are_confined_to_the_scratch_root(store: StoreConfig) -> None:
     inside = store.scratch_location(store.scratch_uri + "/d/model/")
     assert inside == store.scratch_uri + "/d/model"
