@@ -45,7 +45,7 @@ from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, L
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
 from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry
-from falkirk.policies.store.readability import StoreReadability, without
+from falkirk.policies.store.readability import StoreReadability, under
 from falkirk.policies.store.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
 from falkirk.policies.regimes import Regime, Tier
@@ -146,9 +146,8 @@ def compute_plan(
 def _check_holds_something(location: str, dag_id: str, entries: Sequence[LedgerEntry]) -> None:
     """Refuse a lost scratch location under which the ledger records nothing of ``dag_id``:
     losing it changes nothing, so it is most likely a wrong path."""
-    inside = without(lambda uri, key: True, [location])
     kept = [uri for e in entries for uri in (e.state_uri, *(o.uri for o in e.outputs)) if uri]
-    if any(not inside(uri, None) for uri in kept):
+    if any(under(uri, [location]) for uri in kept):
         return
     scratch = [e.state_uri for e in entries if e.state_tier == Tier.SCRATCH.value and e.state_uri]
     scratch += [o.uri for e in entries for o in e.outputs if o.tier == Tier.SCRATCH.value]

@@ -98,7 +98,9 @@ class _Once:
     epoch: int = 0
 
 
-class RolledBackRow(Protocol):
+class CommittedRow(Protocol):
+    """What names one commit of a (task, epoch): a ledger row has it."""
+
     dag_id: str
     task_id: str
     map_index: int
@@ -113,7 +115,7 @@ class Invalidations:
         self.store = store
         self.uri = store.control_uri("invalidations")
 
-    def record(self, rows: Iterable[RolledBackRow], plan_id: str) -> int:
+    def record(self, rows: Iterable[CommittedRow], plan_id: str) -> int:
         """Mark ``rows`` as rolled back by recovery ``plan_id``; returns how many were marked.
 
         One append per plan: executing the same plan again marks nothing twice.
@@ -215,7 +217,7 @@ class Deliveries:
         return _highest_through(self.store, self.uri, dag_id)
 
 
-class CompletedRow(RolledBackRow, Protocol):
+class CompletedRow(CommittedRow, Protocol):
     run_id: str
     try_number: int
 
@@ -252,14 +254,14 @@ class Completions:
         return append_once(self.uri, pa.Table.from_pylist([record], schema=COMPLETION_SCHEMA), self._key(row),
                            self.store.options_for(self.uri)).applied
 
-    def completed(self, row: RolledBackRow) -> bool:
+    def completed(self, row: CommittedRow) -> bool:
         """Whether ``row``'s (task, epoch) completed in Airflow at this incarnation (or a later one).
 
         Read from the Delta log's transaction records: no data file is opened.
         """
         return bool(self.completed_among([row]))
 
-    def completed_among(self, rows: Iterable[RolledBackRow]) -> list[RolledBackRow]:
+    def completed_among(self, rows: Iterable[CommittedRow]) -> list[CommittedRow]:
         """The ``rows`` that completed in Airflow (see :meth:`completed`), from one read of the log."""
         table = open_table(self.uri, self.store.options_for(self.uri))
         if table is None:
@@ -272,7 +274,7 @@ class Completions:
         return done
 
     @staticmethod
-    def _key(row: RolledBackRow) -> _Once:
+    def _key(row: CommittedRow) -> _Once:
         return _Once(f"falkirk-complete/{row.dag_id}/{row.task_id}/{row.map_index}/{row.epoch}", row.incarnation)
 
 

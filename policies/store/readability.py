@@ -86,6 +86,15 @@ class StoreReadability:
         return self._epoch_rows[uri]
 
 
+def under(uri: str, locations: Iterable[str]) -> bool:
+    """Whether ``uri`` is one of ``locations`` or inside one of them (a path prefix, not a string one).
+
+    >>> [under(uri, ["/scratch/d/"]) for uri in ("/scratch/d", "/scratch/d/t/state", "/scratch/dx")]
+    [True, True, False]
+    """
+    return any(uri == loc.rstrip("/") or uri.startswith(loc.rstrip("/") + "/") for loc in locations)
+
+
 def without(readable: Readable, locations: Iterable[str]) -> Readable:
     """``readable`` with everything at or under ``locations`` counted as gone.
 
@@ -93,10 +102,10 @@ def without(readable: Readable, locations: Iterable[str]) -> Readable:
     >>> lost("/scratch/d", None), lost("/scratch/d/t/state", None), lost("/scratch/dx/t", None)
     (False, False, True)
     """
-    dirs = tuple(loc.rstrip("/") + "/" for loc in locations)
+    gone = tuple(locations)
 
     def check(uri: str, key: CommitKey) -> bool:
-        return not any(uri == d.rstrip("/") or uri.startswith(d) for d in dirs) and readable(uri, key)
+        return not under(uri, gone) and readable(uri, key)
 
     return check
 
