@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG
 
 from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, EpochClock, LazyCheckpoint
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
@@ -30,12 +31,12 @@ def build_dag(dag_id: str = "falkirk_clicks", conn_id: str = "spark_default") ->
     with DAG(
         dag_id=dag_id,
         description="Click events -> valid events -> running totals per item -> top items, one epoch per run",
-        schedule=None,
+        schedule=EpochTimetable(EPOCHS),  # one run per epoch; off-grid triggers are refused
         start_date=EPOCHS.first,
         catchup=False,
         max_active_runs=8,
         tags=["falkirk"],
-        default_args={"epoch_clock": EPOCHS, "conn_id": conn_id, "retries": 0},
+        default_args={"conn_id": conn_id, "retries": 0},
         doc_md=__doc__,
     ) as dag:
         tasks = [

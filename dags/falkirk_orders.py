@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG
 
 from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, EpochClock
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
@@ -25,12 +26,12 @@ JOBS = "falkirk.spark_jobs.pipeline"  # the jobs, found by package
 with DAG(
     dag_id="falkirk_orders",
     description="Orders -> running totals per customer -> ranking, one epoch per run",
-    schedule=None,
+    schedule=EpochTimetable(EPOCHS),  # one run per epoch; off-grid triggers are refused
     start_date=EPOCHS.first,
     catchup=False,
     max_active_runs=1,  # epochs run in logical-date order: aggregate's state flows from one to the next
     tags=["falkirk"],
-    default_args={"epoch_clock": EPOCHS, "conn_id": "spark_default", "retries": 0},
+    default_args={"conn_id": "spark_default", "retries": 0},
     doc_md=__doc__,
 ) as dag:
     ingest = RegimeSparkSubmitOperator(

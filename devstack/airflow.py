@@ -139,13 +139,16 @@ class AirflowStack:
         with closing(sqlite3.connect(self.home / "airflow.db", timeout=60)) as db:
             db.execute("PRAGMA journal_mode=WAL")
 
-    def airflow(self, *args: str, timeout: float = 600, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        """Run an ``airflow`` CLI command against this home; raises with its output on failure."""
+    def airflow(self, *args: str, timeout: float = 600, env: Mapping[str, str | None] | None = None,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run an ``airflow`` CLI command against this home; raises with its output on failure
+        (unless ``check=False``). A variable ``None`` in ``env`` is removed."""
+        merged = {k: v for k, v in {**self.env(), **(env or {})}.items() if v is not None}
         proc = subprocess.run(
-            [str(self.venv_bin / "airflow"), *args], env={**self.env(), **(env or {})}, cwd=self.home,
+            [str(self.venv_bin / "airflow"), *args], env=merged, cwd=self.home,
             capture_output=True, text=True, timeout=timeout,
         )
-        if proc.returncode != 0:
+        if check and proc.returncode != 0:
             raise ServiceError(f"airflow {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc
 

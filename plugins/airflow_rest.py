@@ -200,5 +200,20 @@ class AirflowClient:
                             params={"logical_date_gte": stamp, "logical_date_lte": stamp, "limit": 10})
         return [run["dag_run_id"] for run in data["dag_runs"]]
 
+    def active_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        """``dag_id``'s queued and running DAG runs (each with ``dag_run_id``, ``state``, ``logical_date``)."""
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
+                            params=[("state", "queued"), ("state", "running"), ("limit", "1000")])
+        return data["dag_runs"]
+
+    def max_active_runs(self, dag_id: str) -> int | None:
+        """The DAG's ``max_active_runs`` (``None`` when it has no limit)."""
+        return self.request("GET", f"/api/v2/dags/{dag_id}").get("max_active_runs")
+
+    def queue_run(self, dag_id: str, run_id: str, note: str) -> None:
+        """Set a running DAG run back to queued (its task instances keep their states)."""
+        self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", json={"state": "queued", "note": note[:1000]},
+                     idempotent=True)
+
     def dag_exists(self, dag_id: str) -> bool:
         return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200

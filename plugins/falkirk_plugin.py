@@ -4,7 +4,8 @@ It mounts the API (:mod:`falkirk.plugins.api`) at ``/falkirk`` and adds the Falk
 Airflow UI twice: as a tab of every DAG (``/dags/{dag_id}/plugin/falkirk``) and of every
 task instance (``.../tasks/{task_id}/plugin/falkirk-task``, with that instance preselected
 as the failure). The two entries load the bundle under different URLs because the UI
-evaluates each bundle URL once.
+evaluates each bundle URL once. It also registers :class:`~falkirk.plugins.timetable.EpochTimetable`,
+which Airflow's scheduler and API server need to read a DAG scheduled on epochs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from falkirk.plugins.api import app
+from falkirk.plugins.timetable import EpochTimetable
 
 BUNDLE = "falkirk/ui/falkirk.js"
 
@@ -20,6 +22,7 @@ class FalkirkPlugin(AirflowPlugin):
     """The Falkirk API and view."""
 
     name = "falkirk"
+    timetables = [EpochTimetable]
     fastapi_apps = [{"app": app, "url_prefix": "/falkirk", "name": "Falkirk"}]
     react_apps = [
         {"name": "Falkirk", "bundle_url": f"{BUNDLE}?mount=dag", "destination": "dag", "url_route": "falkirk"},

@@ -33,19 +33,23 @@ Example (a DAG file)::
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, NoReturn, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
+from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.job_spec import JobSpec
 from falkirk.policies.regimes import Regime, RegimeError
-from falkirk.policies.store import StoreConfig
+from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.control import Completions
 from falkirk.policies.store.ledger import Ledger
 
@@ -56,6 +60,10 @@ DEFAULT_SPARK_CONF: Mapping[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
+
+
+DEFAULT_SPARK_CONN_ID = "spark_default"
+DEFAULT_SPARK_CONN = {"conn_type": "spark", "host": "local[2]"}  # when spark_default is not defined
 
 
 def mapping_refused(task_id: str) -> TypeError:
@@ -83,7 +91,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         *,
         application: str,
         regime: Regime,
-        epoch_clock: EpochClock,
+        epoch_clock: EpochClock | None = None,
         conf: Mapping[str, Any] | None = None,
         env_vars: Mapping[str, str] | None = None,
         store_conn_id: str = DEFAULT_CONN_ID,
@@ -99,7 +107,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
                 f"task {task_id!r}: regime={regime!r} is not a Regime; use Ephemeral(), Batch(log_outputs=...), "
                 "LazyCheckpoint(every=k) or EagerCheckpoint() from policies"
             )
-        if not isinstance(epoch_clock, EpochClock):
+        if epoch_clock is not None and not isinstance(epoch_clock, EpochClock):
             raise TypeError(f"task {task_id!r}: epoch_clock={epoch_clock!r} is not a falkirk.policies.EpochClock")
         application = job_file(application, task_id)
         # A task that keeps state builds epoch t on epoch t-1: its epochs run in order.
@@ -110,6 +118,9 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             env_vars={**_python_env(), **(env_vars or {})},
             **kwargs,
         )
+        epoch_clock = _clock_of_dag(self, epoch_clock)
+        for warning in replay_warnings(self, regime):
+            warnings.warn(warning, FalkirkSettingsWarning, stacklevel=2)
         self.regime = regime
         self.epoch_clock = epoch_clock
         self.store_conn_id = store_conn_id
@@ -156,17 +167,35 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         # The store as the job will see it, read before Spark starts: a missing or wrong
         # configuration fails here, in the task's own error.
         store = StoreConfig.from_env({**os.environ, **self.env_vars})
+        if is_dags_test(context):
+            store = dags_test_store(store, spec.dag_id)
+            self.env_vars = {**self.env_vars, **store.env()}
+            self.log.info("Falkirk: `airflow dags test` run: using the store %s (%s=real to use the DAG's own "
+                          "store)", store.durable_uri, DAGS_TEST_STORE_ENV)
         refuse_rerun_of_completed_epoch(store, spec)
         if self.name == "arrow-spark":  # the provider's default application name
             self.name = f"falkirk:{spec.dag_id}.{spec.task_id}:epoch-{spec.epoch}"
-        from airflow.sdk import BaseHook
-
-        conn = BaseHook.get_connection(self._conn_id)
+        conn = self._spark_connection()
         if conn.conn_type == "spark_connect":
             self._run_connect_client(context)
         else:
             super().execute(context)
         record_completion(store, spec)
+
+    def _spark_connection(self) -> Any:
+        """The Spark connection; ``spark_default`` runs on ``local[2]`` when it is not defined."""
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            return BaseHook.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            if self._conn_id != DEFAULT_SPARK_CONN_ID:
+                raise
+        self.log.info("Falkirk: connection %s is not defined; running on local[2]", DEFAULT_SPARK_CONN_ID)
+        # Where the provider's hook looks the connection up (this task's process only).
+        os.environ[f"AIRFLOW_CONN_{DEFAULT_SPARK_CONN_ID.upper()}"] = json.dumps(DEFAULT_SPARK_CONN)
+        return BaseHook.get_connection(self._conn_id)
 
     def _run_connect_client(self, context: Any) -> None:
         """Run the job file with this interpreter as a Spark Connect client of the connection's server."""
@@ -192,6 +221,75 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             proc.kill()
             return
         super().on_kill()
+
+
+DAGS_TEST_STORE_ENV = "FALKIRK_DAGS_TEST_STORE"
+
+
+def is_dags_test(context: Mapping[str, Any]) -> bool:
+    """Whether the task instance belongs to an ``airflow dags test`` run (Airflow's ``DAG.test``
+    names that run's triggering user ``dag_test``)."""
+    return getattr(context.get("dag_run"), "triggering_user_name", None) == "dag_test"
+
+
+def dags_test_store(store: StoreConfig, dag_id: str, environ: Mapping[str, str] | None = None) -> StoreConfig:
+    """The store an ``airflow dags test`` run writes to: not the DAG's own, whose ledger drives
+    recoveries, but ``FALKIRK_DAGS_TEST_STORE`` (a directory, default ``falkirk-dags-test`` in the
+    system's temporary directory); ``FALKIRK_DAGS_TEST_STORE=real`` uses ``store`` itself.
+
+    >>> dags_test_store(StoreConfig("s3://b/store", "/tmp/s"), "orders", {"FALKIRK_DAGS_TEST_STORE": "/tmp/t"})
+    StoreConfig(durable_uri='/tmp/t/orders/durable', scratch_uri='/tmp/t/orders/scratch', storage_options={})
+    """
+    env = os.environ if environ is None else environ
+    chosen = env.get(DAGS_TEST_STORE_ENV, "").strip()
+    if chosen == "real":
+        return store
+    if "://" in chosen:
+        raise StoreError(f"{DAGS_TEST_STORE_ENV}={chosen!r}: give a local directory for `airflow dags test` runs "
+                         f"(or real, to use the DAG's own store)")
+    root = Path(chosen or Path(tempfile.gettempdir()) / "falkirk-dags-test") / dag_id
+    return StoreConfig(durable_uri=str(root / "durable"), scratch_uri=str(root / "scratch"))
+
+
+class FalkirkSettingsWarning(UserWarning):
+    """A DAG setting under which a recovery cannot replay as planned (see :func:`replay_warnings`)."""
+
+
+def _clock_of_dag(task: "RegimeSparkSubmitOperator", clock: EpochClock | None) -> EpochClock:
+    """The task's epoch clock: ``epoch_clock=``, or the clock of the DAG's :class:`EpochTimetable`
+    (the two must agree when both are given)."""
+    dag = getattr(task, "_dag", None)
+    timetable = getattr(dag, "timetable", None)
+    dag_clock = timetable.clock if isinstance(timetable, EpochTimetable) else None
+    if clock is None and dag_clock is None:
+        raise TypeError(f"task {task.task_id!r} needs an epoch clock: give the DAG "
+                        f"schedule=EpochTimetable(clock) (falkirk.plugins.timetable), or the task epoch_clock=clock")
+    if clock is not None and dag_clock is not None and clock != dag_clock:
+        raise TypeError(f"task {task.task_id!r}: epoch_clock={clock.spec()} differs from the DAG's "
+                        f"EpochTimetable clock {dag_clock.spec()}; give one clock (leave epoch_clock out)")
+    return clock or dag_clock  # type: ignore[return-value]
+
+
+def replay_warnings(task: Any, regime: Regime) -> list[str]:
+    """DAG settings under which a recovery of ``task`` cannot replay as planned, one sentence each.
+
+    A stateful task must run its epochs in order (``depends_on_past``), and Airflow must find the
+    previous epoch among all the DAG's runs: with ``catchup=True`` and a timetable that schedules,
+    ``depends_on_past`` looks only at the previous *scheduled* run and passes over manual ones.
+    """
+    found = []
+    if regime.keeps_state and not task.depends_on_past:
+        found.append(f"task {task.task_id!r} keeps state ({regime.spec()}) but depends_on_past=False: after a "
+                     f"recovery Airflow may start its epochs out of order, and an epoch whose previous state is "
+                     f"not there yet fails; leave depends_on_past at its default (True)")
+    dag = getattr(task, "_dag", None)
+    timetable = getattr(dag, "timetable", None)
+    if (regime.keeps_state and getattr(dag, "catchup", False) and getattr(timetable, "can_be_scheduled", False)):
+        found.append(f"task {task.task_id!r} keeps state and DAG {dag.dag_id!r} has catchup=True with a schedule: "
+                     f"Airflow's depends_on_past then checks only the previous scheduled run and lets an epoch "
+                     f"start before a manual or replayed previous epoch finished; set catchup=False (backfills "
+                     f"still create past epochs)")
+    return found
 
 
 def refuse_rerun_of_completed_epoch(store: StoreConfig, spec: JobSpec) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import getpass
 import logging
+import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -490,9 +491,13 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
     client, recovery, runs, started = running.client, running.plan, running.runs, running.started
     seen: dict[tuple[str, int], str | None] = {}
     deadline = time.monotonic() + timeout
+    changed = time.monotonic()
     while True:
         client.on_poll()
         running.renew()
+        blocked = _let_earlier_epochs_through(running, todo, progress)
+        if blocked and time.monotonic() - changed > _stall_seconds():
+            raise AirflowError(blocked + f"; resume with: falkirk replay {recovery.plan_id}")
         done = 0
         for epoch in sorted({e for _, e in todo}):
             tis = client.task_instances(recovery.dag_id, runs[epoch])
@@ -500,6 +505,7 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
                 state = tis.get(task, {}).get("state")
                 if seen.get((task, epoch), "-") != state:
                     seen[task, epoch] = state
+                    changed = time.monotonic()
                     progress(f"  {time.monotonic() - started:6.1f}s  epoch {epoch}  {task:<12} {state or 'waiting'}")
                 if state in ("failed", "upstream_failed"):
                     raise AirflowError(f"{task} of epoch {epoch} ({runs[epoch]}) ended {state}; see its log in "
@@ -511,6 +517,44 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
             raise AirflowError(f"timed out after {timeout:.0f}s with {done}/{len(todo)} task instances done; "
                                f"resume with: falkirk replay {recovery.plan_id}")
         time.sleep(poll)
+
+
+def _let_earlier_epochs_through(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress) -> str | None:
+    """Free the DAG run slots that later epochs hold while the epochs they wait for stay queued.
+
+    Airflow clears a finished run back to queued but leaves a running one running. Under
+    ``max_active_runs``, a later epoch's run that is still running (its stateful task waiting, by
+    ``depends_on_past``, for an epoch this replay cleared) holds a slot that the cleared epoch's
+    queued run needs: neither ever moves. Such a run is set back to queued; Airflow starts the
+    cleared runs first (clearing resets their last scheduling decision), so the epochs run in
+    order. Returns a diagnosis when the slots are held by runs this cannot free, else ``None``.
+    """
+    client, dag_id = running.client, running.plan.dag_id
+    waiting = {running.runs[e] for _, e in todo}
+    active = client.active_runs(dag_id)
+    queued = [r for r in active if r["state"] == "queued" and r["dag_run_id"] in waiting]
+    holding = [r for r in active if r["state"] == "running"]
+    limit = client.max_active_runs(dag_id) if queued and holding else None
+    if not limit or len(holding) < limit:
+        return None
+    first = min(r["logical_date"] for r in queued)
+    later = [r for r in holding if (r["logical_date"] or "") > first]
+    for run in later:
+        client.queue_run(dag_id, run["dag_run_id"], note=f"queued again by Falkirk plan {running.plan.plan_id} so "
+                         f"that the earlier epochs it re-runs can start (max_active_runs={limit})")
+        progress(f"plan {running.plan.plan_id}: {run['dag_run_id']} held one of the DAG's max_active_runs={limit} "
+                 f"slots while waiting (depends_on_past) for an earlier epoch this plan re-runs; queued it again")
+    if later:
+        return None
+    return (f"the re-runs of {', '.join(sorted(r['dag_run_id'] for r in queued))} stay queued: the DAG's "
+            f"max_active_runs={limit} slots are held by {', '.join(sorted(r['dag_run_id'] for r in holding))}, "
+            f"which are not later epochs this replay can queue again; let those runs finish (or mark them failed), or "
+            f"raise max_active_runs")
+
+
+def _stall_seconds() -> float:
+    """How long a replay waits, with no task instance changing state, on slots it cannot free."""
+    return float(os.environ.get("FALKIRK_REPLAY_STALL_SECONDS", "600"))
 
 
 def _run_ids(recovery: RecoveryPlan, entries: Iterable[LedgerEntry], client: AirflowClient) -> dict[int, str]:

@@ -141,7 +141,8 @@ def plan_view(plan: RecoveryPlan) -> dict[str, Any]:
 
 
 def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per plan that was executed or attempted, newest first: who ran it, when, the outcome.
+    """One entry per plan that was executed or attempted, newest first: who ran it, when, the outcome,
+    and the (task, epoch) pairs it re-runs (the grid marks those of the latest finished recovery).
 
     Plans that were only previewed or planned and never started are left out.
     """
@@ -151,12 +152,14 @@ def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
         if r["plan_id"].startswith(GC_PREFIX):  # a garbage collection's lease, not a recovery
             continue
         p = plans.setdefault(r["plan_id"], {"plan_id": r["plan_id"], "failures": [], "rerun_count": None,
-                                            "clear_downstream_count": None, "by": None, "started_at": None,
+                                            "rerun": [], "clear_downstream_count": None, "by": None,
+                                            "started_at": None,
                                             "ended_at": None, "outcome": None, "detail": "", "resumptions": 0})
         at = r["recorded_at"].isoformat() if hasattr(r["recorded_at"], "isoformat") else str(r["recorded_at"])
         if r["event"] == "planned":
             plan = RecoveryPlan.from_json(json.loads(r["detail"]))
             p.update(failures=[f.describe() for f in plan.failures], rerun_count=len(plan.rerun_set()),
+                     rerun=sorted([t, e] for t, e in plan.rerun_set()),
                      clear_downstream_count=len(plan.clear_downstream_set()))
         if r["event"] in ("started", "resumed", "heartbeat"):
             seen[r["plan_id"]] = r["recorded_at"]

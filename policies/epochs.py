@@ -49,7 +49,7 @@ class EpochClock:
             )
         if logical_date.tzinfo is None:
             raise EpochError(f"logical date {logical_date!r} needs a time zone")
-        offset = logical_date - self.first
+        offset = _plain(logical_date) - self.first
         periods, remainder = divmod(offset, self.period)
         if remainder or periods < 0:
             raise EpochError(
@@ -57,6 +57,21 @@ class EpochClock:
                 f"trigger the run at one of those dates"
             )
         return self.first_epoch + periods
+
+    def epoch_at_or_after(self, moment: datetime) -> int:
+        """The first epoch whose logical date is not before ``moment``.
+
+        >>> from datetime import datetime, timedelta, timezone
+        >>> clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+        >>> clock.epoch_at_or_after(datetime(2026, 1, 2, 9, tzinfo=timezone.utc))
+        3
+        >>> clock.epoch_at_or_after(datetime(2025, 6, 1, tzinfo=timezone.utc))
+        1
+        """
+        behind = self.first - _plain(moment)
+        if behind >= timedelta(0):
+            return self.first_epoch
+        return self.first_epoch - (behind // self.period)  # ceiling of (moment - first) / period
 
     def logical_date(self, epoch: int) -> datetime:
         """The logical date of ``epoch``'s run."""
@@ -93,3 +108,8 @@ class EpochClock:
     def describe(self) -> str:
         """A short human description, used in error messages."""
         return f"(epoch {self.first_epoch} at {self.first.isoformat()}, one every {self.period})"
+
+
+def _plain(moment: datetime) -> datetime:
+    """``moment`` as a plain datetime: a subclass (pendulum's, in Airflow) subtracts to its own types."""
+    return datetime.combine(moment.date(), moment.timetz())

@@ -18,11 +18,13 @@ const React = globalThis.React;
 const h = React.createElement;
 const { useCallback, useEffect, useMemo, useRef, useState } = React;
 
+// Regimes colour the graph's nodes and the grid's row swatches in pale tints; checkpoint statuses
+// colour the grid's cells in full ones: no colour means two things.
 const REGIME_COLOURS = {
-  ephemeral: "#a0aec0",
-  batch: "#4299e1",
-  lazy_checkpoint: "#ed8936",
-  eager_checkpoint: "#38a169",
+  ephemeral: "#e9d8fd",
+  batch: "#b2f5ea",
+  lazy_checkpoint: "#feebc8",
+  eager_checkpoint: "#c6f6d5",
 };
 const STATUS_COLOURS = {
   G: "#718096", // garbage-collected
@@ -33,6 +35,8 @@ const STATUS_COLOURS = {
   "-": "transparent", // missing
 };
 const RERUN = "#d53f8c";
+const AIRFLOW_RINGS = { failed: "#e53e3e", running: "#805ad5", unrecorded: "#dd6b20" };
+const NOT_MANAGED = "not managed (no regime: a plain Airflow task)";
 const C = {
   fg: "var(--chakra-colors-fg, #1a202c)",
   muted: "var(--chakra-colors-fg-muted, #4a5568)",
@@ -132,17 +136,34 @@ function Swatch({ colour, outline, dashed }) {
 }
 
 function Legend({ statuses }) {
-  const item = (children, k) => h("span", { key: k, style: { marginRight: 14, whiteSpace: "nowrap" } }, ...children);
+  const item = (children, k) => h("span", { key: k, "data-testid": `legend-${k}`, style: { marginRight: 14, whiteSpace: "nowrap" } }, ...children);
+  const group = (testid, title, items) =>
+    h("div", { key: testid, "data-testid": testid, style: { display: "flex", flexWrap: "wrap", rowGap: 4, alignItems: "center" } },
+      h("span", { style: { fontWeight: 600, marginRight: 8, minWidth: 170 } }, title), ...items);
+  const ring = (colour) => h(Swatch, { colour: "transparent", outline: colour });
   return h(
     "div",
-    { "data-testid": "falkirk-legend", style: { fontSize: 12, color: C.muted, display: "flex", flexWrap: "wrap", rowGap: 4 } },
-    ...Object.entries(REGIME_COLOURS).map(([name, colour]) =>
-      item([h(Swatch, { colour }), name.replace("_", " ")], `r-${name}`),
-    ),
-    h("span", { key: "sep", style: { marginRight: 14 } }, "|"),
-    ...statuses.map((s) => item([h(Swatch, { colour: STATUS_COLOURS[s.code] }), s.label], `s-${s.code}`)),
-    item([h(Swatch, { colour: "transparent", outline: RERUN }), "re-run by the plan"], "rerun"),
-    item([h(Swatch, { colour: "transparent", outline: C.muted, dashed: true }), "clear-downstream only"], "clear"),
+    { "data-testid": "falkirk-legend", style: { fontSize: 12, color: C.muted, display: "grid", rowGap: 4 } },
+    group("legend-regimes", "Regime (node, row swatch)", [
+      ...Object.entries(REGIME_COLOURS).map(([name, colour]) =>
+        item([h(Swatch, { colour }), name.replace("_", " ")], `regime-${name}`)),
+      item([h(Swatch, { colour: "transparent", dashed: true, outline: C.muted }), "not managed"], "regime-none"),
+      item(["keeps 1-2, 4 (under a node): the epochs the plan shown keeps as they are"], "keeps"),
+    ]),
+    group("legend-statuses", "Checkpoint (grid cell)", statuses.map((s) =>
+      item([h(Swatch, { colour: STATUS_COLOURS[s.code] }), s.label], `status-${s.code}`))),
+    group("legend-airflow", "Airflow (ring inside a cell)", [
+      item([ring(AIRFLOW_RINGS.failed), "failed"], "airflow-failed"),
+      item([ring(AIRFLOW_RINGS.running), "queued or running"], "airflow-running"),
+      item([h(Swatch, { colour: "transparent", outline: AIRFLOW_RINGS.running, dashed: true }), "waiting (not started, or blocked)"], "airflow-waiting"),
+      item([h(Swatch, { colour: "transparent", outline: AIRFLOW_RINGS.failed, dashed: true }), "upstream failed"], "airflow-upstream-failed"),
+      item([ring(AIRFLOW_RINGS.unrecorded), UNRECORDED], "airflow-unrecorded"),
+    ]),
+    group("legend-plan", "Recovery (cell border, dot)", [
+      item([h(Swatch, { colour: "transparent", outline: RERUN }), "re-run by the plan shown"], "rerun"),
+      item([h(Swatch, { colour: "transparent", outline: C.muted, dashed: true }), "clear-downstream only"], "clear"),
+      item([h("span", { style: { color: RERUN, marginRight: 4 } }, "\u25CF"), "re-run by the last recovery"], "reran"),
+    ]),
   );
 }
 
@@ -166,11 +187,11 @@ function layout(tasks) {
   return { pos, width, height };
 }
 
-function Graph({ tasks, plan }) {
+function Graph({ tasks, plan, view }) {
   const { pos, width, height } = useMemo(() => layout(tasks), [tasks]);
   const frontier = useMemo(() => Object.fromEntries((plan?.tasks || []).map((t) => [t.task_id, t])), [plan]);
   const W = 140;
-  const H = 30;
+  const H = 28;
   return h(
     "div",
     { style: { overflow: "auto", maxHeight: 320, width: "100%" } },
@@ -193,28 +214,39 @@ function Graph({ tasks, plan }) {
         return h(
           "g",
           { key: t.task_id, "data-testid": `graph-node-${t.task_id}`, "data-regime": t.regime_name || "none" },
-          h("title", null, `${t.task_id}: ${t.regime || "no regime (plain Airflow task)"}`),
+          h("title", null, `${t.task_id}: ${t.regime || NOT_MANAGED}` +
+            (f ? `; the plan keeps ${keptText(f, plan, view)}` : "")),
           h("rect", {
             x: p.x, y: p.y, width: W, height: H, rx: 6,
             fill: REGIME_COLOURS[t.regime_name] || "transparent",
             stroke: reruns ? RERUN : C.border, strokeWidth: reruns ? 3 : 1,
             strokeDasharray: t.regime_name ? undefined : "4 3",
           }),
-          h("text", { x: p.x + 8, y: p.y + 19, fontSize: 12, fill: "#1a202c" },
-            t.task_id.length > 18 ? t.task_id.slice(0, 17) + "…" : t.task_id),
-          f ? h("text", { x: p.x + W - 6, y: p.y + 19, fontSize: 10, fill: "#1a202c", textAnchor: "end" }, `≤${f.frontier}`) : null,
+          h("text", { x: p.x + 8, y: p.y + 18, fontSize: 12, fill: "#1a202c", "data-testid": `graph-label-${t.task_id}` },
+            t.task_id.length > 19 ? t.task_id.slice(0, 18) + "…" : t.task_id),
+          // under the node, never over its label: what a recovery keeps, or that Falkirk leaves it alone
+          f || !t.regime_name
+            ? h("text", { x: p.x + 4, y: p.y + H + 11, fontSize: 10, fill: C.muted, "data-testid": `graph-badge-${t.task_id}` },
+              !t.regime_name ? "not managed" : `keeps ${keptText(f, plan, view)}`)
+            : null,
         );
       }),
     ),
   );
 }
 
+function keptText(t, plan, view) {
+  const kept = planCells(t, plan, view).kept;
+  return kept.length ? span(kept) : "none";
+}
+
 // -- the failure picker ----------------------------------------------------------------------
 
 function FailurePicker({ view, selection, setSelection }) {
   const [scratch, setScratch] = useState(view.scratch_locations[0] || "");
-  const [badTask, setBadTask] = useState(view.tasks[0]?.task_id || "");
-  const [badEpoch, setBadEpoch] = useState(String(view.last_epoch || 1));
+  const suggested = selection.suggested;
+  const [badTask, setBadTask] = useState(suggested?.task_id || view.tasks[0]?.task_id || "");
+  const [badEpoch, setBadEpoch] = useState(String(suggested?.epoch || view.last_epoch || 1));
   const toggleFailed = (f) => {
     const k = key(f.task_id, f.epoch);
     const failed = new Map(selection.failed);
@@ -310,11 +342,11 @@ function failureBody(selection) {
   };
 }
 
-const emptySelection = () => ({ failed: new Map(), lost: [], bad: [] });
+const emptySelection = () => ({ failed: new Map(), lost: [], bad: [], suggested: null });
 
 // -- the plan and the grid -------------------------------------------------------------------
 
-function PlanSummary({ plan, error, loading, order }) {
+function PlanSummary({ plan, error, loading, order, view }) {
   if (error) return h("div", { role: "alert", "data-testid": "preview-error", style: { color: "#e53e3e" } }, error);
   if (loading && !plan) return h("div", { style: { color: C.muted } }, "Computing the frontiers…");
   if (!plan) return h("div", { "data-testid": "preview-empty", style: { color: C.muted } }, "Pick a failure to see what a recovery would do.");
@@ -330,10 +362,13 @@ function PlanSummary({ plan, error, loading, order }) {
       h("b", { "data-testid": "clear-count" }, plan.clear_downstream_count),
       ` (plan ${plan.plan_id}: ${plan.failures.join("; ")})`,
     ),
+    h("div", { style: { color: C.muted, marginBottom: 6 } },
+      `Of epochs 1..${plan.last_epoch}, each task keeps the epochs listed as kept, re-runs the listed ones in ` +
+      `order, and runs the ones that have not run yet as Airflow schedules them.`),
     h(
       "table",
       { style: { borderCollapse: "collapse" } },
-      h("thead", null, h("tr", null, ...["task", "regime", "keeps epochs", "re-runs", "restores", "clear-downstream re-runs"].map((c) => h("th", { key: c, style: cell }, c)))),
+      h("thead", null, h("tr", null, ...["task", "regime", "keeps epochs", "re-runs", "not run yet", "restores", "clear-downstream re-runs"].map((c) => h("th", { key: c, style: cell }, c)))),
       h(
         "tbody",
         null,
@@ -343,8 +378,9 @@ function PlanSummary({ plan, error, loading, order }) {
             { key: t.task_id, "data-testid": `frontier-${t.task_id}`, "data-frontier": t.frontier },
             h("td", { style: cell }, t.task_id),
             h("td", { style: cell }, t.regime),
-            h("td", { style: cell }, t.frontier > 0 ? `1..${t.frontier}` : "none"),
+            h("td", { style: cell, "data-testid": `kept-${t.task_id}` }, span(planCells(t, plan, view).kept)),
             h("td", { style: cell }, span(t.rerun)),
+            h("td", { style: cell, "data-testid": `not-run-${t.task_id}` }, span(planCells(t, plan, view).notRun)),
             h("td", { style: cell }, t.restores || (t.rerun.length ? "-" : "")),
             h("td", { style: cell }, span(t.clear_downstream)),
           ),
@@ -352,6 +388,23 @@ function PlanSummary({ plan, error, loading, order }) {
       ),
     ),
   );
+}
+
+// What a plan does with each epoch of a task, from the grid: it keeps the committed epochs it
+// does not re-run (a stateless task keeps epochs after the one it redoes), re-runs its re-run
+// set, and leaves the rest, which never committed (a blocked run, say), to run as Airflow
+// schedules them once the re-runs are done.
+function planCells(t, plan, view) {
+  const rerun = new Set(t.rerun);
+  const codes = view.status[t.task_id] || "";
+  const kept = [];
+  const notRun = [];
+  for (let e = 1; e <= plan.last_epoch; e++) {
+    if (rerun.has(e)) continue;
+    const code = codes[e - view.first_epoch] || "-";
+    (code === "-" || code === "I" ? notRun : kept).push(e);
+  }
+  return { kept, notRun };
 }
 
 function span(epochs) {
@@ -378,17 +431,26 @@ const GRID_CSS = `
 .fk-I { background: ${STATUS_COLOURS.I}; }
 .fk-rerun { border: 2px solid ${RERUN}; }
 .fk-clear { border: 1px dashed ${C.muted}; }
-.fk-failed { box-shadow: inset 0 0 0 2px #e53e3e; }
-.fk-running { box-shadow: inset 0 0 0 2px #805ad5; }
-.fk-unrecorded { box-shadow: inset 0 0 0 2px #dd6b20; }
+.fk-failed { box-shadow: inset 0 0 0 2px ${AIRFLOW_RINGS.failed}; }
+.fk-running { box-shadow: inset 0 0 0 2px ${AIRFLOW_RINGS.running}; }
+.fk-unrecorded { box-shadow: inset 0 0 0 2px ${AIRFLOW_RINGS.unrecorded}; }
+.fk-upstream-failed { outline: 2px dashed ${AIRFLOW_RINGS.failed}; outline-offset: -3px; }
+.fk-waiting { outline: 2px dashed ${AIRFLOW_RINGS.running}; outline-offset: -3px; }
+.fk-reran::after { content: ""; position: absolute; right: 1px; top: 1px; width: 6px; height: 6px; border-radius: 3px;
+  background: ${RERUN}; border: 1px solid #ffffff; }
 `;
 // Airflow says success, the ledger has no row (plugins/view.py UNRECORDED): it must run again.
 const UNRECORDED = "success without ledger row";
+// Not started: cleared, scheduled, waiting for a retry, or blocked (depends_on_past, max_active_runs).
+const WAITING = ["cleared", "scheduled", "up_for_retry", "restarting"];
 const LABEL = 170;
 const MARGIN = 12; // epochs rendered beyond each edge of the visible window
 
 function Grid({ view, plan }) {
   const rerun = useMemo(() => new Set((plan?.rerun || []).map(([t, e]) => key(t, e))), [plan]);
+  // The latest recovery that finished: its re-runs are marked, so the grid says what it redid.
+  const lastRecovery = view.recoveries.find((r) => r.outcome === "finished");
+  const reran = useMemo(() => new Set((lastRecovery?.rerun || []).map(([t, e]) => key(t, e))), [lastRecovery]);
   const clear = useMemo(() => new Set((plan?.clear_downstream || []).map(([t, e]) => key(t, e))), [plan]);
   const labels = useMemo(() => Object.fromEntries(view.statuses.map((s) => [s.code, s.label])), [view]);
   const count = view.last_epoch - view.first_epoch + 1;
@@ -434,7 +496,8 @@ function Grid({ view, plan }) {
     return h(
       "div",
       { key: t.task_id, style: rowStyle, "data-testid": `grid-row-${t.task_id}` },
-      label([h(Swatch, { key: "s", colour: REGIME_COLOURS[t.regime_name] || "transparent" }), t.task_id], "label"),
+      label(h("span", { title: `${t.task_id}: ${t.regime || NOT_MANAGED}` },
+        h(Swatch, { key: "s", colour: REGIME_COLOURS[t.regime_name] || "transparent", dashed: !t.regime_name }), t.task_id), "label"),
       h("div", { style: { position: "relative", width: count * cell, height: cell, flex: "none" } },
         ...shown.map((i) => {
           const e = view.first_epoch + i;
@@ -444,10 +507,14 @@ function Grid({ view, plan }) {
           const isClear = !isRerun && clear.has(k);
           const state = live[String(e)];
           const classes = ["fk-cell", `fk-${code}`];
+          const wasRerun = reran.has(k);
+          if (wasRerun) classes.push("fk-reran");
           if (isRerun) classes.push("fk-rerun");
           else if (isClear) classes.push("fk-clear");
           if (state === "failed") classes.push("fk-failed");
+          else if (state === "upstream_failed") classes.push("fk-upstream-failed");
           else if (state === "running" || state === "queued") classes.push("fk-running");
+          else if (WAITING.includes(state)) classes.push("fk-waiting");
           else if (state === UNRECORDED) classes.push("fk-unrecorded");
           return h("div", {
             key: e,
@@ -455,8 +522,10 @@ function Grid({ view, plan }) {
             "data-testid": `cell-${t.task_id}-${e}`,
             "data-status": code,
             "data-rerun": isRerun ? "true" : undefined,
+            "data-reran": wasRerun ? lastRecovery.plan_id : undefined,
             "data-airflow-state": state,
-            title: `${t.task_id} @ epoch ${e}: ${labels[code]}${state ? `; Airflow: ${state}` : ""}${isRerun ? "; re-run by the plan" : isClear ? "; clear-downstream would re-run it" : ""}`,
+            title: `${t.task_id} @ epoch ${e}: ${labels[code]}${state ? `; Airflow: ${state}` : ""}${isRerun ? "; re-run by the plan" : isClear ? "; clear-downstream would re-run it" : ""}` +
+              (wasRerun ? `; re-run by recovery ${lastRecovery.plan_id} (${lastRecovery.by})` : ""),
             style: { left: i * cell + 1, top: 1, width: cell - 2, height: cell - 2 },
           });
         })),
@@ -549,8 +618,13 @@ function preselect(view, runId, taskId) {
   if (taskId && runId && epochOf[runId] !== undefined) {
     const epoch = epochOf[runId];
     const state = (view.airflow_states[taskId] || {})[String(epoch)];
-    if (state === "failed" || state === UNRECORDED) selection.failed.set(key(taskId, epoch), { task_id: taskId, epoch });
-    else selection.bad.push({ task_id: taskId, epoch });
+    const committed = !["-", "I"].includes(((view.status[taskId] || "")[epoch - view.first_epoch]) || "-");
+    // A failed instance whose epoch is committed is an Airflow re-run the operator refused (Clear,
+    // backfill): redoing it is a bad epoch. Any other failure is a failed task instance. A
+    // successful one preselects nothing; the bad-epoch picker is set to it, one click away.
+    if (state === "failed" && committed) selection.bad.push({ task_id: taskId, epoch });
+    else if (state === "failed" || state === UNRECORDED) selection.failed.set(key(taskId, epoch), { task_id: taskId, epoch });
+    else selection.suggested = { task_id: taskId, epoch };
     return selection;
   }
   for (const f of view.failed) selection.failed.set(key(f.task_id, f.epoch), { task_id: f.task_id, epoch: f.epoch });
@@ -655,7 +729,7 @@ function FalkirkView({ dagId, runId, taskId }) {
     return h("div", { style: page, "data-testid": "falkirk-empty" },
       h("h2", { style: { fontSize: 18, fontWeight: 600 } }, `Falkirk: ${dagId}`),
       h("p", null, "No checkpoints yet: this DAG has not committed an epoch through Falkirk's operator."),
-      h(Graph, { tasks: view.tasks, plan: null }));
+      h(Graph, { tasks: view.tasks, plan: null, view }));
   }
   const canReplay = view.can_replay && plan && !planning && !running;
   const why = !view.can_replay
@@ -669,14 +743,14 @@ function FalkirkView({ dagId, runId, taskId }) {
       h("span", { style: { fontSize: 12, color: C.muted } },
         `epochs ${view.first_epoch}..${view.last_epoch} · ledger version ${view.ledger_version} · ${view.tasks.length} tasks`)),
     h(Legend, { statuses: view.statuses }),
-    h(Panel, { title: "Tasks by regime", testid: "panel-graph" }, h(Graph, { tasks: view.tasks, plan })),
+    h(Panel, { title: "Tasks by regime", testid: "panel-graph" }, h(Graph, { tasks: view.tasks, plan, view })),
     h(Panel, { title: "Failure", testid: "panel-failure" }, h(FailurePicker, { view, selection, setSelection })),
     h(Panel, {
       title: "Recovery plan",
       testid: "panel-plan",
       right: h(Button, { primary: true, disabled: !canReplay, title: why, testid: "replay-button", onClick: () => setConfirming(true) }, "Roll back and replay"),
     },
-    h(PlanSummary, { plan, error: planError, loading: planning, order: Object.fromEntries(view.tasks.map((t, i) => [t.task_id, i])) }),
+    h(PlanSummary, { plan, error: planError, loading: planning, view, order: Object.fromEntries(view.tasks.map((t, i) => [t.task_id, i])) }),
     replay?.error ? h("div", { role: "alert", "data-testid": "replay-error", style: { color: "#e53e3e", marginTop: 8 } }, replay.error) : null,
     replay?.plan_id ? h("div", { "data-testid": "replay-started", style: { marginTop: 8 } },
       `Recovery ${replay.plan_id} started by ${replay.by}: ${replay.rerun_count} task instances cleared.`) : null),

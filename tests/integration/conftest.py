@@ -32,7 +32,8 @@ def local_store(tmp_path_factory: pytest.TempPathFactory) -> StoreConfig:
 
 @pytest.fixture(scope="session")
 def airflow_stack(tmp_path_factory: pytest.TempPathFactory, local_store: StoreConfig):
-    stack = AirflowStack(home=tmp_path_factory.mktemp("airflow"), store=local_store)
+    home = tmp_path_factory.mktemp("airflow")  # faults: crash points a test arms while Airflow runs
+    stack = AirflowStack(home=home, store=local_store, extra_env={"FALKIRK_CRASH_AT": f"@{home / 'faults'}"})
     stack.init()
     stack.start()
     yield stack

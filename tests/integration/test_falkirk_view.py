@@ -397,11 +397,19 @@ def test_viewer_sees_the_view_but_cannot_replay(view_stack: ViewStack, browser) 
         open_view(page, view_stack, DAG, "runs/epoch-3/tasks/clean/plugin/falkirk-task")
         assert page.get_by_test_id("failed-clean-3").is_checked()
         assert page.get_by_test_id("selected-failures").inner_text().strip() == ""
+        # from a successful one: nothing is preselected (no plan at once); the bad-epoch picker
+        # holds that instance, one click from its plan
         open_view(page, view_stack, DAG, "runs/epoch-4/tasks/source/plugin/falkirk-task")
-        assert not page.get_by_test_id("failed-clean-3").is_checked()  # source 4 succeeded: a bad epoch
+        assert not page.get_by_test_id("failed-clean-3").is_checked()
+        assert page.get_by_test_id("selected-failures").inner_text().strip() == ""
+        assert page.get_by_test_id("preview-empty").is_visible()
+        assert (page.get_by_test_id("bad-task").input_value(), page.get_by_test_id("bad-epoch").input_value()) == (
+            "source", "4")
+        shot(page, "viewer-dark-from-a-successful-task-instance")
+        page.get_by_test_id("add-bad-epoch").click()
         assert page.get_by_test_id("chip-bad-0").inner_text().startswith("bad source @ 4")
         page.get_by_test_id("plan").wait_for(timeout=60_000)
-        shot(page, "viewer-dark-from-task-instance")
+        shot(page, "viewer-dark-bad-epoch-added")
     finally:
         context.close()
     r = call(view_stack, "POST", f"dags/{DAG}/recoveries", "viewer",
@@ -438,6 +446,12 @@ def test_admin_previews_and_replays_from_the_view(view_stack: ViewStack, browser
         assert int(page.get_by_test_id("rerun-count").inner_text()) == 5
         assert int(page.get_by_test_id("clear-count").inner_text()) == preview["clear_downstream_count"] == 6
         assert page.get_by_test_id("frontier-model").get_attribute("data-frontier") == "2"
+        # every epoch is kept, re-run, or has not run yet: none is left unexplained
+        assert {t: page.get_by_test_id(f"kept-{t}").inner_text() for t in TASKS} == {
+            "source": "1-4", "clean": "1-2, 4", "model": "1-2", "sink": "1-2"}
+        assert {t: page.get_by_test_id(f"not-run-{t}").inner_text() for t in TASKS} == {
+            "source": "-", "clean": "-", "model": "-", "sink": "-"}
+        check_legend_and_graph(page)
         shot(page, "2-preview")
 
         page.get_by_test_id("replay-button").click()
@@ -461,12 +475,40 @@ def test_admin_previews_and_replays_from_the_view(view_stack: ViewStack, browser
                   for t in TASKS}
         assert status == {"source": "SSSS", "clean": "LLLL", "model": "SSDS", "sink": "DDDD"}
         assert cells(page, "data-airflow-state", "failed") == set()
+        # after the recovery, the grid marks exactly the cells it re-ran
+        assert cells(page, "data-reran", plan_id) == expected
         shot(page, "5-replayed")
     finally:
         context.close()
     tries = {(t, e): ti["try_number"] for e in (3, 4) for t, ti in vs.admin.task_instances(DAG, run_id_of(e)).items()}
     assert tries == {("source", 3): 1, ("clean", 3): 2, ("model", 3): 1, ("sink", 3): 1,  # clean 3 re-ran
-                     ("source", 4): 1, ("clean", 4): 1, ("model", 4): 1, ("sink", 4): 1}  # clean 4 kept
+                     ("source", 4): 1, ("clean", 4): 1, ("model", 4): 1, ("sink", 4): 1,  # clean 4 kept
+                     ("notify", 3): 1, ("notify", 4): 1}  # not managed: never cleared
+
+
+def check_legend_and_graph(page) -> None:
+    """The legend keeps regimes (node colours) apart from checkpoint statuses (cell colours), with
+    no colour meaning two things; each node's badge sits under its label, never over it."""
+    groups = {g: page.get_by_test_id(g).inner_text() for g in ("legend-regimes", "legend-statuses", "legend-airflow",
+                                                                "legend-plan")}
+    assert groups["legend-regimes"].startswith("Regime (node, row swatch)")
+    assert "keeps 1-2, 4 (under a node): the epochs the plan shown keeps as they are" in groups["legend-regimes"]
+    assert groups["legend-statuses"].startswith("Checkpoint (grid cell)") and "logged outputs" in groups["legend-statuses"]
+    assert "waiting (not started, or blocked)" in groups["legend-airflow"]
+    assert "re-run by the last recovery" in groups["legend-plan"]
+    colours = page.evaluate("""() => Object.fromEntries(['legend-regimes', 'legend-statuses'].map((g) =>
+        [g, [...document.querySelectorAll(`[data-testid="${g}"] span[style*="width: 12px"]`)]
+              .map((s) => getComputedStyle(s).backgroundColor).filter((c) => c !== 'rgba(0, 0, 0, 0)')]))""")
+    assert len(colours["legend-regimes"]) == 4 and len(colours["legend-statuses"]) == 5, colours
+    assert not set(colours["legend-regimes"]) & set(colours["legend-statuses"]), colours
+    badges = {}
+    for t in (*TASKS, "notify"):
+        label, badge = (page.get_by_test_id(f"graph-{part}-{t}").bounding_box() for part in ("label", "badge"))
+        assert badge["y"] >= label["y"] + label["height"], (t, label, badge)  # under the label, not over it
+        badges[t] = page.get_by_test_id(f"graph-badge-{t}").text_content()
+    assert badges == {"source": "keeps 1-4", "clean": "keeps 1-2, 4", "model": "keeps 1-2", "sink": "keeps 1-2",
+                      "notify": "not managed"}
+    assert page.get_by_test_id("graph-node-notify").get_attribute("data-regime") == "none"
 
 
 def test_admin_releases_a_dead_executors_lease_from_the_view(view_stack: ViewStack, browser) -> None:

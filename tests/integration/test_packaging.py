@@ -38,6 +38,7 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG, task
 
 from falkirk.plugins.operators import RegimeSparkSubmitOperator
+from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, EpochClock
 from falkirk.spark_jobs.runtime import EpochResult
 
@@ -54,8 +55,8 @@ def top_three(ctx):
                                 .limit(3).select("customer", "total_amount")})
 
 
-with DAG(dag_id="team_orders", schedule=None, start_date=EPOCHS.first, catchup=False, max_active_runs=3,
-         default_args={"epoch_clock": EPOCHS, "retries": 0}):
+with DAG(dag_id="team_orders", schedule=EpochTimetable(EPOCHS), start_date=EPOCHS.first, catchup=False,
+         max_active_runs=3, default_args={"retries": 0}):
     ingest = RegimeSparkSubmitOperator(task_id="ingest", application="falkirk.spark_jobs.pipeline.ingest",
                                        regime=Ephemeral())
     aggregate = RegimeSparkSubmitOperator(task_id="aggregate", application="falkirk.spark_jobs.pipeline.aggregate",

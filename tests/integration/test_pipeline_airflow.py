@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import httpx
 
 from devstack.airflow import AirflowStack
-from devstack.demo import DAG_ID, run_id_of
+from devstack.demo import DAG_ID, dag_epoch_clock, run_id_of
 from devstack.processes import wait_until
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.store import StoreConfig
@@ -161,3 +161,107 @@ def test_the_maintenance_dag_collects_on_its_schedule(three_epochs, airflow_stac
             assert Collections(local_store).through(DAG_ID) == {"ingest": 2, "aggregate": 2, "publish": 2}
     finally:
         client.set_paused(MAINTENANCE, True)
+
+
+# After the collection above, the tests below add epochs 4-6. They compare each table from epoch
+# 4 on (the collection deleted earlier epochs of what is not a product) and the product whole.
+def _assert_tables_equal_the_failure_free_run(store: StoreConfig, epochs: list[int]) -> None:
+    expected = expected_tables(epochs)
+    for name in TABLES:
+        keep = (lambda r: True) if name == "publish/output" else (lambda r: r["epoch"] >= 4)
+        assert canonical([r for r in table_rows(store, name) if keep(r)]) == canonical(
+            [r for r in expected[name] if keep(r)]), name
+
+
+def test_a_trigger_off_the_epoch_grid_or_without_a_logical_date_is_refused_before_any_run_exists(
+        three_epochs, airflow_stack: AirflowStack) -> None:
+    """The DAG's EpochTimetable refuses, at trigger time, a run that would have no epoch: what the
+    UI's Trigger dialog sends by default (now), a run without a logical date, and Airflow's own
+    `airflow dags trigger` without one. Nothing is created, so nothing can block a later epoch."""
+    client = airflow_stack.client()
+    runs_before = client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"]
+    url = f"{airflow_stack.base_url}/api/v2/dags/{DAG_ID}/dagRuns"
+    headers = {"Authorization": f"Bearer {client.token}"}
+    off_grid = httpx.post(url, headers=headers, json={"logical_date": "2026-01-05T17:43:00Z"})
+    assert off_grid.status_code == 400, off_grid.text
+    assert ("logical date 2026-01-05T17:43:00+00:00 is not an epoch of this DAG (epoch 1 at 2026-01-01T00:00:00+00:00,"
+            " one every 1 day, 0:00:00): each run is one epoch, so trigger it at an epoch's date (the nearest: epoch 5 "
+            "at 2026-01-05T00:00:00+00:00 and epoch 6 at 2026-01-06T00:00:00+00:00)") in off_grid.json()["detail"]
+    no_date = httpx.post(url, headers=headers, json={"logical_date": None})
+    assert no_date.status_code == 400, no_date.text
+    assert "a run of this DAG is an epoch, so it needs a logical date on the epoch grid" in no_date.json()["detail"]
+    cli = airflow_stack.airflow("dags", "trigger", DAG_ID, check=False)
+    assert cli.returncode != 0 and "needs a logical date on the epoch grid" in cli.stdout + cli.stderr, cli
+    assert client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"] == runs_before
+
+
+def test_a_replay_on_a_dag_with_max_active_runs_1_lets_the_earlier_epochs_through(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig) -> None:
+    """falkirk_orders allows one active run. aggregate's epoch 4 fails; epoch 5's run starts and
+    holds the only slot, its aggregate waiting on epoch 4 (depends_on_past). The replay clears
+    epochs 4 and 5: Airflow queues the finished run 4 but leaves run 5 running, so run 4 could
+    never start. The replay queues run 5 again, the epochs run in order, and it finishes."""
+    client = airflow_stack.client()
+    (airflow_stack.home / "faults").write_text(f"{DAG_ID}/aggregate:4:before-commit\n")
+    clock = dag_epoch_clock()
+    for epoch in (4, 5):
+        client.trigger(DAG_ID, run_id_of(epoch), clock.logical_date(epoch))
+    assert client.wait_for_run(DAG_ID, run_id_of(4), progress=print) == "failed"
+    wait_until("epoch 5's aggregate waiting on epoch 4 in a running run", lambda: (
+        client.dag_run(DAG_ID, run_id_of(5))["state"] == "running"
+        and client.task_instances(DAG_ID, run_id_of(5))["ingest"]["state"] == "success"), 300,
+        airflow_stack.services, interval=2)
+    assert client.task_instances(DAG_ID, run_id_of(5))["aggregate"]["state"] is None
+    (airflow_stack.home / "faults").write_text("")
+
+    p = plan(DAG_ID, local_store, client, failed_tasks=["aggregate"])
+    assert sorted(p.rerun_set()) == [("aggregate", 4), ("aggregate", 5), ("publish", 4), ("publish", 5)]
+    said: list[str] = []
+    replay(p.plan_id, local_store, client, holder="admin", progress=lambda m: (said.append(m), print(m)),
+           timeout=900)
+    assert any("epoch-5 held one of the DAG's max_active_runs=1 slots" in m for m in said), said
+    _assert_tables_equal_the_failure_free_run(local_store, [1, 2, 3, 4, 5])
+
+
+def test_a_backfill_creates_numbered_epochs_and_one_reprocessing_completed_epochs_fails_them_visibly(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig) -> None:
+    """A backfill of epoch 6 runs it as epoch 6. A backfill that reprocesses the completed
+    epochs 5 and 6 (as after correcting their input) changes nothing and ends with failed task
+    instances whose log names the plan; that plan then redoes them."""
+    client = airflow_stack.client()
+    clock = dag_epoch_clock()
+
+    def backfill(first: int, last: int, reprocess: str) -> int:
+        body = client.request("POST", "/api/v2/backfills", json={
+            "dag_id": DAG_ID, "from_date": clock.logical_date(first).isoformat(),
+            "to_date": clock.logical_date(last).isoformat(), "reprocess_behavior": reprocess})
+        backfill_id = body["id"]
+        wait_until(f"backfill {backfill_id} of epochs {first}-{last}", lambda: client.request(
+            "GET", f"/api/v2/backfills/{backfill_id}")["completed_at"] is not None, 900, airflow_stack.services,
+            interval=3)
+        return backfill_id
+
+    backfill(6, 6, "failed")  # Airflow asks a DAG with depends_on_past to name one
+    [run] = client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns",
+                           params={"run_type": "backfill_job"})["dag_runs"]
+    assert (run["logical_date"][:10], run["state"]) == ("2026-01-06", "success")
+    assert {e.epoch for e in Ledger(local_store).entries(DAG_ID) if e.run_id == run["dag_run_id"]} == {6}
+    _assert_tables_equal_the_failure_free_run(local_store, [1, 2, 3, 4, 5, 6])
+
+    before = snapshot(local_store)
+    backfill(5, 6, "completed")
+    for epoch, run_id in ((5, run_id_of(5)), (6, run["dag_run_id"])):
+        tis = client.task_instances(DAG_ID, run_id)
+        assert {t: ti["state"] for t, ti in tis.items()} == {
+            "ingest": "failed", "aggregate": "upstream_failed", "publish": "upstream_failed"}, (epoch, tis)
+        log = client.task_log(DAG_ID, run_id, "ingest", tis["ingest"]["try_number"])
+        assert f"ingest epoch {epoch} already completed" in log and f"--bad-epoch ingest:{epoch}" in log, log[-2000:]
+    assert snapshot(local_store) == before
+
+    p = plan(DAG_ID, local_store, client, bad_epochs=[("ingest", 5)])
+    assert sorted(p.rerun_set()) == [(t, e) for t in ("aggregate", "ingest", "publish") for e in (5, 6)
+                                     if (t, e) != ("ingest", 6)]
+    replay(p.plan_id, local_store, client, holder="admin", timeout=900)
+    _assert_tables_equal_the_failure_free_run(local_store, [1, 2, 3, 4, 5, 6])
+    for run_id in (run_id_of(5), run["dag_run_id"]):
+        assert {ti["state"] for ti in client.task_instances(DAG_ID, run_id).values()} == {"success"}

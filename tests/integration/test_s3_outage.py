@@ -157,7 +157,8 @@ def test_a_replay_whose_invalidations_the_store_never_answered_resumes_to_the_fa
     invalidation, clears the four instances, and every table equals the failure-free run."""
     front, store, work, spark = outage
     stack = AirflowStack(home=work / "airflow", store=store,
-                         extra_env={"FALKIRK_LEASE_SECONDS": "60", **spark.airflow_env()})
+                         extra_env={"FALKIRK_LEASE_SECONDS": "60", "FALKIRK_DAGS_TEST_STORE": "real",
+                                    **spark.airflow_env()})
     stack.init()
     clock = dag_epoch_clock()
     for epoch in (1, 2, 3):

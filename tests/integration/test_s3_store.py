@@ -11,7 +11,7 @@ from devstack.s3 import MotoS3
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import Ledger
 from tests.oracle import canonical, expected_tables
-from tests.tables import TABLES, table_rows
+from tests.tables import TABLES, snapshot, table_rows
 
 EPOCHS = [1, 2, 3]
 
@@ -21,7 +21,7 @@ def test_pipeline_on_s3_produces_the_same_tables(s3: MotoS3, tmp_path: Path) -> 
     store = StoreConfig("s3://falkirk/store", str(tmp_path / "scratch"), s3.storage_options())
     # The executors write every epoch's files (not the driver, as it does for small epochs).
     stack = AirflowStack(home=tmp_path / "airflow", store=store,
-                         extra_env={"FALKIRK_DRIVER_WRITE_MAX_ROWS": "0"})
+                         extra_env={"FALKIRK_DRIVER_WRITE_MAX_ROWS": "0", "FALKIRK_DAGS_TEST_STORE": "real"})
     stack.init()
     clock = dag_epoch_clock()
     for epoch in EPOCHS:
@@ -33,3 +33,16 @@ def test_pipeline_on_s3_produces_the_same_tables(s3: MotoS3, tmp_path: Path) -> 
     keys = s3.client().list_objects_v2(Bucket="falkirk", Prefix="store/")["Contents"]
     assert any(k["Key"].startswith("store/falkirk_orders/aggregate/state/_delta_log/") for k in keys)
     assert len(Ledger(store).entries(DAG_ID)) == 9
+
+    # Without FALKIRK_DAGS_TEST_STORE=real, `airflow dags test` writes a store of its own: the DAG's
+    # store (its ledger, every table, their Delta versions) stays as it was. Without a spark_default
+    # connection the tasks run on local[2].
+    before = snapshot(store)
+    trial = tmp_path / "trial"
+    stack.airflow("dags", "test", DAG_ID, clock.logical_date(1).isoformat(),
+                  env={"FALKIRK_DAGS_TEST_STORE": str(trial), "AIRFLOW_CONN_SPARK_DEFAULT": None})
+    assert snapshot(store) == before
+    trial_store = StoreConfig(str(trial / DAG_ID / "durable"), str(trial / DAG_ID / "scratch"))
+    assert sorted((e.task_id, e.epoch) for e in Ledger(trial_store).entries(DAG_ID)) == [
+        ("aggregate", 1), ("ingest", 1), ("publish", 1)]
+    assert canonical(table_rows(trial_store, "publish/output")) == canonical(expected_tables([1])["publish/output"])

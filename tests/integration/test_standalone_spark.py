@@ -18,7 +18,7 @@ def test_jobs_run_on_a_standalone_cluster(tmp_path: Path) -> None:
     with StandaloneSpark(tmp_path / "spark") as cluster:
         # The executors write every epoch's files (not the driver, as it does for small epochs).
         stack = AirflowStack(home=tmp_path / "airflow", store=store, spark_master=cluster.master_url,
-                             extra_env={"FALKIRK_DRIVER_WRITE_MAX_ROWS": "0"})
+                             extra_env={"FALKIRK_DRIVER_WRITE_MAX_ROWS": "0", "FALKIRK_DAGS_TEST_STORE": "real"})
         stack.init()
         stack.airflow("dags", "test", DAG_ID, dag_epoch_clock().logical_date(1).isoformat())
         apps = cluster.completed_apps()

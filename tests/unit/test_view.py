@@ -60,6 +60,7 @@ def test_history_has_one_row_per_started_plan_newest_first_with_who_and_outcome(
         (other.plan_id, "bob", "running"), (plan.plan_id, "alice", "failed")]
     assert history[1]["failures"] == ["failed task a at epoch 2"] and history[1]["detail"] == "boom"
     assert (history[1]["rerun_count"], history[1]["clear_downstream_count"]) == (1, 2)
+    assert history[1]["rerun"] == [["a", 2]] and history[0]["rerun"] == [["a", 3]]
     assert plan_view(plan)["rerun"] == [["a", 2]] and plan_view(plan)["clear_downstream"] == [["a", 2], ["a", 3]]
     assert history[0]["expires_at"] == at(124).isoformat()
 
