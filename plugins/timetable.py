@@ -133,5 +133,5 @@ class EpochTimetable(Timetable):
         dates = " and ".join(f"epoch {e} at {self.clock.logical_date(e).isoformat()}" for e in nearest)
         return (f"logical date {logical_date.isoformat()} is not an epoch of this DAG {self.clock.describe()}: "
                 f"each run is one epoch, so trigger it at an epoch's date (the nearest: {dates}). "
-                f"(Airflow's local `airflow dags trigger` hands the timetable the trigger time rather than "
-                f"the logical date; use `airflowctl dags trigger` or the REST API.)")
+                f"(The deprecated local `airflow dags trigger` passes the trigger time here, not the logical "
+                f"date: use `airflowctl dags trigger`.)")

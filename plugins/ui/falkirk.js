@@ -180,10 +180,10 @@ function layout(tasks) {
   for (const t of tasks) {
     const l = layer[t.task_id];
     rows[l] = (rows[l] || 0) + 1;
-    pos[t.task_id] = { x: 10 + l * 170, y: 10 + (rows[l] - 1) * 44 };
+    pos[t.task_id] = { x: 10 + l * 170, y: 10 + (rows[l] - 1) * 52 }; // a node and the line under it
   }
   const width = 10 + (Math.max(0, ...Object.values(layer)) + 1) * 170;
-  const height = 10 + Math.max(1, ...Object.values(rows)) * 44;
+  const height = 10 + Math.max(1, ...Object.values(rows)) * 52;
   return { pos, width, height };
 }
 
@@ -245,7 +245,8 @@ function keptText(t, plan, view) {
 function FailurePicker({ view, selection, setSelection }) {
   const [scratch, setScratch] = useState(view.scratch_locations[0] || "");
   const suggested = selection.suggested;
-  const [badTask, setBadTask] = useState(suggested?.task_id || view.tasks[0]?.task_id || "");
+  const managed = view.tasks.filter((t) => t.regime_name); // a plain Airflow task has no epochs to redo
+  const [badTask, setBadTask] = useState(suggested?.task_id || managed[0]?.task_id || "");
   const [badEpoch, setBadEpoch] = useState(String(suggested?.epoch || view.last_epoch || 1));
   const toggleFailed = (f) => {
     const k = key(f.task_id, f.epoch);
@@ -308,7 +309,7 @@ function FailurePicker({ view, selection, setSelection }) {
       h(
         "select",
         { value: badTask, onChange: (e) => setBadTask(e.target.value), "data-testid": "bad-task", style: { background: C.bg, color: C.fg } },
-        ...view.tasks.map((t) => h("option", { key: t.task_id, value: t.task_id }, t.task_id)),
+        ...managed.map((t) => h("option", { key: t.task_id, value: t.task_id }, t.task_id)),
       ),
       " epoch ",
       h("input", {
@@ -498,7 +499,10 @@ function Grid({ view, plan }) {
       { key: t.task_id, style: rowStyle, "data-testid": `grid-row-${t.task_id}` },
       label(h("span", { title: `${t.task_id}: ${t.regime || NOT_MANAGED}` },
         h(Swatch, { key: "s", colour: REGIME_COLOURS[t.regime_name] || "transparent", dashed: !t.regime_name }), t.task_id), "label"),
-      h("div", { style: { position: "relative", width: count * cell, height: cell, flex: "none" } },
+      !t.regime_name
+        ? h("div", { "data-testid": `grid-unmanaged-${t.task_id}`, style: { fontSize: 11, color: C.muted, position: "sticky", left: LABEL } },
+          "not managed by Falkirk: Airflow alone runs it")
+        : h("div", { style: { position: "relative", width: count * cell, height: cell, flex: "none" } },
         ...shown.map((i) => {
           const e = view.first_epoch + i;
           const code = codes[i] || "-";

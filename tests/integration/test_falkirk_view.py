@@ -432,6 +432,10 @@ def test_admin_previews_and_replays_from_the_view(view_stack: ViewStack, browser
                   for t in TASKS}
         assert status == {"source": "SSSS", "clean": "LL-L", "model": "SS--", "sink": "DD--"}
         assert cells(page, "data-airflow-state", "failed") == {("clean", 3)}
+        assert cells(page, "data-airflow-state", "upstream_failed") == {("model", 3), ("sink", 3)}
+        # blocked by depends_on_past: marked waiting, as Airflow's grid shows them
+        assert cells(page, "data-airflow-state", "cleared") == {("model", 4), ("sink", 4)}
+        assert page.get_by_test_id("cell-model-4").get_attribute("class").split()[-1] == "fk-waiting"
         # the failure Airflow reports is preselected, and the preview shows its plan
         assert page.get_by_test_id("failed-clean-3").is_checked()
         page.get_by_test_id("plan").wait_for()
@@ -509,6 +513,8 @@ def check_legend_and_graph(page) -> None:
     assert badges == {"source": "keeps 1-4", "clean": "keeps 1-2, 4", "model": "keeps 1-2", "sink": "keeps 1-2",
                       "notify": "not managed"}
     assert page.get_by_test_id("graph-node-notify").get_attribute("data-regime") == "none"
+    assert page.get_by_test_id("grid-unmanaged-notify").inner_text() == "not managed by Falkirk: Airflow alone runs it"
+    assert "notify" not in page.get_by_test_id("bad-task").locator("option").all_inner_texts()
 
 
 def test_admin_releases_a_dead_executors_lease_from_the_view(view_stack: ViewStack, browser) -> None:
@@ -678,3 +684,46 @@ def test_view_of_50_tasks_and_500_epochs_loads_in_under_2s(view_stack: ViewStack
           f"click on the DAG page's Falkirk tab to rendered grid {', '.join(f'{c:.2f}s' for c in clicks)}")
     assert min(b for _, b in timings) < 2.0, timings
     assert sorted(clicks)[1] < 2.0, clicks  # the median of three
+
+
+def test_the_trigger_dialog_refuses_a_date_off_the_epoch_grid_and_creates_an_epochs_run(
+        view_stack: ViewStack, browser) -> None:
+    """Airflow's own Trigger dialog on a DAG scheduled by EpochTimetable (falkirk_wide, paused):
+    its default logical date, now, is off the epoch grid, so the trigger is refused in the dialog
+    with the reason and the nearest epochs, and no run exists; an epoch's date creates that
+    epoch's run, manual__epoch-5."""
+    vs = view_stack
+    runs = lambda: [(r["dag_run_id"], r["logical_date"]) for r in vs.admin.request(  # noqa: E731
+        "GET", f"/api/v2/dags/{WIDE}/dagRuns")["dag_runs"]]
+    assert runs() == []
+    context, page = login(browser, vs, "admin")
+    try:
+        page.goto(f"{vs.stack.base_url}/dags/{WIDE}")
+        page.get_by_role("button", name="Trigger").first.click()
+        dialog = page.get_by_role("dialog")
+        unpause = dialog.locator("input[type=checkbox]")  # "Unpause falkirk_wide on trigger": keep it paused
+        if unpause.is_checked():
+            dialog.locator("label:has(input[type=checkbox])").click()
+        dialog.get_by_role("button", name="Trigger").click()
+        refusal = dialog.get_by_text("is not an epoch of this DAG")
+        refusal.wait_for(timeout=30_000)
+        assert "each run is one epoch, so trigger it at an epoch's date (the nearest: epoch" in refusal.inner_text()
+        page.screenshot(path=str(ARTIFACTS / "8-trigger-refused-off-the-epoch-grid.png"))
+        assert runs() == []
+
+        page.get_by_test_id("datetime-input").click()
+        picker = page.locator("[data-scope=popover][data-part=content]").last
+        for placeholder, value in (("YYYY/MM/DD", "2026/01/05"), ("HH:mm", "00:00")):
+            field = picker.locator(f"input[placeholder='{placeholder}']")
+            field.fill(value)
+            field.press("Tab")
+        page.keyboard.press("Escape")
+        assert page.get_by_test_id("datetime-input").inner_text().startswith("Jan 05, 2026 00:00")
+        dialog.get_by_role("button", name="Trigger").click()
+        page.wait_for_url(lambda url: url.endswith(f"/dags/{WIDE}/runs/manual__epoch-5"), timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / "9-trigger-on-an-epoch.png"))
+    finally:
+        context.close()
+    assert runs() == [("manual__epoch-5", "2026-01-05T00:00:00Z")]
+    assert vs.admin.request("GET", f"/api/v2/dags/{WIDE}")["is_paused"] is True
+

@@ -243,7 +243,7 @@ def test_a_backfill_creates_numbered_epochs_and_one_reprocessing_completed_epoch
 
     backfill(6, 6, "failed")  # Airflow asks a DAG with depends_on_past to name one
     [run] = client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns",
-                           params={"run_type": "backfill_job"})["dag_runs"]
+                           params={"run_type": "backfill"})["dag_runs"]
     assert (run["logical_date"][:10], run["state"]) == ("2026-01-06", "success")
     assert {e.epoch for e in Ledger(local_store).entries(DAG_ID) if e.run_id == run["dag_run_id"]} == {6}
     _assert_tables_equal_the_failure_free_run(local_store, [1, 2, 3, 4, 5, 6])

@@ -210,3 +210,62 @@ def test_an_airflow_rerun_of_a_completed_epoch_is_refused_and_a_retry_after_a_co
     redone = LedgerEntry("d", "agg", 2, "eager_checkpoint", "epoch-2", 3, incarnation=1)
     ledger.append(redone)
     refuse_rerun_of_completed_epoch(store, spec)  # the redo's attempt died after its commit: still runs
+
+
+def _context(epoch_day: int, triggering_user: str | None = None):
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    run = SimpleNamespace(logical_date=datetime(2026, 1, epoch_day, tzinfo=timezone.utc), run_id=f"r{epoch_day}",
+                          triggering_user_name=triggering_user)
+    return {"dag_run": run, "ti": SimpleNamespace(try_number=1, map_index=-1)}
+
+
+def _ingest():
+    from datetime import datetime, timedelta, timezone
+
+    from falkirk.plugins.operators import RegimeSparkSubmitOperator
+    from falkirk.policies import Ephemeral, EpochClock
+
+    clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+    return RegimeSparkSubmitOperator(task_id="ingest", application="falkirk.spark_jobs.pipeline.ingest",
+                                     regime=Ephemeral(), epoch_clock=clock)
+
+
+def test_a_missing_store_fails_the_task_in_its_own_error_before_spark_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from falkirk.policies import StoreError
+
+    for name in ("FALKIRK_STORE_URI", "FALKIRK_SCRATCH_URI", "AIRFLOW_CONN_FALKIRK_DEFAULT"):
+        monkeypatch.delenv(name, raising=False)
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))  # spark-submit's way in
+    with pytest.raises(StoreError) as refused:
+        _ingest().execute(_context(2))
+    assert str(refused.value) == ("FALKIRK_STORE_URI is not set: set it to a local directory or an s3:// URI for "
+                                  "the durable store")
+    assert started == []
+
+
+def test_a_dags_test_run_gets_a_store_of_its_own_unless_told_to_use_the_real_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from falkirk.plugins.operators import dags_test_store, is_dags_test
+    from falkirk.policies import StoreConfig, StoreError
+
+    real = StoreConfig(str(tmp_path / "real" / "durable"), str(tmp_path / "real" / "scratch"))
+    assert is_dags_test(_context(1, "dag_test")) and not is_dags_test(_context(1, "admin"))
+    assert dags_test_store(real, "d", {}).durable_uri.endswith("/falkirk-dags-test/d/durable")
+    assert dags_test_store(real, "d", {"FALKIRK_DAGS_TEST_STORE": "real"}) == real
+    mine = dags_test_store(real, "d", {"FALKIRK_DAGS_TEST_STORE": str(tmp_path / "try")})
+    assert (mine.durable_uri, mine.scratch_uri) == (str(tmp_path / "try/d/durable"), str(tmp_path / "try/d/scratch"))
+    with pytest.raises(StoreError, match="FALKIRK_DAGS_TEST_STORE='s3://b/x': give a local directory"):
+        dags_test_store(real, "d", {"FALKIRK_DAGS_TEST_STORE": "s3://b/x"})
+
+
+def test_spark_default_runs_on_local_2_when_it_is_not_defined(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+    conn = _ingest()._spark_connection()
+    assert (conn.conn_type, conn.host) == ("spark", "local[2]")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "spark://h:7077"}')
+    assert _ingest()._spark_connection().host == "spark://h:7077"
