@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test test-faults test-unit bench bench-ledger bench-regimes install java test-tools lock clean
+.PHONY: demo test test-faults test-unit bench bench-ledger bench-regimes install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -17,7 +17,7 @@ demo: install
 	$(VENV)/bin/python -m devstack.figure1_demo $(DEMO_ARGS)
 
 ## test: the whole suite (unit, property, integration against real components)
-test: install test-tools
+test: install test-tools cluster-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## test-faults: the fault drills of the recovery itself (a replay killed and resumed, a collection
@@ -65,6 +65,16 @@ test-tools:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "chromium not found: installing Debian's chromium"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
+
+# The distributed shape (devstack.cluster): Debian's PostgreSQL (Airflow's metadata, the query
+# statistics) and Redis (the CeleryExecutor's broker), started by the project's own code.
+cluster-tools:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+	  echo "PostgreSQL not found: installing Debian's postgresql"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends postgresql; }
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "redis-server not found: installing Debian's redis-server"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends redis-server; }
 
 ## lock: regenerate requirements.lock from requirements.txt
 lock:

@@ -1,8 +1,11 @@
 """A real Airflow 3 deployment on one machine, and a small client for its REST API.
 
-:class:`AirflowStack` initialises an ``AIRFLOW_HOME`` (SQLite, LocalExecutor, the simple
-auth manager with fixed users) and runs the four components, api-server, scheduler,
-dag-processor and triggerer, on 127.0.0.1. :class:`AirflowClient` drives it the way a
+:class:`AirflowStack` initialises an ``AIRFLOW_HOME`` (SQLite and the LocalExecutor by
+default, the simple auth manager with fixed users) and runs the four components,
+api-server, scheduler, dag-processor and triggerer, on 127.0.0.1. With a ``database_url``
+(PostgreSQL), a ``broker_url`` (Redis) and ``workers``, it runs the CeleryExecutor instead,
+with one ``airflow celery worker`` per :class:`Worker`: each its own process, name, queue and
+scratch root, as separate machines would be. :class:`AirflowClient` drives it the way a
 user's scripts would: token, trigger, wait, clear.
 
 Example::
@@ -41,6 +44,15 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 TERMINAL_RUN_STATES = {"success", "failed"}
 
 
+@dataclass(frozen=True)
+class Worker:
+    """A Celery worker: ``name`` is its hostname in Airflow (``FALKIRK_WORKER``) and its queue;
+    ``scratch_uri`` is its local disk's scratch root."""
+
+    name: str
+    scratch_uri: str
+
+
 @dataclass
 class AirflowStack:
     """Airflow's components with their configuration, logs and database under ``home``."""
@@ -54,6 +66,9 @@ class AirflowStack:
     extra_env: Mapping[str, str] | None = None
     plugins_folder: Path = PROJECT_ROOT / "plugins"
     venv_bin: Path = VENV_BIN  # the environment Airflow (and the package) is installed in
+    database_url: str | None = None  # PostgreSQL (postgresql+psycopg2://...); default SQLite in the home
+    broker_url: str | None = None  # Redis, for the CeleryExecutor
+    workers: tuple[Worker, ...] = ()  # Celery workers; none: the LocalExecutor
 
     def __post_init__(self) -> None:
         self.home = self.home.resolve()
@@ -88,13 +103,9 @@ class AirflowStack:
                 # The SQLite connection arguments below, importable without the checkout on the path.
                 "PYTHONPATH": os.pathsep.join(filter(None, [self._python_dir(), os.environ.get("PYTHONPATH")])),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
-                # A writer waits up to a minute for SQLite's lock instead of failing after 5 s.
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{SQLITE_MODULE}.CONNECT_ARGS",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{SQLITE_MODULE}.CONNECT_ARGS",
+                **self._database_env(),
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": self.base_url,
@@ -118,6 +129,34 @@ class AirflowStack:
         )
         return env
 
+    def _database_env(self) -> dict[str, str]:
+        """The metadata database and the executor."""
+        if self.workers and not (self.database_url and self.broker_url):
+            raise ValueError("workers= needs database_url= (PostgreSQL) and broker_url= (Redis) for the CeleryExecutor")
+        if self.database_url is None:
+            return {
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                # A writer waits up to a minute for SQLite's lock instead of failing after 5 s.
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{SQLITE_MODULE}.CONNECT_ARGS",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{SQLITE_MODULE}.CONNECT_ARGS",
+            }
+        env = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url,
+               "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor" if self.workers else "LocalExecutor"}
+        if self.workers:
+            env.update({
+                "AIRFLOW__CELERY__BROKER_URL": self.broker_url or "",
+                "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + self.database_url,
+                # A task instance's hostname is its worker's name: two workers share this host.
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "falkirk.policies.workers.worker_name",
+            })
+        return env
+
+    def worker_env(self, worker: Worker) -> dict[str, str]:
+        """What one Celery worker (and every task it runs) sees on top of :meth:`env`."""
+        return {"FALKIRK_WORKER": worker.name, "FALKIRK_SCRATCH_URI": worker.scratch_uri,
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())}
+
     def _python_dir(self) -> str:
         """A directory in the home holding a copy of :mod:`devstack.sqlite_connect`: Airflow
         imports it by name, and devstack is not installed (nor is the checkout on the path, whose
@@ -135,9 +174,10 @@ class AirflowStack:
         passwords = {user: password for user, (_, password) in USERS.items()}
         (self.home / "passwords.json").write_text(json.dumps(passwords))
         self.airflow("db", "migrate")
-        # Write-ahead logging lets the UI and the REST API read while a task commits (persists in the file).
-        with closing(sqlite3.connect(self.home / "airflow.db", timeout=60)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
+        if self.database_url is None:
+            # Write-ahead logging lets the UI and the REST API read while a task commits (persists in the file).
+            with closing(sqlite3.connect(self.home / "airflow.db", timeout=60)) as db:
+                db.execute("PRAGMA journal_mode=WAL")
 
     def airflow(self, *args: str, timeout: float = 600, env: Mapping[str, str | None] | None = None,
                 check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -160,8 +200,20 @@ class AirflowStack:
             if name == "api-server":
                 argv += ["--host", "127.0.0.1", "--port", str(self.port)]
             self.services.append(Service(name, argv, env, self.home / "logs" / f"{name}.out", cwd=self.home).start())
+        for worker in self.workers:
+            self.services.append(self._worker_service(worker, env).start())
         wait_until("the Airflow API server and scheduler", self._healthy, timeout, self.services)
         return self
+
+    def _worker_service(self, worker: Worker, env: Mapping[str, str]) -> Service:
+        argv = [str(self.venv_bin / "airflow"), "celery", "worker", "--celery-hostname", f"{worker.name}@%h",
+                "--queues", f"default,{worker.name}", "--concurrency", "2"]
+        return Service(f"worker:{worker.name}", argv, {**env, **self.worker_env(worker)},
+                       self.home / "logs" / f"worker-{worker.name}.out", cwd=self.home)
+
+    def worker(self, name: str) -> Service:
+        """The Celery worker process named ``name`` (to stop or kill it, as a lost machine)."""
+        return self._service(f"worker:{name}")
 
     def kill(self, component: str) -> None:
         """SIGKILL one component (``api-server``, ``scheduler``, ...) and the processes it

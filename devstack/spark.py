@@ -1,4 +1,4 @@
-"""A real Spark standalone cluster on 127.0.0.1: one master and one worker, via ``spark-class``.
+"""A real Spark standalone cluster on 127.0.0.1: one master and its workers, via ``spark-class``.
 
 Example::
 
@@ -19,9 +19,10 @@ from devstack.processes import VENV_BIN, Service, free_port, local_spark_env, wa
 
 
 class StandaloneSpark:
-    """A standalone master and one worker with ``cores`` cores, both bound to loopback."""
+    """A standalone master and ``workers`` workers with ``cores`` cores each, bound to loopback;
+    each worker has its own work and local directories, as separate machines would."""
 
-    def __init__(self, work_dir: Path, cores: int = 2, memory: str = "2g") -> None:
+    def __init__(self, work_dir: Path, cores: int = 2, memory: str = "2g", workers: int = 1) -> None:
         self.work_dir = work_dir
         self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
@@ -33,13 +34,18 @@ class StandaloneSpark:
              "--port", str(self.port), "--webui-port", str(self.ui_port)],
             env, work_dir / "spark-master.log",
         )
-        self.worker = Service(
-            "spark-worker",
-            [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1",
-             "--webui-port", str(self.worker_ui_port), "--cores", str(cores), "--memory", memory,
-             "--work-dir", str(work_dir / "worker")],
-            env, work_dir / "spark-worker.log",
-        )
+        self.workers = [
+            Service(
+                f"spark-worker-{i}" if i else "spark-worker",
+                [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1",
+                 "--webui-port", str(self.worker_ui_port if i == 0 else free_port()), "--cores", str(cores),
+                 "--memory", memory, "--work-dir", str(work_dir / (f"worker-{i}" if i else "worker"))],
+                {**env, "SPARK_LOCAL_DIRS": str(work_dir / (f"worker-{i}" if i else "worker") / "local")},
+                work_dir / (f"spark-worker-{i}.log" if i else "spark-worker.log"),
+            )
+            for i in range(workers)
+        ]
+        self.worker = self.workers[0]
 
     def status(self) -> dict:
         """The master's JSON status (workers, running and completed applications)."""
@@ -51,13 +57,15 @@ class StandaloneSpark:
     def start(self, timeout: float = 90) -> "StandaloneSpark":
         self.master.start()
         wait_until("the Spark master", lambda: self.status().get("status") == "ALIVE", timeout, [self.master])
-        self.worker.start()
-        wait_until("a Spark worker to register", lambda: self.status().get("aliveworkers", 0) >= 1, timeout,
-                   [self.master, self.worker])
+        for worker in self.workers:
+            worker.start()
+        wait_until("the Spark workers to register", lambda: self.status().get("aliveworkers", 0) >= len(self.workers),
+                   timeout, [self.master, *self.workers])
         return self
 
     def stop(self) -> None:
-        self.worker.stop()
+        for worker in self.workers:
+            worker.stop()
         self.master.stop()
 
     def __enter__(self) -> "StandaloneSpark":

@@ -18,9 +18,9 @@ TABLES = {
 }
 
 
-def table_rows(store: StoreConfig, name: str) -> list[dict]:
+def table_rows(store: StoreConfig, name: str, dag_id: str = DAG_ID) -> list[dict]:
     task, table = name.split("/")
-    uri = store.table_uri(TABLES[name], DAG_ID, task, table)
+    uri = store.table_uri(TABLES[name], dag_id, task, table)
     return scan(DeltaTable(uri, storage_options=store.options_for(uri))).to_pylist()
 
 

@@ -1,0 +1,89 @@
+"""The distributed shape on one machine: every part its own process, every worker its own disk.
+
+* Airflow's metadata in PostgreSQL, the CeleryExecutor on Redis, and two Celery workers,
+  ``worker-a`` and ``worker-b``: each its own process, queue, hostname in Airflow and
+  scratch root (its "local disk");
+* a Spark standalone master with two workers, each with its own work and local directories;
+* the durable store on the S3-compatible server (``moto_server``).
+
+Everything listens on 127.0.0.1 and is started and stopped here. ``make cluster-tools``
+installs Debian's ``postgresql`` and ``redis-server``; the rest comes with the package.
+
+Example::
+
+    with Cluster(work_dir) as cluster:
+        client = cluster.airflow.client()
+        client.wait_for_dag("falkirk_orders")
+        cluster.airflow.worker("worker-b").kill()   # a lost machine
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Mapping
+
+from devstack.airflow import PROJECT_ROOT, AirflowStack, Worker
+from devstack.s3 import MotoS3
+from devstack.servers import PostgresServer, RedisServer
+from devstack.spark import StandaloneSpark
+from falkirk.policies.store import StoreConfig
+
+WORKERS = ("worker-a", "worker-b")
+BUCKET = "falkirk"
+
+
+class Cluster:
+    """PostgreSQL, Redis, ``moto_server``, a Spark standalone cluster and a Celery-run Airflow."""
+
+    def __init__(self, root: Path, dags_folder: Path = PROJECT_ROOT / "dags", workers: tuple[str, ...] = WORKERS,
+                 spark_workers: int = 2, extra_env: Mapping[str, str] | None = None) -> None:
+        self.root = Path(root).resolve()
+        self.dags_folder = dags_folder
+        self.worker_names = workers
+        self.spark_workers = spark_workers
+        self.extra_env = dict(extra_env or {})
+        self._stack = ExitStack()
+
+    def scratch_root(self, worker: str) -> Path:
+        """``worker``'s local disk: its scratch tier."""
+        return self.root / "disks" / worker / "scratch"
+
+    def start(self) -> "Cluster":
+        try:
+            self.postgres = self._stack.enter_context(PostgresServer(self.root / "postgres"))
+            self.postgres.create_database("airflow")
+            self.redis = self._stack.enter_context(RedisServer(self.root / "redis"))
+            self.s3 = self._stack.enter_context(MotoS3(self._dir("s3")))
+            self.s3.create_bucket(BUCKET)
+            self.spark = self._stack.enter_context(
+                StandaloneSpark(self._dir("spark"), cores=1, memory="1g", workers=self.spark_workers))
+            # The store as the scheduler and the CLI see it; each worker overrides the scratch root.
+            self.store = StoreConfig(f"s3://{BUCKET}/store", str(self.root / "disks" / "scheduler" / "scratch"),
+                                     self.s3.storage_options())
+            self.airflow = AirflowStack(
+                home=self.root / "airflow", store=self.store, dags_folder=self.dags_folder,
+                spark_master=self.spark.master_url, database_url=self.postgres.url("airflow"),
+                broker_url=self.redis.url, extra_env=self.extra_env,
+                workers=tuple(Worker(name, str(self.scratch_root(name))) for name in self.worker_names))
+            self.airflow.init()
+            self._stack.callback(self.airflow.stop)  # what started, even if the start fails half-way
+            self.airflow.start(timeout=180)
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def _dir(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def stop(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
