@@ -77,7 +77,8 @@ def test_b_lost_scratch_with_concurrent_replays_and_a_second_replay(drill: Drill
     refused = [n for n, o in outcomes.items() if isinstance(o, LeaseHeld)]
     assert len(refused) == 1, outcomes
     print(f"refused: {outcomes[refused[0]]}")
-    events = Counter(r["event"] for r in RecoveryLog(drill.store).events(B) if r["plan_id"] == p.plan_id)
+    events = Counter(r["event"] for r in RecoveryLog(drill.store).events(B) if r["plan_id"] == p.plan_id
+                     and r["event"] != "heartbeat")  # lease renewals: as many as the replay took time
     assert events == {"planned": 1, "started": 1, "finished": 1}
     assert_equals_reference(drill.store, B, lost_scratch=True)
 
