@@ -544,8 +544,8 @@ def _let_earlier_epochs_through(running: RunningReplay, todo: set[tuple[str, int
                          f"that the earlier epochs it re-runs can start (max_active_runs={limit})")
         progress(f"plan {running.plan.plan_id}: {run['dag_run_id']} held one of the DAG's max_active_runs={limit} "
                  f"slots while waiting (depends_on_past) for an earlier epoch this plan re-runs; queued it again")
-    if later:
-        return None
+    if later or all(r["dag_run_id"] in waiting for r in holding):
+        return None  # requeued; or the slots are this replay's own earlier runs, which finish by themselves
     return (f"the re-runs of {', '.join(sorted(r['dag_run_id'] for r in queued))} stay queued: the DAG's "
             f"max_active_runs={limit} slots are held by {', '.join(sorted(r['dag_run_id'] for r in holding))}, "
             f"which are not later epochs this replay can queue again; let those runs finish (or mark them failed), or "
