@@ -47,10 +47,9 @@ TERMINAL_RUN_STATES = {"success", "failed"}
 @dataclass(frozen=True)
 class Worker:
     """A Celery worker: ``name`` is its hostname in Airflow (``FALKIRK_WORKER``) and its queue;
-    ``scratch_uri`` is its local disk's scratch root."""
+    its local disk's scratch directory is ``<scratch root>/<name>``."""
 
     name: str
-    scratch_uri: str
 
 
 @dataclass
@@ -149,13 +148,14 @@ class AirflowStack:
                 "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + self.database_url,
                 # A task instance's hostname is its worker's name: two workers share this host.
                 "AIRFLOW__CORE__HOSTNAME_CALLABLE": "falkirk.policies.workers.worker_name",
+                # The workers placement may send a scratch group to (plugins/placement.py).
+                "FALKIRK_WORKERS": ",".join(w.name for w in self.workers),
             })
         return env
 
     def worker_env(self, worker: Worker) -> dict[str, str]:
         """What one Celery worker (and every task it runs) sees on top of :meth:`env`."""
-        return {"FALKIRK_WORKER": worker.name, "FALKIRK_SCRATCH_URI": worker.scratch_uri,
-                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())}
+        return {"FALKIRK_WORKER": worker.name, "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())}
 
     def _python_dir(self) -> str:
         """A directory in the home holding a copy of :mod:`devstack.sqlite_connect`: Airflow

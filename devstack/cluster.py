@@ -2,7 +2,7 @@
 
 * Airflow's metadata in PostgreSQL, the CeleryExecutor on Redis, and two Celery workers,
   ``worker-a`` and ``worker-b``: each its own process, queue, hostname in Airflow and
-  scratch root (its "local disk");
+  scratch directory (its "local disk", ``<root>/scratch/<worker>``);
 * a Spark standalone master with two workers, each with its own work and local directories;
 * the durable store on the S3-compatible server (``moto_server``).
 
@@ -47,7 +47,7 @@ class Cluster:
 
     def scratch_root(self, worker: str) -> Path:
         """``worker``'s local disk: its scratch tier."""
-        return self.root / "disks" / worker / "scratch"
+        return Path(self.store.worker_scratch(worker))
 
     def start(self) -> "Cluster":
         try:
@@ -58,14 +58,14 @@ class Cluster:
             self.s3.create_bucket(BUCKET)
             self.spark = self._stack.enter_context(
                 StandaloneSpark(self._dir("spark"), cores=1, memory="1g", workers=self.spark_workers))
-            # The store as the scheduler and the CLI see it; each worker overrides the scratch root.
-            self.store = StoreConfig(f"s3://{BUCKET}/store", str(self.root / "disks" / "scheduler" / "scratch"),
-                                     self.s3.storage_options())
+            # The store as the scheduler and the CLI see it; each worker keeps its scratch tables in
+            # <scratch>/<its name>/ (FALKIRK_WORKER), standing for its own local disk.
+            self.store = StoreConfig(f"s3://{BUCKET}/store", str(self.root / "scratch"), self.s3.storage_options())
             self.airflow = AirflowStack(
                 home=self.root / "airflow", store=self.store, dags_folder=self.dags_folder,
                 spark_master=self.spark.master_url, database_url=self.postgres.url("airflow"),
                 broker_url=self.redis.url, extra_env=self.extra_env,
-                workers=tuple(Worker(name, str(self.scratch_root(name))) for name in self.worker_names))
+                workers=tuple(Worker(name) for name in self.worker_names))
             self.airflow.init()
             self._stack.callback(self.airflow.stop)  # what started, even if the start fails half-way
             self.airflow.start(timeout=180)

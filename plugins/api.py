@@ -66,7 +66,7 @@ from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unreco
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, plan_view, recovery_history
-from falkirk.policies.planning.recovery import BadEpoch, FailedTask, Failure, LostScratch, PlanError
+from falkirk.policies.planning.recovery import BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
@@ -185,6 +185,8 @@ class FailureSpec(BaseModel):
     failed_tasks: list[TaskEpoch] = Field(default=[], max_length=MAX_ITEMS, description="task instances that failed")
     lost_scratch: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
         default=[], max_length=MAX_ITEMS, description="scratch locations whose contents are gone")
+    lost_workers: list[Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_.\-]+$")]] = Field(
+        default=[], max_length=MAX_ITEMS, description="workers gone with their local disks (scratch tiers)")
     bad_epochs: list[TaskEpoch] = Field(default=[], max_length=MAX_ITEMS, description="task epochs whose results are wrong")
 
 
@@ -284,8 +286,9 @@ def _failures(spec: FailureSpec, tasks: list[DagTask], store: StoreConfig, last_
             failures.append(LostScratch(store.scratch_location(location)))
         except StoreError as exc:
             raise _invalid(["lost_scratch", i], str(exc)) from None
+    failures += [LostWorker(name) for name in spec.lost_workers]
     if not failures:
-        raise _invalid([], "name at least one failure: failed_tasks, lost_scratch or bad_epochs")
+        raise _invalid([], "name at least one failure: failed_tasks, lost_scratch, lost_workers or bad_epochs")
     return failures
 
 

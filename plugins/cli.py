@@ -1,7 +1,7 @@
 """The ``falkirk`` command line.
 
 * ``falkirk solve SCENARIO.json``: answer a rollback scenario (see :mod:`falkirk.policies.rollback.cli`).
-* ``falkirk plan --dag D (--failed-task T[:E] | --lost-scratch LOCATION | --bad-epoch T:E) [--json]``:
+* ``falkirk plan --dag D (--failed-task T[:E] | --lost-scratch LOCATION | --lost-worker NAME | --bad-epoch T:E) [--json]``:
   compute a recovery plan from the ledger (and, for ``--failed-task T`` without an
   epoch, from the failed task instances Airflow reports), record it, and print it as a
   table: per task its frontier, the epochs it re-runs and what clear-downstream would
@@ -75,12 +75,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=STORE_VARIABLES + AIRFLOW_VARIABLES
                           + "\nexamples:\n  falkirk plan --dag falkirk_clicks --failed-task clean\n"
                             "  falkirk plan --dag falkirk_clicks --bad-epoch source:4 --json\n"
-                            "  falkirk plan --dag falkirk_clicks --lost-scratch .falkirk/scratch/falkirk_clicks\n")
+                            "  falkirk plan --dag falkirk_clicks --lost-scratch .falkirk/scratch/falkirk_clicks\n"
+                            "  falkirk plan --dag falkirk_orders --lost-worker worker-a\n")
     plan.add_argument("--dag", required=True)
     plan.add_argument("--failed-task", action="append", default=[], metavar="TASK[:EPOCH]",
                       help="a failed task; without an epoch, its failed instances are read from Airflow")
     plan.add_argument("--lost-scratch", action="append", default=[], metavar="LOCATION",
                       help="a scratch directory that is gone")
+    plan.add_argument("--lost-worker", action="append", default=[], metavar="NAME",
+                      help="a worker that is gone with its local disk (its name in Airflow's task instances)")
     plan.add_argument("--bad-epoch", action="append", default=[], metavar="TASK:EPOCH",
                       help="an epoch of a task whose results are wrong (e.g. its input was corrected)")
     plan.add_argument("--last-epoch", type=_epoch_arg, help="the latest epoch with a DAG run (default: the ledger's)")
@@ -171,6 +174,7 @@ def _plan(args: argparse.Namespace) -> int:
             tasks.append(value)
     result = plan(args.dag, _store(), _client(args.airflow_url, required=bool(tasks)),
                   failed_tasks=tasks, failed_instances=instances, lost_scratch=args.lost_scratch,
+                  lost_workers=args.lost_worker,
                   bad_epochs=[_task_epoch("--bad-epoch", v) for v in args.bad_epoch], last_epoch=args.last_epoch)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)

@@ -238,7 +238,7 @@ def dags_test_store(store: StoreConfig, dag_id: str, environ: Mapping[str, str] 
     system's temporary directory); ``FALKIRK_DAGS_TEST_STORE=real`` uses ``store`` itself.
 
     >>> dags_test_store(StoreConfig("s3://b/store", "/tmp/s"), "orders", {"FALKIRK_DAGS_TEST_STORE": "/tmp/t"})
-    StoreConfig(durable_uri='/tmp/t/orders/durable', scratch_uri='/tmp/t/orders/scratch', storage_options={})
+    StoreConfig(durable_uri='/tmp/t/orders/durable', scratch_uri='/tmp/t/orders/scratch', storage_options={}, worker=None)
     """
     env = os.environ if environ is None else environ
     chosen = env.get(DAGS_TEST_STORE_ENV, "").strip()
@@ -248,7 +248,7 @@ def dags_test_store(store: StoreConfig, dag_id: str, environ: Mapping[str, str] 
         raise StoreError(f"{DAGS_TEST_STORE_ENV}={chosen!r}: give a local directory for `airflow dags test` runs "
                          f"(or real, to use the DAG's own store)")
     root = Path(chosen or Path(tempfile.gettempdir()) / "falkirk-dags-test") / dag_id
-    return StoreConfig(durable_uri=str(root / "durable"), scratch_uri=str(root / "scratch"))
+    return StoreConfig(durable_uri=str(root / "durable"), scratch_uri=str(root / "scratch"), worker=store.worker)
 
 
 class FalkirkSettingsWarning(UserWarning):

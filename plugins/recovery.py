@@ -41,7 +41,8 @@ from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
 from falkirk.policies.planning.chains import TaskGraph
-from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, PlanError, RecoveryPlan,
+from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError,
+                                                RecoveryPlan,
     plan_recovery)
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
 from falkirk.policies.store.control import Collections, Completions
@@ -68,6 +69,7 @@ def plan(
     failed_tasks: Sequence[str] = (),
     failed_instances: Sequence[tuple[str, int]] = (),
     lost_scratch: Sequence[str] = (),
+    lost_workers: Sequence[str] = (),
     bad_epochs: Sequence[tuple[str, int]] = (),
     last_epoch: int | None = None,
     record: bool = True,
@@ -97,6 +99,7 @@ def plan(
             last_epoch = max(f.epoch for f in found)
         failures += found
     failures += [LostScratch(loc) for loc in lost_scratch]
+    failures += [LostWorker(name) for name in lost_workers]
     failures += [BadEpoch(t, e) for t, e in bad_epochs]
     return compute_plan(dag_id, store, failures, regimes, last_epoch=last_epoch, record=record)
 
@@ -131,6 +134,8 @@ def compute_plan(
             except StoreError as exc:
                 raise PlanError(f"--lost-scratch {exc}") from None
             _check_holds_something(f.location, dag_id, [*entries, *rolled_back])
+        elif isinstance(f, LostWorker):
+            _check_worker_holds_something(f.worker, dag_id, [*entries, *rolled_back])
         checked.append(f)
     failures = checked
     graph = TaskGraph.from_ledger(entries)
@@ -156,6 +161,16 @@ def _check_holds_something(location: str, dag_id: str, entries: Sequence[LedgerE
     raise PlanError(f"--lost-scratch {location}: the ledger records nothing of DAG {dag_id!r} kept there, so losing "
                     f"it changes nothing; name a directory that held its scratch data: "
                     f"{', '.join(task_dirs) if task_dirs else 'it has none'}")
+
+
+def _check_worker_holds_something(worker: str, dag_id: str, entries: Sequence[LedgerEntry]) -> None:
+    """Refuse a lost worker that kept nothing of ``dag_id`` in scratch: most likely a wrong name."""
+    if any(e.worker == worker and e.scratch_uris() for e in entries):
+        return
+    holders = sorted({e.worker for e in entries if e.worker and e.scratch_uris()})
+    raise PlanError(f"--lost-worker {worker!r:.80}: the ledger records no scratch table of DAG {dag_id!r} on that "
+                    f"worker, so losing it changes nothing; workers holding its scratch data: "
+                    f"{', '.join(holders) if holders else 'none'}")
 
 
 @dataclass(frozen=True)

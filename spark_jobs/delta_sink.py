@@ -74,9 +74,10 @@ DRIVER_WRITE_MAX_ROWS = 200_000
 
 def stage(frame: "DataFrame", uri: str, key: CommitKey,
           storage_options: dict[str, str] | None = None,
-          driver_write_max_rows: int = DRIVER_WRITE_MAX_ROWS) -> StagedFiles:
+          driver_write_max_rows: int = DRIVER_WRITE_MAX_ROWS, on_driver: bool = False) -> StagedFiles:
     """Write ``frame`` as this epoch's data files, not yet visible (skipped if already committed):
-    on the driver if it has at most ``driver_write_max_rows`` rows, else on the executors."""
+    on the driver if it has at most ``driver_write_max_rows`` rows or ``on_driver`` (a table on
+    the driver's local disk), else on the executors."""
     table = open_table(uri, storage_options)
     if already_committed(table, key):
         done = CommitResult(uri, table.version(), count_epoch(table, key.epoch), applied=False)
@@ -86,8 +87,11 @@ def stage(frame: "DataFrame", uri: str, key: CommitKey,
     data = frame.drop(EPOCH) if EPOCH in frame.columns else frame
     schema = to_arrow_schema(data.schema)  # Spark's Arrow types, fixed on the driver
     write = _file_writer(uri, key.epoch, schema, storage_options)
-    small = data.limit(driver_write_max_rows + 1).toArrow() if driver_write_max_rows > 0 else None
-    if small is not None and small.num_rows <= driver_write_max_rows:
+    if on_driver:
+        small = data.toArrow()
+    else:
+        small = data.limit(driver_write_max_rows + 1).toArrow() if driver_write_max_rows > 0 else None
+    if small is not None and (on_driver or small.num_rows <= driver_write_max_rows):
         written = write(iter(small.to_batches()), 0)
         files = [tuple(r.values()) for b in written for r in b.to_pylist()]
     else:
@@ -133,7 +137,7 @@ DRIVER_READ_MAX_BYTES = 16 * 1024 * 1024
 
 def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None,
                storage_options: dict[str, str] | None = None,
-               driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES) -> "DataFrame":
+               driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES, on_driver: bool = False) -> "DataFrame":
     """The rows that commit ``key`` wrote to the Delta table at ``uri`` (its epoch ``key.epoch``),
     as a DataFrame without the ``epoch`` column.
 
@@ -148,7 +152,8 @@ def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None
     reader for a local path, and with pyarrow for ``s3://`` (Spark's S3A connector needs
     jars that are not installed). A remote epoch smaller than ``driver_read_max_bytes``
     (a typical state table) is read on the driver in one request instead, which is
-    cheaper than a Spark job.
+    cheaper than a Spark job. ``on_driver`` reads on the driver whatever the size: a table on the
+    driver's own local disk (the scratch tier), which executors on other hosts cannot see.
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -162,6 +167,9 @@ def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None
     files = table.file_uris(file_pruning_predicate=[(EPOCH, "=", str(int(epoch)))])
     if not files:
         return spark.createDataFrame([], spark_schema)
+    if on_driver:
+        return spark.createDataFrame(scan(table, where={EPOCH: int(epoch)}).drop_columns([EPOCH]).cast(schema),
+                                     spark_schema)
     if not uri.startswith("s3://"):
         return spark.read.schema(spark_schema).parquet(*files)
     actions = pa.table(table.get_add_actions(flatten=True))

@@ -42,6 +42,7 @@ from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, EpochTableError
 from falkirk.policies.store.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
+from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.delta_sink import DRIVER_WRITE_MAX_ROWS, publish, read_frame, stage
 from falkirk.spark_jobs.faults import crash_point
 
@@ -136,6 +137,8 @@ class EpochContext:
         if ref.tier == EXTERNAL_TIER:
             raise JobError(f"{self.args.task_id}: {task_id!r} sent {output!r} to {ref.uri[len('external:'):]}, "
                            f"outside the store; read one of its output tables instead")
+        if ref.tier == Tier.SCRATCH.value:
+            self._check_on_this_worker(entry, f"output {output!r} of {task_id!r}")
         frame = self._read(ref.uri, entry, ref.rows, f"output {output!r} of {task_id!r}")
         self.depends_on[task_id, epoch] = entry
         key = (task_id, output)
@@ -153,17 +156,22 @@ class EpochContext:
         if entry.state_uri is None:
             raise JobError(f"ledger row of {self.args.task_id} epoch {entry.epoch} records no state table")
         self.depends_on[self.args.task_id, entry.epoch] = entry
+        in_scratch = entry.state_tier == Tier.SCRATCH.value
+        if in_scratch:
+            self._check_on_this_worker(entry, "state")
         _check_inside(self.store, entry.state_uri, entry, "state_uri")
         try:
             return read_frame(self.spark, entry.state_uri, entry.key, entry.state_rows,
-                              self.store.options_for(entry.state_uri))
+                              self.store.options_for(entry.state_uri), on_driver=in_scratch)
         except EpochTableError as exc:
-            if entry.state_tier == Tier.SCRATCH.value:
-                where = self.store.scratch_uri
+            if in_scratch:
+                lost = (f"--lost-worker {entry.worker}" if entry.worker
+                        else f"--lost-scratch {self.store.root(Tier.SCRATCH)}/{self.args.dag_id}")
                 raise StateLost(
                     f"state lost: {self.args.task_id}'s state of epoch {entry.epoch} was kept in scratch at "
-                    f"{entry.state_uri} and is gone ({exc}). Not starting from empty state. Recover with: "
-                    f"falkirk plan --dag {self.args.dag_id} --lost-scratch {where}/{self.args.dag_id}") from exc
+                    f"{entry.state_uri}" + (f" on {entry.worker}" if entry.worker else "") + f" and is gone "
+                    f"({exc}). Not starting from empty state. Recover with: "
+                    f"falkirk plan --dag {self.args.dag_id} {lost}") from exc
             raise JobError(f"{self.args.task_id}: cannot restore the state of epoch {entry.epoch}: {exc}. "
                            f"Not starting from empty state. Plan a recovery: falkirk plan --dag "
                            f"{self.args.dag_id} --bad-epoch {self.args.task_id}:{entry.epoch}") from exc
@@ -195,10 +203,28 @@ class EpochContext:
                 max(before, key=lambda e: (e.epoch, e.incarnation), default=None))
         return self._previous  # type: ignore[return-value]
 
+    def _check_on_this_worker(self, entry: LedgerEntry, what: str) -> None:
+        """Refuse to read scratch that another worker's disk holds: from here it is lost.
+
+        Placement (:mod:`falkirk.plugins.placement`) runs a task where its scratch inputs are;
+        it lands elsewhere when that worker is gone, or when nothing routes it.
+        """
+        here = worker_name()
+        if entry.worker is None or entry.worker == here:
+            return
+        a = self.args
+        raise StateLost(
+            f"state lost: {a.task_id} epoch {a.epoch} runs on {here}, but the {what} of {entry.task_id} epoch "
+            f"{entry.epoch} is kept in scratch on {entry.worker}'s local disk, which this worker cannot read. "
+            f"Not starting without it. If {entry.worker} is gone, recover with: falkirk plan --dag {a.dag_id} "
+            f"--lost-worker {entry.worker}; if it is alive, route the task to its queue (see the README's "
+            f"\"Scaling out\")")
+
     def _read(self, uri: str, entry: LedgerEntry, rows: int | None, what: str) -> "DataFrame":
         _check_inside(self.store, uri, entry, "outputs[].uri")
         try:
-            return read_frame(self.spark, uri, entry.key, rows, self.store.options_for(uri))
+            return read_frame(self.spark, uri, entry.key, rows, self.store.options_for(uri),
+                              on_driver=self.store.is_scratch(uri))
         except EpochTableError as exc:
             raise JobError(f"{self.args.task_id}: cannot read the {what} at epoch {entry.epoch}: {exc}. "
                            f"Plan a recovery that redoes it: falkirk plan --dag {entry.dag_id} "
@@ -283,8 +309,11 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     # Every table's files are written at once (a small epoch by the driver, a large one by the
     # executors); the driver then commits them in order.
     small = _driver_write_max_rows()
+    # Scratch is this worker's local disk: only the driver, which runs here, may write it (an
+    # executor on another host would write to its own disk, where no reader looks).
     with ThreadPoolExecutor(max_workers=max(len(targets), 1)) as pool:
-        staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1]), small), targets))
+        staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1]), small,
+                                               on_driver=store.is_scratch(t[1])), targets))
     crash_point(args.task_id, args.epoch, "after-files", dag_id=args.dag_id)
 
     previous = ctx.previous_checkpoint()
@@ -324,6 +353,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         # Airflow starts a task's epoch only once its upstream epochs are complete: it acts
         # on the completion of every epoch up to this one.
         notified_through=args.epoch,
+        worker=worker_name(),
     )
     _check_still_current(ctx, entry, appended=False)
     ctx.ledger.append(entry)

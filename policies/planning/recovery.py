@@ -7,6 +7,8 @@ Three kinds of failure go in:
 * :class:`LostScratch`: a scratch location is gone (a worker's directory): every table
   under it is unreadable, so checkpoints kept only there cannot be restored and outputs
   kept only there count as discarded;
+* :class:`LostWorker`: a worker is gone with its local disk: every scratch table the ledger
+  records it committed is unreadable (a :class:`LostScratch` of exactly those tables);
 * :class:`BadEpoch`: a person declares a task's epoch bad (a wrong input was corrected):
   its checkpoints from that epoch on are unusable.
 
@@ -53,8 +55,8 @@ from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, curr
 from falkirk.policies.regimes import Regime
 from falkirk.policies.rollback.solver import solve
 from falkirk.policies.rollback.times import EPOCH
-from falkirk.policies.store.ledger import LedgerEntry
-from falkirk.policies.store.readability import Readable, without
+from falkirk.policies.store.ledger import LedgerEntry, OutputRef  # noqa: F401 (OutputRef: doctests)
+from falkirk.policies.store.readability import Readable, under, without
 
 
 class PlanError(ValueError):
@@ -83,6 +85,16 @@ class LostScratch:
 
 
 @dataclass(frozen=True)
+class LostWorker:
+    """Worker ``worker`` is gone, and with it every scratch table it kept on its local disk."""
+
+    worker: str
+
+    def describe(self) -> str:
+        return f"lost worker {self.worker}"
+
+
+@dataclass(frozen=True)
 class BadEpoch:
     """Epoch ``epoch`` of ``task_id`` is bad: its checkpoints from that epoch on are unusable."""
 
@@ -93,7 +105,7 @@ class BadEpoch:
         return f"bad epoch {self.epoch} of {self.task_id}"
 
 
-Failure = Union[FailedTask, LostScratch, BadEpoch]
+Failure = Union[FailedTask, LostScratch, LostWorker, BadEpoch]
 
 
 @dataclass(frozen=True)
@@ -164,7 +176,8 @@ class RecoveryPlan:
 
     @classmethod
     def from_json(cls, data: Mapping) -> "RecoveryPlan":
-        kinds = {"failed_task": FailedTask, "lost_scratch": LostScratch, "bad_epoch": BadEpoch}
+        kinds = {"failed_task": FailedTask, "lost_scratch": LostScratch, "lost_worker": LostWorker,
+                 "bad_epoch": BadEpoch}
         failures = tuple(kinds[f.pop("kind")](**f) for f in (dict(x) for x in data["failures"]))
         tasks = tuple(
             TaskPlan(**{**{_NAMES.get(k, k): v for k, v in t.items()},
@@ -195,7 +208,8 @@ class RecoveryPlan:
         return "\n".join([head, *lines, f"re-runs {ours} task instances; clear-downstream would re-run {theirs}"])
 
     def _body(self) -> dict:
-        kind = {FailedTask: "failed_task", LostScratch: "lost_scratch", BadEpoch: "bad_epoch"}
+        kind = {FailedTask: "failed_task", LostScratch: "lost_scratch", LostWorker: "lost_worker",
+                BadEpoch: "bad_epoch"}
         return {
             "dag_id": self.dag_id,
             "failures": [{"kind": kind[type(f)], **asdict(f)} for f in self.failures],
@@ -243,7 +257,7 @@ def plan_recovery(
         if isinstance(f, (FailedTask, BadEpoch)):
             upto = last_epoch if stateful[f.task_id] else f.epoch
             untrusted.update((f.task_id, e) for e in range(f.epoch, upto + 1))
-    lost = tuple(_dir(f.location) for f in failures if isinstance(f, LostScratch))
+    lost = lost_locations(failures, rows)
 
     still_readable = without(readable, lost)
 
@@ -261,7 +275,7 @@ def plan_recovery(
     by_epoch = {t: {e.epoch: e for e in rs} for t, rs in current_rows(kept).items()}
     back = reads_back(rows)
     rerun = _rerun_sets(graph, kept_through, stateful, by_epoch, still_readable, last_epoch, back)
-    clear = _clear_downstream(graph, failures, current_rows(rows), lost, readable, last_epoch)
+    clear = _clear_downstream(graph, failures, current_rows(rows), last_epoch)
 
     tasks = []
     for t in graph.tasks:
@@ -334,15 +348,36 @@ def _check(graph: TaskGraph, failures: tuple[Failure, ...], last_epoch: int, fir
         elif isinstance(f, LostScratch):
             if not f.location or not f.location.strip():
                 raise PlanError(f"failures[{i}].location: name the scratch directory that was lost")
+        elif isinstance(f, LostWorker):
+            if not isinstance(f.worker, str) or not f.worker.strip():
+                raise PlanError(f"failures[{i}].worker: name the worker that was lost")
         else:
-            raise PlanError(f"failures[{i}]: {f!r} is not a FailedTask, LostScratch or BadEpoch")
+            raise PlanError(f"failures[{i}]: {f!r} is not a FailedTask, LostScratch, LostWorker or BadEpoch")
+
+
+def lost_locations(failures: Iterable[Failure], rows: Iterable[LedgerEntry]) -> tuple[str, ...]:
+    """The locations ``failures`` take away: lost scratch directories, and each lost worker's
+    scratch tables as the ledger ``rows`` record them.
+
+    >>> row = LedgerEntry("d", "t", 1, "ephemeral", "r1", 1, worker="worker-a",
+    ...                   outputs=(OutputRef("output", "/s/worker-a/d/t/output", "scratch", 0, 5),))
+    >>> lost_locations([LostWorker("worker-a"), LostScratch("/s/other")], [row])
+    ('/s/other/', '/s/worker-a/d/t/output/')
+    >>> lost_locations([LostWorker("worker-b")], [row])
+    ()
+    """
+    rows = list(rows)
+    lost = {_dir(f.location) for f in failures if isinstance(f, LostScratch)}
+    gone = {f.worker for f in failures if isinstance(f, LostWorker)}
+    lost |= {_dir(uri) for r in rows if r.worker in gone for uri in r.scratch_uris()}
+    return tuple(sorted(lost))
 
 
 def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Mapping[str, list[LedgerEntry]],
-                      lost: tuple[str, ...], readable: Readable, last_epoch: int) -> dict[str, set[int]]:
+                      last_epoch: int) -> dict[str, set[int]]:
     """Airflow's "clear, downstream + future" from each failure's task instance.
 
-    Airflow knows nothing of a lost scratch location: clearing "and hoping" means
+    Airflow knows nothing of a lost scratch location or worker: clearing "and hoping" means
     clearing, with downstream and future, every task that kept data there, from the
     first epoch whose data was lost.
     """
@@ -351,10 +386,10 @@ def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Map
         if isinstance(f, (FailedTask, BadEpoch)):
             origins.append((f.task_id, f.epoch))
             continue
-        where = _dir(f.location)
+        where = lost_locations([f], [r for rs in rows.values() for r in rs])
         for task, rs in rows.items():
-            hit = [r.epoch for r in rs
-                   if (r.state_uri or "").startswith(where) or any(o.uri.startswith(where) for o in r.outputs)]
+            hit = [r.epoch for r in rs if any(under(uri, where) for uri in (r.state_uri, *(o.uri for o in r.outputs))
+                                               if uri)]
             if hit:
                 origins.append((task, min(hit)))
     clear: dict[str, set[int]] = {}

@@ -220,15 +220,18 @@ def append_once(
     rows: pa.Table,
     key: CommitKey,
     storage_options: dict[str, str] | None = None,
+    schema_mode: str | None = None,
 ) -> CommitResult:
     """Append ``rows`` to a table shared by many tasks (the ledger), at most once per ``key``.
 
     Appends from concurrent tasks can lose Delta's commit race, the first one most of all
-    (every writer tries to create the table); see :func:`retry_lost_races`.
+    (every writer tries to create the table); see :func:`retry_lost_races`. ``schema_mode``
+    ``"merge"`` adds columns ``rows`` has and the table has not yet.
     """
 
     def write(table: DeltaTable | None, properties: CommitProperties) -> None:
-        _write_rows(uri, table, rows, properties, storage_options, mode="append", predicate=None, partition_by=None)
+        _write_rows(uri, table, rows, properties, storage_options, mode="append", predicate=None, partition_by=None,
+                    schema_mode=schema_mode)
 
     # Skipped: report none of the rows already there, which are other keys' rows.
     return commit_once(uri, key, write, rows.num_rows, storage_options, count_existing=False)
@@ -347,7 +350,7 @@ def retry_lost_races(commit: Callable[[], T], attempts: int = COMMIT_ATTEMPTS, u
 
 def _write_rows(uri: str, table: DeltaTable | None, rows: pa.Table, properties: CommitProperties,
                 storage_options: dict[str, str] | None, *, mode: str, predicate: str | None,
-                partition_by: list[str] | None) -> None:
+                partition_by: list[str] | None, schema_mode: str | None = None) -> None:
     # A first commit creates the table and fails if it exists by then ("error"): writing to a bare
     # URI in mode append would let delta-rs load a table another writer created after the key
     # was checked, and append there unchecked.
@@ -357,6 +360,7 @@ def _write_rows(uri: str, table: DeltaTable | None, rows: pa.Table, properties: 
         mode=mode if table is not None else "error",  # type: ignore[arg-type]
         predicate=predicate,
         partition_by=partition_by,
+        schema_mode=schema_mode if table is not None else None,  # type: ignore[arg-type]
         storage_options=storage_options,
         commit_properties=properties,
     )

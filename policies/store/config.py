@@ -8,6 +8,9 @@ and tests agree on them:
 * ``FALKIRK_STORE_URI``: the durable root (required).
 * ``FALKIRK_SCRATCH_URI``: the scratch root (default: ``<durable root>/../scratch`` for a
   local durable root; required when the durable root is remote).
+* ``FALKIRK_WORKER``: on a deployment of several workers, the name of this one. Its scratch
+  tables then live under ``<scratch root>/<worker>/``, so that a ledger row names the worker's
+  disk in its URIs and a lost worker is exactly the tables under that directory.
 * for ``s3://``: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
   ``AWS_REGION`` and ``AWS_ALLOW_HTTP`` as delta-rs reads them.
 
@@ -16,6 +19,8 @@ and tests agree on them:
 '/data/falkirk/orders/aggregate/state'
 >>> store.ledger_uri
 '/data/falkirk/_falkirk/ledger'
+>>> StoreConfig("/data/falkirk", "/mnt/scratch", worker="worker-a").table_uri(Tier.SCRATCH, "orders", "aggregate", "state")
+'/mnt/scratch/worker-a/orders/aggregate/state'
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Mapping
 
 from falkirk.policies.regimes import Tier
+from falkirk.policies.workers import WORKER_ENV
 
 STORE_ENV = "FALKIRK_STORE_URI"
 SCRATCH_ENV = "FALKIRK_SCRATCH_URI"
@@ -45,8 +51,13 @@ class StoreConfig:
     durable_uri: str
     scratch_uri: str
     storage_options: Mapping[str, str] = field(default_factory=dict)
+    # The worker this process runs on, when there are several (``FALKIRK_WORKER``); None: one machine.
+    worker: str | None = None
 
     def __post_init__(self) -> None:
+        if self.worker is not None and not _NAME.fullmatch(self.worker):
+            raise StoreError(f"{WORKER_ENV}={self.worker!r} cannot name a worker's scratch directory: use letters, "
+                             f"digits, '_', '-' and '.'")
         for name, uri in (("durable_uri", self.durable_uri), ("scratch_uri", self.scratch_uri)):
             if not uri:
                 raise StoreError(f"StoreConfig.{name} is empty; give a local path or an s3:// URI")
@@ -70,14 +81,34 @@ class StoreConfig:
                 raise StoreError(f"{SCRATCH_ENV} is not set: with a remote {STORE_ENV}, name a local scratch directory")
             scratch = str(Path(durable).parent / "scratch")
         options = {k: env[k] for k in _S3_ENV if env.get(k)} if _is_remote(durable) else {}
-        return cls(durable_uri=durable, scratch_uri=scratch, storage_options=options)
+        return cls(durable_uri=durable, scratch_uri=scratch, storage_options=options,
+                   worker=env.get(WORKER_ENV, "").strip() or None)
 
     def env(self) -> dict[str, str]:
         """The environment variables that reproduce this configuration in another process."""
-        return {STORE_ENV: self.durable_uri, SCRATCH_ENV: self.scratch_uri, **self.storage_options}
+        worker = {WORKER_ENV: self.worker} if self.worker else {}
+        return {STORE_ENV: self.durable_uri, SCRATCH_ENV: self.scratch_uri, **self.storage_options, **worker}
 
     def root(self, tier: Tier) -> str:
-        return self.durable_uri if tier is Tier.DURABLE else self.scratch_uri
+        """A tier's root: for scratch, this worker's own directory when workers are named."""
+        if tier is Tier.DURABLE:
+            return self.durable_uri
+        return f"{self.scratch_uri}/{self.worker}" if self.worker else self.scratch_uri
+
+    def worker_scratch(self, worker: str) -> str:
+        """The scratch directory of ``worker`` (its local disk's share of the scratch root).
+
+        >>> StoreConfig("/data/falkirk", "/mnt/scratch").worker_scratch("worker-b")
+        '/mnt/scratch/worker-b'
+        """
+        if not _NAME.fullmatch(worker or ""):
+            raise StoreError(f"worker {worker!r:.80}: name a worker (letters, digits, '_', '-' and '.')")
+        return f"{self.scratch_uri}/{worker}"
+
+    def is_scratch(self, uri: str) -> bool:
+        """Whether ``uri`` lies in the scratch tier (any worker's)."""
+        return isinstance(uri, str) and not _is_remote(uri) and _normalise(uri).startswith(
+            self.scratch_uri.rstrip("/") + "/")
 
     def table_uri(self, tier: Tier, dag_id: str, task_id: str, table: str) -> str:
         """The URI of one of a task's tables (``output``, ``state``) in ``tier``."""

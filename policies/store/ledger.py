@@ -71,6 +71,9 @@ SCHEMA = pa.schema(
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("try_number", pa.int32(), nullable=False),
         pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        # The worker that committed the row, whose local disk holds its scratch tables (null in
+        # ledgers written before workers were recorded: the column is added on the next append).
+        pa.field("worker", pa.string()),
     ]
 )
 
@@ -144,6 +147,7 @@ class LedgerEntry:
     inputs: tuple[InputRef, ...] = ()
     notified_through: int | None = None
     committed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    worker: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("dag_id", "task_id", "run_id"):
@@ -168,6 +172,16 @@ class LedgerEntry:
     @property
     def output_rows(self) -> int:
         return sum(o.rows for o in self.outputs)
+
+    def scratch_uris(self) -> tuple[str, ...]:
+        """The tables of this commit kept in the scratch tier: on ``worker``'s local disk.
+
+        >>> LedgerEntry("d", "t", 3, "lazy_checkpoint(every=2)", "r3", 1, state_uri="/s/d/t/state",
+        ...             state_tier="scratch", worker="worker-a").scratch_uris()
+        ('/s/d/t/state',)
+        """
+        state = (self.state_uri,) if self.state_uri and self.state_tier == "scratch" else ()
+        return state + tuple(o.uri for o in self.outputs if o.tier == "scratch")
 
     def to_row(self) -> dict[str, Any]:
         row = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -226,7 +240,8 @@ class Ledger:
         Every :data:`COMPACT_EVERY` versions the appender also compacts the table.
         """
         table = pa.Table.from_pylist([entry.to_row()], schema=SCHEMA)
-        result = append_once(self.uri, table, entry.key, self.store.options_for(self.uri))
+        # Merging schemas lets a ledger written before a column existed take rows that carry it.
+        result = append_once(self.uri, table, entry.key, self.store.options_for(self.uri), schema_mode="merge")
         if result.applied and result.version and result.version % COMPACT_EVERY == 0:
             self._compact_quietly()
         return result.applied

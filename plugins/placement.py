@@ -1,0 +1,79 @@
+"""Airflow's side of placement: a cluster policy that routes a task instance to its scratch group's home.
+
+Airflow calls ``task_instance_mutation_hook`` when it creates a task instance (a new DAG
+run) and when it clears one (a recovery's replay, or the Clear button). For a Falkirk task
+in a scratch group (:mod:`falkirk.policies.placement`) the hook sets the instance's queue
+to its group's home worker, whose Celery worker consumes a queue of its own name
+(``airflow celery worker --queues default,worker-a``). Tasks outside any group keep the
+queue the DAG gives them.
+
+Installed by the package's ``airflow.policy`` entry point: nothing to add to
+``airflow_local_settings.py``. It acts only where ``FALKIRK_WORKERS`` names the workers (in
+the scheduler's and the API server's environment) or the ledger records a worker for the
+group's scratch data; a store it cannot read leaves the queue as it is and logs why, so
+a placement problem never stops scheduling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from airflow.policies import hookimpl
+
+# Airflow loads this module while it initializes, in every process: the store's modules
+# (delta-rs, pyarrow) are imported only when a Falkirk task instance is placed.
+
+log = logging.getLogger(__name__)
+
+
+def _enable_on_run_creation() -> None:
+    # Airflow creates a new run's task instances without calling the hook when it believes the
+    # hook is a no-op, and it only looks for implementations in airflow_local_settings.py.
+    from airflow import settings
+
+    settings.task_instance_mutation_hook.is_noop = False  # type: ignore[attr-defined]
+
+
+_enable_on_run_creation()
+
+
+@hookimpl
+def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None:
+    """Route a Falkirk task instance to the worker holding its scratch group's data."""
+    task = getattr(task_instance, "task", None)
+    if task is None or not getattr(task, "falkirk_regime", None):
+        return
+    try:
+        home = placement_of(task, task_instance.queue)
+    except Exception as exc:  # noqa: BLE001 - scheduling goes on; the task's runtime check names the problem
+        log.warning("Falkirk placement of %s.%s skipped: %s", task.dag_id, task.task_id, exc)
+        return
+    if home is not None and task_instance.queue != home:
+        log.info("Falkirk placement: %s.%s runs on %s (its scratch group's worker), not queue %s",
+                 task.dag_id, task.task_id, home, task_instance.queue)
+        task_instance.queue = home
+
+
+def placement_of(task: Any, queue: str | None = None) -> str | None:
+    """The worker ``task``'s instances must run on, or ``None`` when any worker will do."""
+    from falkirk.policies.placement import configured_workers, group_of, home_worker, lost_workers, scratch_groups
+    from falkirk.policies.regimes import Regime
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.ledger import Ledger
+    from falkirk.policies.store.recovery_log import RecoveryLog
+
+    dag = task.dag
+    tasks = {t.task_id: (Regime.parse(t.falkirk_regime) if getattr(t, "falkirk_regime", None) else None,
+                         tuple(t.upstream_task_ids)) for t in dag.tasks}
+    group = group_of(task.task_id, scratch_groups(tasks))
+    if group is None:
+        return None
+    store = StoreConfig.from_env()
+    workers = configured_workers(os.environ)
+    events = RecoveryLog(store).events(dag.dag_id)
+    plans = {e["plan_id"]: json.loads(e["detail"]) for e in events if e["event"] == "planned"}
+    return home_worker(dag.dag_id, group, Ledger(store).entries(dag.dag_id), workers,
+                       lost=lost_workers(events, plans), preferred=queue)

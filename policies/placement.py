@@ -1,0 +1,143 @@
+"""Placement: which worker a task instance must run on, so that it finds its scratch data.
+
+The scratch tier is a worker's local disk. A task that restores its state from scratch
+(``LazyCheckpoint``) must run where that state is, and a task that reads an upstream
+output kept only in scratch (``Ephemeral``, ``Batch`` without logging) must run where the
+upstream ran. So the tasks of a DAG that exchange scratch data form **scratch groups**
+(connected through scratch state and scratch edges), and each group has a **home**: the
+worker every one of its task instances runs on. This is allocation-preserving scheduling,
+as Flink's task-local recovery does it: the next epoch asks for the previous epoch's
+slot.
+
+A group's home is the worker of its latest checkpoint kept in scratch, unless that worker
+was lost (a recovery with ``--lost-worker`` was carried out) and has committed nothing
+since. A group with no such checkpoint (its first epoch, or after its worker was lost)
+runs on the queue the DAG gives the task when that queue is one of ``workers``, else on a
+worker chosen by rendezvous hashing, so every task instance of the group computes the
+same home without talking to the others. The Airflow side
+(:mod:`falkirk.plugins.placement`) sets the task instance's queue to the home's.
+
+>>> from falkirk.policies.regimes import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
+>>> dag = {"ingest": (Ephemeral(), ()), "aggregate": (LazyCheckpoint(every=3), ("ingest",)),
+...        "publish": (EagerCheckpoint(), ("aggregate",)), "report": (Batch(log_outputs=True), ())}
+>>> [sorted(g) for g in scratch_groups(dag)]  # aggregate keeps its outputs in scratch too
+[['aggregate', 'ingest', 'publish']]
+>>> from falkirk.policies.store.ledger import LedgerEntry
+>>> row = LedgerEntry("orders", "aggregate", 4, "lazy_checkpoint(every=3)", "r4", 1,
+...                   state_uri="/s/worker-b/orders/aggregate/state", state_tier="scratch", worker="worker-b")
+>>> home_worker("orders", scratch_groups(dag)[0], [row], workers=("worker-a", "worker-b"))
+'worker-b'
+>>> home_worker("orders", scratch_groups(dag)[0], [row], workers=("worker-a",), lost={"worker-b": row.committed_at})
+'worker-a'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Iterable, Mapping, Sequence
+
+from falkirk.policies.regimes import Regime, Tier
+from falkirk.policies.store.ledger import LedgerEntry
+
+WORKERS_ENV = "FALKIRK_WORKERS"
+
+
+def keeps_scratch_state(regime: Regime) -> bool:
+    """Whether ``regime`` restores state from scratch (at some epoch)."""
+    return regime.keeps_state and Tier.SCRATCH in regime.state_tiers(1)
+
+
+def writes_scratch_outputs(regime: Regime) -> bool:
+    """Whether ``regime`` keeps its outputs in scratch, where only its worker can read them."""
+    return regime.output_tier(1) is Tier.SCRATCH
+
+
+def scratch_groups(tasks: Mapping[str, tuple[Regime | None, Sequence[str]]]) -> list[frozenset[str]]:
+    """The DAG's scratch groups, from each task's regime (``None``: not managed) and upstream tasks.
+
+    A task joins its upstream's group when the upstream keeps its outputs in scratch; a task
+    restoring state from scratch is in a group even alone. Tasks in no group may run anywhere.
+    """
+    parent = {t: t for t in tasks}
+
+    def find(t: str) -> str:
+        while parent[t] != t:
+            parent[t] = parent[parent[t]]
+            t = parent[t]
+        return t
+
+    member: set[str] = set()
+    for task, (regime, upstream) in tasks.items():
+        if regime is not None and keeps_scratch_state(regime):
+            member.add(task)
+        for up in upstream:
+            up_regime = tasks.get(up, (None, ()))[0]
+            if up_regime is not None and writes_scratch_outputs(up_regime):
+                member |= {task, up}
+                parent[find(task)] = find(up)
+    groups: dict[str, set[str]] = {}
+    for task in member:
+        groups.setdefault(find(task), set()).add(task)
+    return sorted((frozenset(g) for g in groups.values()), key=sorted)
+
+
+def group_of(task_id: str, groups: Iterable[frozenset[str]]) -> frozenset[str] | None:
+    """The scratch group ``task_id`` belongs to, if any."""
+    return next((g for g in groups if task_id in g), None)
+
+
+def home_worker(dag_id: str, group: frozenset[str], rows: Iterable[LedgerEntry], workers: Sequence[str],
+                lost: Mapping[str, datetime] | None = None, preferred: str | None = None) -> str | None:
+    """The worker ``group``'s task instances run on (see the module docstring); ``None`` when
+    there is no checkpoint to follow and no ``workers`` to choose from. ``preferred``: the
+    queue the DAG gives the task, taken when no checkpoint decides."""
+    lost = lost or {}
+
+    def usable(row: LedgerEntry) -> bool:
+        gone = lost.get(row.worker or "")
+        return row.worker is not None and (gone is None or row.committed_at > gone)
+
+    held = [r for r in rows if r.dag_id == dag_id and r.task_id in group and r.scratch_uris() and usable(r)]
+    if held:
+        return max(held, key=lambda r: (r.epoch, r.committed_at)).worker
+    alive = [w for w in workers if w not in lost]
+    if preferred in alive:
+        return preferred
+    if not alive:
+        return None
+    key = json.dumps([dag_id, sorted(group)])
+    return max(alive, key=lambda w: hashlib.sha256(f"{key}/{w}".encode()).hexdigest())
+
+
+def lost_workers(events: Iterable[Mapping], plans: Mapping[str, Mapping]) -> dict[str, datetime]:
+    """Per worker named by a carried-out recovery (``--lost-worker``), when that recovery started.
+
+    ``events`` are recovery-log rows; ``plans`` the recorded plans' JSON by plan id.
+
+    >>> from datetime import datetime, timezone
+    >>> at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> plans = {"p1": {"failures": [{"kind": "lost_worker", "worker": "worker-a"}]}}
+    >>> lost_workers([{"plan_id": "p1", "event": "started", "recorded_at": at}], plans)
+    {'worker-a': datetime.datetime(2026, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)}
+    >>> lost_workers([{"plan_id": "p1", "event": "planned", "recorded_at": at}], plans)
+    {}
+    """
+    lost: dict[str, datetime] = {}
+    for e in events:
+        if e["event"] not in ("started", "resumed") or e["plan_id"] not in plans:
+            continue
+        for f in plans[e["plan_id"]].get("failures", ()):
+            if f.get("kind") == "lost_worker":
+                lost[f["worker"]] = max(lost.get(f["worker"], e["recorded_at"]), e["recorded_at"])
+    return lost
+
+
+def configured_workers(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """``FALKIRK_WORKERS``: the workers (and queue names) placement may choose from, comma-separated.
+
+    >>> configured_workers({"FALKIRK_WORKERS": "worker-a, worker-b"})
+    ('worker-a', 'worker-b')
+    """
+    return tuple(w.strip() for w in environ.get(WORKERS_ENV, "").split(",") if w.strip())

@@ -1,0 +1,151 @@
+"""Workers: scratch groups, a group's home worker, and a lost worker as a failure the planner takes.
+
+A lost worker must plan exactly as losing the scratch tables the ledger says it held:
+the property tests compare plans for ``LostWorker`` with plans for ``LostScratch`` of that
+worker's directory, whose re-run sets ``test_recovery`` checks against a brute-force oracle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
+from falkirk.policies.placement import configured_workers, home_worker, lost_workers, scratch_groups
+from falkirk.policies.planning.recovery import FailedTask, LostScratch, LostWorker, RecoveryPlan, lost_locations, plan_recovery
+from falkirk.policies.store.ledger import LedgerEntry
+from tests.unit.test_recovery import GRAPH, REGIMES, history, oracle, readable_when
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def on_workers(rows: list[LedgerEntry], worker_of: dict[str, str]) -> list[LedgerEntry]:
+    """``rows`` as committed by named workers: scratch URIs under ``/scratch/<worker>/``."""
+    placed = []
+    for r in rows:
+        w = worker_of[r.task_id]
+        move = lambda uri: uri.replace("/scratch/", f"/scratch/{w}/", 1) if uri else uri  # noqa: E731
+        placed.append(dataclasses.replace(
+            r, worker=w, state_uri=move(r.state_uri),
+            outputs=tuple(dataclasses.replace(o, uri=move(o.uri)) for o in r.outputs)))
+    return placed
+
+
+def test_scratch_groups_join_tasks_through_scratch_state_and_scratch_edges() -> None:
+    # the four-regime pipeline: source keeps its outputs in scratch, so clean must run where it
+    # ran; model restores state from scratch; sink is durable and reads model's scratch outputs
+    dag = {t: (REGIMES[t], (up,) if up else ()) for t, up in
+           (("source", None), ("clean", "source"), ("model", "clean"), ("sink", "model"))}
+    assert scratch_groups(dag) == [frozenset({"clean", "source"}), frozenset({"model", "sink"})]
+    durable = {"a": (EagerCheckpoint(), ()), "b": (Batch(log_outputs=True), ("a",)), "plain": (None, ("b",))}
+    assert scratch_groups(durable) == []
+    logged_lazy = {"a": (LazyCheckpoint(every=2, log_outputs=True), ()), "b": (EagerCheckpoint(), ("a",))}
+    assert scratch_groups(logged_lazy) == [frozenset({"a"})]
+    assert scratch_groups({"e": (Ephemeral(), ()), "f": (None, ("e",))}) == [frozenset({"e", "f"})]
+
+
+def row(task: str, epoch: int, worker: str | None, minutes: int, tier: str = "scratch") -> LedgerEntry:
+    return LedgerEntry("d", task, epoch, "lazy_checkpoint(every=3)", f"r{epoch}", 1, worker=worker,
+                       state_uri=f"/s/{worker}/d/{task}/state", state_tier=tier,
+                       committed_at=T0 + timedelta(minutes=minutes))
+
+
+def test_a_group_stays_on_the_worker_of_its_latest_scratch_checkpoint() -> None:
+    group = frozenset({"model"})
+    rows = [row("model", 1, "worker-a", 1), row("model", 2, "worker-b", 2)]
+    assert home_worker("d", group, rows, ("worker-a", "worker-b")) == "worker-b"
+    # a durable-only row holds nothing on a worker's disk
+    assert home_worker("d", group, [*rows, row("model", 3, "worker-a", 3, tier="durable")], ()) == "worker-b"
+    # rows of another group or DAG do not move it
+    assert home_worker("d", group, [*rows, row("other", 9, "worker-a", 9)], ()) == "worker-b"
+
+
+def test_a_lost_worker_is_left_until_it_commits_again() -> None:
+    group = frozenset({"model"})
+    rows = [row("model", 1, "worker-a", 1), row("model", 2, "worker-a", 2)]
+    lost = {"worker-a": T0 + timedelta(minutes=5)}
+    assert home_worker("d", group, rows, ("worker-a", "worker-b"), lost) == "worker-b"
+    assert home_worker("d", group, rows, ("worker-a",), lost) is None  # no live worker to choose
+    back = [*rows, row("model", 3, "worker-a", 6)]  # committed after the loss: its disk is in use again
+    assert home_worker("d", group, back, ("worker-a", "worker-b"), lost) == "worker-a"
+
+
+def test_a_group_without_checkpoints_is_hashed_onto_a_worker_every_caller_agrees_on() -> None:
+    workers = tuple(f"w{i}" for i in range(4))
+    groups = [frozenset({f"t{i}"}) for i in range(40)]
+    homes = [home_worker("d", g, [], workers) for g in groups]
+    assert homes == [home_worker("d", g, [], tuple(reversed(workers))) for g in groups]  # order-free
+    assert set(homes) == set(workers)  # spread over every worker
+    # removing a worker moves only the groups it had (rendezvous hashing)
+    fewer = [home_worker("d", g, [], workers[:3]) for g in groups]
+    assert all(a == b for a, b in zip(homes, fewer) if a != "w3")
+    assert home_worker("d", groups[0], [], ()) is None
+    # the DAG's own queue, when it names a worker, decides before the hash; a checkpoint before both
+    assert home_worker("d", groups[0], [], workers, preferred="w2") == "w2"
+    assert home_worker("d", groups[0], [], workers, preferred="default") == homes[0]
+    assert home_worker("d", frozenset({"model"}), [row("model", 1, "w1", 1)], workers, preferred="w2") == "w1"
+    # a lost worker is not preferred: the hash over the others decides
+    others = tuple(w for w in workers if w != "w2")
+    assert home_worker("d", groups[0], [], workers, lost={"w2": T0}, preferred="w2") == home_worker(
+        "d", groups[0], [], others) != "w2"
+
+
+def test_lost_workers_come_from_recoveries_that_were_carried_out() -> None:
+    plans = {"p1": {"failures": [{"kind": "lost_worker", "worker": "worker-a"}]},
+             "p2": {"failures": [{"kind": "failed_task", "task_id": "x", "epoch": 1}]},
+             "p3": {"failures": [{"kind": "lost_worker", "worker": "worker-b"}]}}
+    events = [{"plan_id": "p1", "event": "started", "recorded_at": T0},
+              {"plan_id": "p1", "event": "resumed", "recorded_at": T0 + timedelta(minutes=1)},
+              {"plan_id": "p2", "event": "started", "recorded_at": T0},
+              {"plan_id": "p3", "event": "planned", "recorded_at": T0}]  # previewed, never executed
+    assert lost_workers(events, plans) == {"worker-a": T0 + timedelta(minutes=1)}
+    assert configured_workers({"FALKIRK_WORKERS": " a,,b "}) == ("a", "b") and configured_workers({}) == ()
+
+
+def test_lost_locations_name_only_the_lost_workers_scratch_tables() -> None:
+    rows = on_workers(history(3, None), {"source": "worker-a", "clean": "worker-a", "model": "worker-b",
+                                         "sink": "worker-b"})
+    assert lost_locations([LostWorker("worker-b")], rows) == ("/scratch/worker-b/model/output/",
+                                                              "/scratch/worker-b/model/state/")
+    assert lost_locations([LostWorker("worker-a")], rows) == ("/scratch/worker-a/source/output/",)
+    assert lost_locations([LostWorker("worker-c")], rows) == ()
+
+
+@settings(max_examples=150, deadline=None)
+@given(epochs=st.integers(3, 6), failed=st.one_of(st.none(), st.tuples(st.sampled_from(tuple(REGIMES)),
+                                                                        st.integers(1, 6))),
+       split=st.booleans(), lost=st.sampled_from(["worker-a", "worker-b"]))
+def test_a_lost_worker_plans_as_its_scratch_directory_lost(epochs, failed, split, lost) -> None:
+    failed = (failed[0], min(failed[1], epochs)) if failed else None
+    worker_of = ({"source": "worker-a", "clean": "worker-a", "model": "worker-b", "sink": "worker-b"} if split
+                 else dict.fromkeys(REGIMES, "worker-a"))
+    rows = on_workers(history(epochs, failed), worker_of)
+    extra = [FailedTask(*failed)] if failed else []
+    by_worker = plan_recovery("pipe", GRAPH, rows, [*extra, LostWorker(lost)], epochs, readable_when(False), REGIMES)
+    by_dir = plan_recovery("pipe", GRAPH, rows, [*extra, LostScratch(f"/scratch/{lost}")], epochs,
+                           readable_when(False), REGIMES)
+    assert by_worker.rerun_set() == by_dir.rerun_set()
+    assert {t.task_id: t.kept_through for t in by_worker.tasks} == {t.task_id: t.kept_through for t in by_dir.tasks}
+    assert by_worker.clear_downstream_set() == by_dir.clear_downstream_set()
+    if not split and lost == "worker-a" and failed is None:  # the whole scratch tier: the oracle's case
+        frontiers, redo = oracle(history(epochs, None), epochs, None, scratch_lost=True)
+        assert by_worker.rerun_set() == redo
+    again = RecoveryPlan.from_json(by_worker.to_json())
+    assert again == by_worker and "lost worker " + lost in by_worker.table()
+
+
+@pytest.mark.parametrize("lost, rerun", [
+    # model's scratch state (and sink's input) lived on worker-b: model restores durable epoch 3
+    ("worker-b", {"model": [4, 5], "sink": [4, 5]}),
+    # source's scratch outputs lived on worker-a, but clean logged what it made of them
+    ("worker-a", {}),
+])
+def test_losing_one_of_two_workers_reruns_only_what_it_held(lost, rerun) -> None:
+    rows = on_workers(history(5, None), {"source": "worker-a", "clean": "worker-a", "model": "worker-b",
+                                         "sink": "worker-b"})
+    plan = plan_recovery("pipe", GRAPH, rows, [LostWorker(lost)], 5, readable_when(False), REGIMES)
+    assert {t.task_id: list(t.rerun) for t in plan.tasks if t.rerun} == rerun
+    assert len(plan.rerun_set()) < len(plan.clear_downstream_set())
