@@ -9,12 +9,17 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test test-faults test-unit bench bench-ledger bench-regimes install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo test test-faults test-unit bench bench-ledger bench-regimes install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
 demo: install
 	$(VENV)/bin/python -m devstack.figure1_demo $(DEMO_ARGS)
+
+## cluster-demo: the reference application on the distributed shape (Postgres, Redis, Celery
+## workers, a Spark cluster, S3), one of two workers lost and recovered (devstack/cluster_demo.py)
+cluster-demo: install cluster-tools
+	$(VENV)/bin/python -m devstack.cluster_demo $(DEMO_ARGS)
 
 ## test: the whole suite (unit, property, integration against real components)
 test: install test-tools cluster-tools

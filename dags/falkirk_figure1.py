@@ -38,8 +38,9 @@ JOBS = "falkirk.spark_jobs.figure1"  # the jobs, found by package
 READS_PAST = {"popularity"}
 
 
-def build_dag(dag_id: str = "falkirk_figure1", conn_id: str = "spark_default") -> DAG:
-    """The pipeline under ``dag_id`` (copies can live side by side, each with its own tables)."""
+def build_dag(dag_id: str = "falkirk_figure1", conn_id: str = "spark_default", queue: str = "default") -> DAG:
+    """The pipeline under ``dag_id`` (copies can live side by side, each with its own tables);
+    ``queue``: the Celery queue its tasks ask for (a worker's name pins them to that worker)."""
     with DAG(
         dag_id=dag_id,
         description="Clickstream -> popularity (batch) and PageRank (iterative) -> query answers -> statistics",
@@ -48,7 +49,7 @@ def build_dag(dag_id: str = "falkirk_figure1", conn_id: str = "spark_default") -
         catchup=False,
         max_active_runs=8,
         tags=["falkirk"],
-        default_args={"conn_id": conn_id, "retries": 0},
+        default_args={"conn_id": conn_id, "retries": 0, "queue": queue},
         doc_md=__doc__,
     ) as dag:
         tasks = {task: RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime,

@@ -49,8 +49,10 @@ class Service:
         self.log_path = log_path
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
+        self.killed = False  # on purpose (a fault drill): not a service that died
 
     def start(self) -> "Service":
+        self.killed = False
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
@@ -61,7 +63,7 @@ class Service:
         return self
 
     def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
+        if self.proc is not None and not self.killed and self.proc.poll() is not None:
             raise ServiceError(f"{self.name} exited with status {self.proc.returncode}; end of {self.log_path}:\n"
                                + self.log_tail())
 
@@ -75,6 +77,7 @@ class Service:
         """SIGKILL the whole process group at once, as a lost machine would (fault drills)."""
         if self.proc is None or self.proc.poll() is not None:
             return
+        self.killed = True
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:

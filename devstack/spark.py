@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -18,11 +19,26 @@ import httpx
 from devstack.processes import VENV_BIN, Service, free_port, local_spark_env, wait_until
 
 
+def can_hide_directories() -> bool:
+    """Whether this process may give a child a mount namespace of its own (``unshare -m``)."""
+    try:
+        return subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 class StandaloneSpark:
     """A standalone master and ``workers`` workers with ``cores`` cores each, bound to loopback;
-    each worker has its own work and local directories, as separate machines would."""
+    each worker has its own work and local directories, as separate machines would.
 
-    def __init__(self, work_dir: Path, cores: int = 2, memory: str = "2g", workers: int = 1) -> None:
+    ``hidden_dir``: a directory the workers (and so the executors) must not see, as on other
+    hosts: where Linux mount namespaces are allowed (``unshare -m``, as root), each worker runs
+    with an empty tmpfs mounted over it; :attr:`hides` says whether that took effect.
+    """
+
+    def __init__(self, work_dir: Path, cores: int = 2, memory: str = "2g", workers: int = 1,
+                 hidden_dir: Path | None = None) -> None:
         self.work_dir = work_dir
         self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
@@ -34,10 +50,13 @@ class StandaloneSpark:
              "--port", str(self.port), "--webui-port", str(self.ui_port)],
             env, work_dir / "spark-master.log",
         )
+        self.hides = hidden_dir is not None and can_hide_directories()
+        hide = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs falkirk-other-host "$0" '
+                '&& exec "$@"', str(hidden_dir)] if self.hides else []
         self.workers = [
             Service(
                 f"spark-worker-{i}" if i else "spark-worker",
-                [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1",
+                [*hide, spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1",
                  "--webui-port", str(self.worker_ui_port if i == 0 else free_port()), "--cores", str(cores),
                  "--memory", memory, "--work-dir", str(work_dir / (f"worker-{i}" if i else "worker"))],
                 {**env, "SPARK_LOCAL_DIRS": str(work_dir / (f"worker-{i}" if i else "worker") / "local")},
@@ -94,7 +113,8 @@ def spark_submit(
 
 
 class SparkConnectServer:
-    """A Spark Connect server (``local[cores]``) on 127.0.0.1: jobs connect as clients over gRPC.
+    """A Spark Connect server (``local[cores]``, or on a cluster's ``master``) on 127.0.0.1: jobs
+    connect as clients over gRPC.
 
     One JVM serves every task, so a task starts in about as long as Python takes to import
     PySpark. Its executors' Python workers run this venv's interpreter, which imports
@@ -106,7 +126,7 @@ class SparkConnectServer:
             print(server.url)   # sc://127.0.0.1:PORT
     """
 
-    def __init__(self, work_dir: Path, cores: int = 2, venv_bin: Path = VENV_BIN) -> None:
+    def __init__(self, work_dir: Path, cores: int = 2, venv_bin: Path = VENV_BIN, master: str | None = None) -> None:
         self.port = free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
         self.venv_bin = venv_bin
@@ -114,7 +134,7 @@ class SparkConnectServer:
         self.service = Service(
             "spark-connect",
             [str(venv_bin / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-             "--master", f"local[{cores}]", "--name", "falkirk-connect",
+             "--master", master or f"local[{cores}]", "--name", "falkirk-connect",
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",

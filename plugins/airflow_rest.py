@@ -200,6 +200,13 @@ class AirflowClient:
                             params={"logical_date_gte": stamp, "logical_date_lte": stamp, "limit": 10})
         return [run["dag_run_id"] for run in data["dag_runs"]]
 
+    def latest_logical_date(self, dag_id: str) -> datetime | None:
+        """The logical date of ``dag_id``'s latest run (``None``: no run has one)."""
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
+                            params={"order_by": "-logical_date", "limit": 1, "logical_date_gte": "1970-01-01T00:00:00Z"})
+        runs = [r for r in data["dag_runs"] if r.get("logical_date")]
+        return datetime.fromisoformat(runs[0]["logical_date"].replace("Z", "+00:00")) if runs else None
+
     def active_runs(self, dag_id: str) -> list[dict[str, Any]]:
         """``dag_id``'s queued and running DAG runs (each with ``dag_run_id``, ``state``, ``logical_date``)."""
         data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",

@@ -338,7 +338,7 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     """Everything the Falkirk view shows at load: the DAG's tasks with their regimes and upstream
     tasks, the grid of checkpoint statuses (one letter per epoch, see ``statuses``), Airflow's
     state of the instances that are not plainly successful, the failed instances (preselected
-    as the failure), scratch locations, the ledger version, whether the caller may replay, and
+    as the failure), scratch locations, the workers holding scratch data, the ledger version, whether the caller may replay, and
     the history of recoveries."""
     store = _store()
     tasks = _dag_tasks(dag_id)
@@ -359,8 +359,9 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
                                                             collected)
     can_replay = get_auth_manager().is_authorized_dag(
         method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
+    workers = {e.worker for e in ledger.entries(dag_id) if e.worker and e.scratch_uris()}
     body = dag_view(dag_id, tasks, grid, live, events, store.scratch_uri, version,
-                    can_replay, unrecorded=lost)
+                    can_replay, unrecorded=lost, workers=sorted(workers))
     body["user"] = user.get_name()
     return body
 

@@ -9,9 +9,9 @@ queue the DAG gives them.
 
 Installed by the package's ``airflow.policy`` entry point: nothing to add to
 ``airflow_local_settings.py``. It acts only where ``FALKIRK_WORKERS`` names the workers (in
-the scheduler's and the API server's environment) or the ledger records a worker for the
-group's scratch data; a store it cannot read leaves the queue as it is and logs why, so
-a placement problem never stops scheduling.
+the scheduler's and the API server's environment; a single machine has none to choose). A
+store it cannot read leaves the queue as it is and logs why, so a placement problem never
+stops scheduling.
 """
 
 from __future__ import annotations
@@ -68,11 +68,11 @@ def placement_of(task: Any, queue: str | None = None) -> str | None:
     dag = task.dag
     tasks = {t.task_id: (Regime.parse(t.falkirk_regime) if getattr(t, "falkirk_regime", None) else None,
                          tuple(t.upstream_task_ids)) for t in dag.tasks}
+    workers = configured_workers(os.environ)
     group = group_of(task.task_id, scratch_groups(tasks))
-    if group is None:
+    if group is None or not workers:
         return None
     store = StoreConfig.from_env()
-    workers = configured_workers(os.environ)
     events = RecoveryLog(store).events(dag.dag_id)
     plans = {e["plan_id"]: json.loads(e["detail"]) for e in events if e["event"] == "planned"}
     return home_worker(dag.dag_id, group, Ledger(store).entries(dag.dag_id), workers,

@@ -98,10 +98,27 @@ def plan(
         if last_epoch is None and any(f.epoch > newest for f in found):  # a run that committed nothing
             last_epoch = max(f.epoch for f in found)
         failures += found
+    if last_epoch is None and client is not None and clock is not None:
+        # Runs created after the failure (queued behind it, or on a lost worker's queue) are re-run too.
+        last_epoch = _latest_run_epoch(dag_id, client, clock, Ledger(store))
     failures += [LostScratch(loc) for loc in lost_scratch]
     failures += [LostWorker(name) for name in lost_workers]
     failures += [BadEpoch(t, e) for t, e in bad_epochs]
     return compute_plan(dag_id, store, failures, regimes, last_epoch=last_epoch, record=record)
+
+
+def _latest_run_epoch(dag_id: str, client: AirflowClient, clock: EpochClock, ledger: Ledger) -> int | None:
+    """The epoch of the DAG's latest run when it is past the ledger's newest epoch (else ``None``:
+    the ledger's newest is the last epoch)."""
+    latest = client.latest_logical_date(dag_id)
+    if latest is None:
+        return None
+    try:
+        epoch = clock.epoch_of(latest)
+    except EpochError:
+        return None
+    newest = max((e.epoch for e in ledger.entries(dag_id, include_invalidated=True)), default=0)
+    return epoch if epoch > newest else None
 
 
 def compute_plan(

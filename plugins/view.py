@@ -77,6 +77,7 @@ def dag_view(
     ledger_version: int | None,
     can_replay: bool,
     unrecorded: Sequence[tuple[str, int, str]] = (),
+    workers: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Everything the view shows at load (see ``GET /api/v1/dags/{dag_id}/view``).
 
@@ -84,6 +85,8 @@ def dag_view(
     plainly successful; failed ones become the preselected failures. ``unrecorded`` holds the
     (task, epoch, run id) Airflow reports successful without a ledger row
     (:func:`falkirk.plugins.grid_status.unrecorded`): they are shown as such and preselected too.
+    ``workers``: the workers the ledger says hold some of the DAG's scratch tables (the choices
+    of a lost worker).
     """
     ordered = topological(tasks)
     ids = [t.task_id for t in ordered]
@@ -113,6 +116,7 @@ def dag_view(
         "airflow_states": overlay,
         "failed": failed,
         "scratch_locations": [scratch] + [f"{scratch}/{t}" for t in ids],
+        "workers": sorted(set(workers)),
         "ledger_version": ledger_version,
         "can_replay": can_replay,
         "recoveries": recovery_history(recovery_events),

@@ -27,7 +27,8 @@ same home without talking to the others. The Airflow side
 ...                   state_uri="/s/worker-b/orders/aggregate/state", state_tier="scratch", worker="worker-b")
 >>> home_worker("orders", scratch_groups(dag)[0], [row], workers=("worker-a", "worker-b"))
 'worker-b'
->>> home_worker("orders", scratch_groups(dag)[0], [row], workers=("worker-a",), lost={"worker-b": row.committed_at})
+>>> home_worker("orders", scratch_groups(dag)[0], [row], workers=("worker-a", "worker-b"),
+...             lost={"worker-b": row.committed_at})
 'worker-a'
 """
 
@@ -91,13 +92,14 @@ def group_of(task_id: str, groups: Iterable[frozenset[str]]) -> frozenset[str] |
 def home_worker(dag_id: str, group: frozenset[str], rows: Iterable[LedgerEntry], workers: Sequence[str],
                 lost: Mapping[str, datetime] | None = None, preferred: str | None = None) -> str | None:
     """The worker ``group``'s task instances run on (see the module docstring); ``None`` when
-    there is no checkpoint to follow and no ``workers`` to choose from. ``preferred``: the
-    queue the DAG gives the task, taken when no checkpoint decides."""
+    there is no checkpoint to follow and no ``workers`` to choose from. Only ``workers`` are
+    chosen: a checkpoint on a worker not among them is not followed. ``preferred``: the queue
+    the DAG gives the task, taken when no checkpoint decides."""
     lost = lost or {}
 
-    def usable(row: LedgerEntry) -> bool:
+    def usable(row: LedgerEntry) -> bool:  # a worker placement knows, that has not been lost since
         gone = lost.get(row.worker or "")
-        return row.worker is not None and (gone is None or row.committed_at > gone)
+        return row.worker in workers and (gone is None or row.committed_at > gone)
 
     held = [r for r in rows if r.dag_id == dag_id and r.task_id in group and r.scratch_uris() and usable(r)]
     if held:

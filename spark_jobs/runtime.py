@@ -160,6 +160,9 @@ class EpochContext:
         if in_scratch:
             self._check_on_this_worker(entry, "state")
         _check_inside(self.store, entry.state_uri, entry, "state_uri")
+        _say(f"{self.args.task_id} epoch {self.epoch}: restoring the state of epoch {entry.epoch} from "
+             f"{entry.state_tier} ({entry.state_uri}" + (f" on {entry.worker}" if in_scratch and entry.worker else "")
+             + ")")
         try:
             return read_frame(self.spark, entry.state_uri, entry.key, entry.state_rows,
                               self.store.options_for(entry.state_uri), on_driver=in_scratch)

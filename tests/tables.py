@@ -18,9 +18,10 @@ TABLES = {
 }
 
 
-def table_rows(store: StoreConfig, name: str, dag_id: str = DAG_ID) -> list[dict]:
+def table_rows(store: StoreConfig, name: str, dag_id: str = DAG_ID, tier: Tier | None = None) -> list[dict]:
+    """Every row of the table ``name`` (``task/table``), in the demo pipeline's tier unless ``tier``."""
     task, table = name.split("/")
-    uri = store.table_uri(TABLES[name], dag_id, task, table)
+    uri = store.table_uri(tier or TABLES[name], dag_id, task, table)
     return scan(DeltaTable(uri, storage_options=store.options_for(uri))).to_pylist()
 
 

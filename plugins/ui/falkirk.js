@@ -244,6 +244,7 @@ function keptText(t, plan, view) {
 
 function FailurePicker({ view, selection, setSelection }) {
   const [scratch, setScratch] = useState(view.scratch_locations[0] || "");
+  const [worker, setWorker] = useState((view.workers || [])[0] || "");
   const suggested = selection.suggested;
   const managed = view.tasks.filter((t) => t.regime_name); // a plain Airflow task has no epochs to redo
   const [badTask, setBadTask] = useState(suggested?.task_id || managed[0]?.task_id || "");
@@ -302,6 +303,24 @@ function FailurePicker({ view, selection, setSelection }) {
         onClick: () => !selection.lost.includes(scratch) && setSelection({ ...selection, lost: [...selection.lost, scratch] }),
       }, "Add"),
     ),
+    (view.workers || []).length
+      ? h(
+          "div",
+          null,
+          h("span", { style: { color: C.muted, marginRight: 6 } }, "Lost worker"),
+          h(
+            "select",
+            { value: worker, onChange: (e) => setWorker(e.target.value), "data-testid": "worker-select", style: { background: C.bg, color: C.fg } },
+            ...view.workers.map((w) => h("option", { key: w, value: w }, w)),
+          ),
+          " ",
+          h(Button, {
+            testid: "add-worker",
+            onClick: () => !selection.workers.includes(worker) && setSelection({ ...selection, workers: [...selection.workers, worker] }),
+          }, "Add"),
+          h("span", { style: { color: C.muted, marginLeft: 8 } }, "(every scratch table it kept is gone)"),
+        )
+      : null,
     h(
       "div",
       null,
@@ -328,6 +347,9 @@ function FailurePicker({ view, selection, setSelection }) {
       ...selection.lost.map((l) =>
         chip(`lost ${l}`, () => setSelection({ ...selection, lost: selection.lost.filter((x) => x !== l) }), `chip-lost-${l}`),
       ),
+      ...selection.workers.map((w) =>
+        chip(`lost worker ${w}`, () => setSelection({ ...selection, workers: selection.workers.filter((x) => x !== w) }), `chip-worker-${w}`),
+      ),
       ...selection.bad.map((b, i) =>
         chip(`bad ${b.task_id} @ ${b.epoch}`, () => setSelection({ ...selection, bad: selection.bad.filter((_, j) => j !== i) }), `chip-bad-${i}`),
       ),
@@ -339,11 +361,12 @@ function failureBody(selection) {
   return {
     failed_tasks: [...selection.failed.values()],
     lost_scratch: selection.lost,
+    lost_workers: selection.workers,
     bad_epochs: selection.bad,
   };
 }
 
-const emptySelection = () => ({ failed: new Map(), lost: [], bad: [], suggested: null });
+const emptySelection = () => ({ failed: new Map(), lost: [], workers: [], bad: [], suggested: null });
 
 // -- the plan and the grid -------------------------------------------------------------------
 
@@ -675,7 +698,7 @@ function FalkirkView({ dagId, runId, taskId }) {
   const body = useMemo(() => (selection ? failureBody(selection) : null), [selection]);
   useEffect(() => {
     if (!body || !view) return undefined;
-    if (!body.failed_tasks.length && !body.lost_scratch.length && !body.bad_epochs.length) {
+    if (!body.failed_tasks.length && !body.lost_scratch.length && !body.lost_workers.length && !body.bad_epochs.length) {
       setPlan(null);
       setPlanError(null);
       return undefined;

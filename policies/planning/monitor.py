@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger
+from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, reads_back
 from falkirk.policies.rollback.graph import Graph
 from falkirk.policies.rollback.metadata import Chain, Checkpoint
 from falkirk.policies.rollback.solver import Solution, Solver
@@ -131,4 +131,11 @@ def acknowledged_inputs(entries: Iterable[LedgerEntry], readable: Readable,
     chains = chains_from_ledger(rows, graph, readable)
     solved = low_watermarks(graph.solver_graph(), chains)
     sources = [t for t in graph.tasks if not any(e.dst == t for e in graph.edges)]
-    return {t: max(EPOCH.last_through(solved.bound(t)), 0) for t in sources}
+    acks = {t: max(EPOCH.last_through(solved.bound(t)), 0) for t in sources}
+    # A consumer reading a window of ``b`` earlier epochs may roll back to its watermark and
+    # then read ``b`` epochs below it again: the source keeps those too.
+    back = reads_back(rows)
+    for (src, _, dst), b in back.items():
+        if src in acks and b:
+            acks[src] = max(min(acks[src], EPOCH.last_through(solved.bound(dst)) - b), 0)
+    return acks

@@ -306,8 +306,9 @@ def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Map
     re-runs an epoch only when it must: it has no usable row for it, an upstream task
     re-runs an epoch it reads (its input changes; with a window of ``back`` epochs, a redone
     epoch ``e`` is read by epochs ``e`` to ``e + back``), or a downstream task re-runs an
-    epoch that reads this task's output of it and that output can no longer be read. The
-    rest keep their committed output.
+    epoch that reads this task's output of it and that output can no longer be read (for a
+    windowed reader, even an epoch within this task's frontier). The rest keep their
+    committed output.
     """
     later = {t: set(range(kept_through[t] + 1, last_epoch + 1)) for t in graph.tasks}
     rerun = {t: set(later[t]) if stateful[t] else {e for e in later[t] if e not in by_epoch.get(t, {})}
@@ -325,7 +326,10 @@ def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Map
             src, dst = edge.src, edge.dst
             b = back.get((src, edge.output, dst), 0)
             grow_dst = {x for e in rerun[src] for x in range(e, e + b + 1) if x in later[dst]} - rerun[dst]
-            grow_src = {x for e in rerun[dst] for x in range(e - b, e + 1) if x in later[src]
+            # A stateless producer also redoes an epoch it keeps whose output a windowed reader
+            # needs and can no longer read (kept, its rows are the same again).
+            grow_src = {x for e in rerun[dst] for x in range(max(e - b, 1), e + 1)
+                        if (x in later[src] or (not stateful[src] and x in by_epoch.get(src, {})))
                         and x not in rerun[src] and not output_readable(src, edge.output, x)}
             for task, grow in ((dst, grow_dst), (src, grow_src)):
                 if grow:

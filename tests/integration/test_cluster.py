@@ -1,6 +1,18 @@
-"""The distributed shape (devstack.cluster) for real: Airflow on PostgreSQL with the
-CeleryExecutor on Redis and two Celery workers, each with its own scratch root; a Spark
-standalone master with two workers; the durable store on ``moto_server``."""
+"""The distributed shape for real (``make cluster-demo``, run once here): Airflow on PostgreSQL
+with the CeleryExecutor on Redis and two Celery workers, each with its own scratch disk; a
+Spark standalone master with two workers that cannot see those disks, behind a Spark Connect
+server; the durable store on ``moto_server``; the query statistics in PostgreSQL.
+
+The reference application runs 8 epochs as ``falkirk_figure1`` (asking for worker-a) beside a
+failure-free copy on worker-b. From epoch 4 it asks for worker-b too, and placement keeps it
+where its scratch state is; before epoch 6 worker-a is killed and its disk deleted; the
+``--lost-worker`` plan is replayed through Airflow. Every table but the scratch tier is written
+by the executors (``FALKIRK_DRIVER_WRITE_MAX_ROWS=0``): a scratch table written there would
+land on a disk no reader looks at, and the table checks would fail.
+
+The tests check, each on its own evidence: the plan against the re-run set derived by hand;
+which worker ran what, before and after the loss; the tables against the copy's.
+"""
 
 from __future__ import annotations
 
@@ -8,53 +20,74 @@ from pathlib import Path
 
 import pytest
 
-from devstack.cluster import Cluster
-from devstack.demo import run_id_of
-from falkirk.policies.regimes import Tier
-from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.ledger import Ledger
-from tests.oracle import canonical, expected_tables
-from tests.tables import TABLES, table_rows
+from devstack.cluster_demo import DAG_ID, REFERENCE, TASKS, ClusterOutcome, run_cluster_demo
+from falkirk.spark_jobs.figure1.data import QUERIES_PER_EPOCH
+from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 
 pytestmark = pytest.mark.integration
 
-HERE = Path(__file__).resolve().parent
-EPOCHS = (1,)
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory: pytest.TempPathFactory) -> ClusterOutcome:
+    return run_cluster_demo(tmp_path_factory.mktemp("cluster") / "run", epochs=8, move_at=4, lose_at=6,
+                            records=5_000, extra_env={"FALKIRK_DRIVER_WRITE_MAX_ROWS": "0"})
 
 
-def test_each_celery_worker_runs_its_queue_with_its_own_scratch_disk_and_the_tables_are_exact(
-        tmp_path: Path) -> None:
-    with Cluster(tmp_path / "cluster", dags_folder=HERE / "cluster_dags") as cluster:
-        client = cluster.airflow.client()
-        from tests.integration.cluster_dags.orders_by_worker import EPOCHS as CLOCK
+def test_the_lost_worker_plan_reruns_the_set_derived_by_hand_and_less_than_clear_downstream(outcome) -> None:
+    plan = outcome.plan
+    # By hand: worker-a held every scratch table of falkirk_figure1: events' and answers' outputs
+    # (ephemeral), rank's outputs, and rank's state except epoch 3's durable copy. rank restores
+    # epoch 3 and redoes 4-8, which reads events 4-8 again: events re-sends them, so popularity
+    # (which logged what it made of events 1-5) rolls back to 3 as well, and its epoch 4 reads
+    # events 2-4 (a window of three), whose outputs 2 and 3 were on worker-a's disk: events, which
+    # keeps no state, redoes 2 and 3 too. answers and stats follow rank. Epochs 6-8 had runs
+    # waiting on worker-a's queue, so the plan goes up to 8.
+    expected = {(t, e) for t in TASKS for e in range(4, 9)} | {("events", 2), ("events", 3)}
+    assert plan.rerun_set() == expected
+    assert {t.task_id: t.kept_through for t in plan.tasks} == dict.fromkeys(TASKS, 3)
+    assert plan.task("rank").restore_from.epoch == 3 and plan.task("rank").restore_from.tier == "durable"
+    assert all(not t.rereads for t in plan.tasks)  # nothing is read back from the lost disk
+    # Airflow's clear with downstream and future, from the first epoch worker-a held (events 1): all 40
+    assert len(plan.clear_downstream_set()) == 40 > len(plan.rerun_set()) == 27
+    assert plan.table() in outcome.planned and "lost worker worker-a" in outcome.planned
 
-        for dag in ("orders_on_a", "orders_on_b"):
-            client.wait_for_dag(dag)
-            client.set_paused(dag, False)
-        for epoch in EPOCHS:
-            for dag in ("orders_on_a", "orders_on_b"):
-                client.trigger(dag, run_id_of(epoch), CLOCK.logical_date(epoch))
-            for dag in ("orders_on_a", "orders_on_b"):
-                assert client.wait_for_run(dag, run_id_of(epoch), timeout=900, progress=print) == "success"
-        # Airflow names the worker that ran each task instance; each copy ran on its own worker.
-        ran = {dag: {ti["hostname"] for e in EPOCHS for ti in client.task_instances(dag, run_id_of(e)).values()}
-               for dag in ("orders_on_a", "orders_on_b")}
-        assert ran == {"orders_on_a": {"worker-a"}, "orders_on_b": {"worker-b"}}
-        # every job ran on the Spark standalone cluster, whose two workers each ran executors
-        assert sorted(cluster.spark.completed_apps()) == sorted(
-            f"falkirk:{dag}.{t}:epoch-{e}" for dag in ("orders_on_a", "orders_on_b")
-            for t in ("ingest", "aggregate", "publish") for e in EPOCHS)
 
-        expected = expected_tables(list(EPOCHS))
-        for dag, worker in (("orders_on_a", "worker-a"), ("orders_on_b", "worker-b")):
-            # the worker's own disk holds the scratch tier; the durable tables are on S3
-            store = StoreConfig(cluster.store.durable_uri, str(cluster.scratch_root(worker)),
-                                cluster.store.storage_options)
-            for name, tier in TABLES.items():
-                assert canonical(table_rows(store, name, dag)) == canonical(expected[name]), (dag, name)
-                if tier is Tier.SCRATCH:
-                    assert store.table_uri(tier, dag, *name.split("/")).startswith(str(cluster.scratch_root(worker)))
-            assert sorted((e.task_id, e.epoch) for e in Ledger(store).entries(dag)) == sorted(
-                (t, e) for t in ("ingest", "aggregate", "publish") for e in EPOCHS)
-        other = cluster.scratch_root("worker-b") / "orders_on_a"
-        assert not other.exists()  # nothing of orders_on_a touched worker-b's disk
+def test_each_copy_ran_on_one_worker_and_placement_held_the_scratch_state_when_asked_to_move(outcome) -> None:
+    before = range(1, outcome.lose_at)
+    # which worker ran what (Airflow's hostname): every task instance of each copy on its worker,
+    # falkirk_figure1's epochs 4-5 on worker-a although the DAG then asked for worker-b
+    assert outcome.placed[DAG_ID] == {(t, e): "worker-a" for t in TASKS for e in before}
+    assert outcome.placed[REFERENCE] == {(t, e): "worker-b" for t in TASKS for e in before}
+    scratch_a = outcome.store.worker_scratch("worker-a")
+    assert (f"rank epoch 5: restoring the state of epoch 4 from scratch "
+            f"({scratch_a}/{DAG_ID}/rank/state on worker-a)") in outcome.logs["rank", 5, 1]
+
+
+def test_the_lost_workers_runs_waited_on_its_queue_and_the_reruns_restored_durable_state_on_the_other(outcome) -> None:
+    stuck = outcome.stuck["events"]
+    assert stuck["queue"] == "worker-a" and stuck["state"] in ("scheduled", "queued")
+    assert outcome.reran_on == {k: "worker-b" for k in outcome.plan.rerun_set()}
+    assert (f"rank epoch 4: restoring the state of epoch 3 from durable "
+            f"({outcome.store.durable_uri}/{DAG_ID}/rank/state)") in outcome.logs["rank", 4, 2]
+    rows = {(e.task_id, e.epoch): e for e in outcome.ledger}
+    assert sorted(rows) == sorted((t, e) for t in TASKS for e in range(1, 9))
+    assert {rows[k].worker for k in outcome.plan.rerun_set()} == {"worker-b"}
+    assert {rows[t, e].worker for t in TASKS for e in range(1, 4) if (t, e) not in outcome.plan.rerun_set()} == {
+        "worker-a"}
+
+
+def test_every_table_and_the_postgres_query_table_equal_the_failure_free_copys(outcome) -> None:
+    assert outcome.checks and all(ok for _, ok, _ in outcome.checks), [c for c in outcome.checks if not c[1]]
+    assert len([c for c in outcome.checks if c[0].startswith("table ")]) == 8  # 5 outputs, rank's state x2, stats'
+    ours = QueryStatsStore.for_dag(outcome.store.durable_uri, DAG_ID)
+    assert ours.postgres and len(ours.rows()) == 8 * QUERIES_PER_EPOCH
+    # stats re-delivered epochs 4-8 once each, as incarnation 1; epochs 1-3 stand as first delivered
+    assert ours.deliveries() == [(e, 0 if e < 4 else 1, QUERIES_PER_EPOCH) for e in range(1, 9)]
+
+
+def test_the_jobs_ran_on_the_standalone_cluster_blind_to_the_scratch_disks(outcome) -> None:
+    assert [a["name"] for a in outcome.spark["activeapps"]] == ["falkirk-connect"]
+    assert [w["coresused"] for w in outcome.spark["workers"]] == [1, 1]  # executors on both Spark workers
+    if not outcome.spark_blind_to_scratch:
+        pytest.skip("mount namespaces are not allowed here: the Spark workers could see the scratch disks")
+    assert outcome.spark_blind_to_scratch

@@ -15,8 +15,10 @@ from hypothesis import given, settings, strategies as st
 
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
 from falkirk.policies.placement import configured_workers, home_worker, lost_workers, scratch_groups
+from falkirk.policies.planning.chains import DataEdge, TaskGraph
+from falkirk.policies.planning.monitor import acknowledged_inputs
 from falkirk.policies.planning.recovery import FailedTask, LostScratch, LostWorker, RecoveryPlan, lost_locations, plan_recovery
-from falkirk.policies.store.ledger import LedgerEntry
+from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
 from tests.unit.test_recovery import GRAPH, REGIMES, history, oracle, readable_when
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -57,10 +59,14 @@ def test_a_group_stays_on_the_worker_of_its_latest_scratch_checkpoint() -> None:
     group = frozenset({"model"})
     rows = [row("model", 1, "worker-a", 1), row("model", 2, "worker-b", 2)]
     assert home_worker("d", group, rows, ("worker-a", "worker-b")) == "worker-b"
+    both = ("worker-a", "worker-b")
     # a durable-only row holds nothing on a worker's disk
-    assert home_worker("d", group, [*rows, row("model", 3, "worker-a", 3, tier="durable")], ()) == "worker-b"
+    assert home_worker("d", group, [*rows, row("model", 3, "worker-a", 3, tier="durable")], both) == "worker-b"
     # rows of another group or DAG do not move it
-    assert home_worker("d", group, [*rows, row("other", 9, "worker-a", 9)], ()) == "worker-b"
+    assert home_worker("d", group, [*rows, row("other", 9, "worker-a", 9)], both) == "worker-b"
+    # a worker placement does not know (removed from FALKIRK_WORKERS) is not followed
+    assert home_worker("d", group, rows, ("worker-a",)) == "worker-a"
+    assert home_worker("d", group, rows, ()) is None
 
 
 def test_a_lost_worker_is_left_until_it_commits_again() -> None:
@@ -149,3 +155,46 @@ def test_losing_one_of_two_workers_reruns_only_what_it_held(lost, rerun) -> None
     plan = plan_recovery("pipe", GRAPH, rows, [LostWorker(lost)], 5, readable_when(False), REGIMES)
     assert {t.task_id: list(t.rerun) for t in plan.tasks if t.rerun} == rerun
     assert len(plan.rerun_set()) < len(plan.clear_downstream_set())
+
+
+def windowed_history(epochs: int) -> tuple[TaskGraph, dict, list[LedgerEntry]]:
+    """The reference application's left half on worker-a: events (ephemeral) feeds popularity, which
+    reads a window of three epochs and logs its output, and rank (lazy, every 3) reads one."""
+    regimes = {"events": Ephemeral(), "popularity": Batch(log_outputs=True), "rank": LazyCheckpoint(every=3)}
+    graph = TaskGraph(tuple(regimes), (DataEdge("events", "output", "popularity"), DataEdge("events", "output", "rank")))
+    rows = []
+    for t in range(1, epochs + 1):
+        for task, regime in regimes.items():
+            tier = regime.output_tier(t).value
+            state = regime.state_tier(t).value if regime.keeps_state else None
+            back = min(2, t - 1) if task == "popularity" else 0
+            rows.append(LedgerEntry(
+                "fig", task, t, regime.spec(), f"run-{t}", 1, notified_through=t, worker="worker-a",
+                outputs=(OutputRef("output", f"/{tier}/worker-a/{task}/output" if tier == "scratch"
+                                   else f"/durable/{task}/output", tier, t, 10, None),),
+                inputs=(InputRef("events", "output", t, back),) if task != "events" else (),
+                state_uri=f"/{state}/worker-a/{task}/state" if state == "scratch" else
+                (f"/durable/{task}/state" if state else None), state_tier=state))
+    return graph, regimes, rows
+
+
+def test_a_windowed_reader_gets_back_the_lost_epochs_of_a_stateless_producer_it_keeps() -> None:
+    graph, regimes, rows = windowed_history(5)
+    plan = plan_recovery("fig", graph, rows, [LostWorker("worker-a")], 5, readable_when(False), regimes)
+    # rank restores its durable epoch 3 and redoes 4-5, so events re-sends 4-5 and popularity rolls
+    # back to 3; popularity's epoch 4 reads events 2-4, whose outputs 2 and 3 were on worker-a's
+    # disk: events, which keeps them (no state), redoes them too, so nothing is re-read from the lost disk
+    assert {t.task_id: list(t.rerun) for t in plan.tasks if t.rerun} == {
+        "events": [2, 3, 4, 5], "popularity": [4, 5], "rank": [4, 5]}
+    assert all(not t.rereads for t in plan.tasks)
+
+
+def test_a_windowed_reader_holds_its_sources_acknowledgement_back_by_its_window() -> None:
+    graph, _, rows = windowed_history(5)
+    durable = lambda uri, key: uri.startswith("/durable/")  # noqa: E731
+    # rank may roll back to its durable epoch 3 and popularity with it; popularity's epoch 4 then
+    # reads events 2 and 3 again: the source keeps epoch 2 on, not only epoch 4 on
+    assert acknowledged_inputs(rows, durable, graph) == {"events": 1}
+    no_window = [dataclasses.replace(r, inputs=tuple(dataclasses.replace(i, reads_back=0) for i in r.inputs))
+                 for r in rows]
+    assert acknowledged_inputs(no_window, durable, graph) == {"events": 3}

@@ -1,0 +1,44 @@
+"""The query-statistics SQL table on both backends: a file (SQLite) and a real PostgreSQL server
+(Debian's, started here). A delivery replaces its epoch in one transaction, so retries and
+re-runs after a rollback never add rows, and the DAGs' tables stay apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devstack.servers import PostgresServer
+from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
+
+pytestmark = pytest.mark.integration
+
+
+def stats(epoch: int, n: int, marker: int) -> list[dict]:
+    return [{"query_id": q, "user": q % 3, "item": q, "clicks": marker, "popularity_rank": q, "page_rank": q + 1}
+            for q in range(epoch * 100, epoch * 100 + n)]
+
+
+def test_deliveries_replace_their_epoch_on_sqlite_and_postgres(tmp_path: Path, monkeypatch) -> None:
+    with PostgresServer(tmp_path / "postgres") as server:
+        server.create_database("queries")
+        url = server.url("queries", driver="postgresql")
+        monkeypatch.setenv("FALKIRK_QUERY_DB", url)
+        stores = {"sqlite": QueryStatsStore(str(tmp_path / "q.sqlite")),
+                  "postgres": QueryStatsStore.for_dag("s3://lake/store", "falkirk_figure1")}
+        other = QueryStatsStore.for_dag("s3://lake/store", "falkirk_figure1_reference")
+        results = {}
+        for name, store in stores.items():
+            store.deliver(1, 0, stats(1, 3, marker=1))
+            store.deliver(2, 0, stats(2, 2, marker=1))
+            store.deliver(2, 0, stats(2, 2, marker=1))   # a retry of the same delivery
+            store.deliver(2, 1, stats(2, 1, marker=2))   # a re-run after a rollback: replaces epoch 2
+            with pytest.raises(Exception):               # a failed transaction leaves the epoch as it was
+                store.deliver(1, 1, [*stats(1, 1, marker=3), {**stats(1, 1, marker=3)[0], "query_id": None}])
+            results[name] = (store.rows(), store.deliveries(), store.duplicates())
+        assert results["sqlite"] == results["postgres"]
+        rows, deliveries, duplicates = results["postgres"]
+        assert rows == [(1, q, q % 3, q, 1, q, q + 1) for q in (100, 101, 102)] + [(2, 200, 2, 200, 2, 200, 201)]
+        assert deliveries == [(1, 0, 3), (2, 1, 1)] and duplicates == []
+        assert other.rows() == []  # each DAG its own schema
+        assert stores["postgres"].schema == "falkirk_figure1"
