@@ -384,13 +384,17 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     instead: a re-run of a completed epoch is refused.
 
     A resumed replay therefore never clears an instance the previous executor already cleared
-    (it is queued, running, or has re-run and committed).
+    (it is queued, running, or has re-run and committed). Instances waiting on the queue of a
+    worker the plan declares lost are cleared too, so that placement moves them.
     """
     recovery = running.plan
     wanted = set(recovery.rerun_set() if wanted is None else wanted)
     rows = {(e.task_id, e.epoch): e for e in ledger.entries(recovery.dag_id)}  # current rows only
     completed = {(e.task_id, e.epoch) for e in (Completions(running.store).completed_among(
         [rows[k] for k in wanted if k in rows]) if running.store is not None else [])}
+    # Instances waiting on a lost worker's queue never run there: cleared, placement sends them
+    # to a live worker (and a resumed replay finds them on that worker's queue).
+    lost = {f.worker for f in recovery.failures if isinstance(f, LostWorker)}
     todo = set()
     for epoch in sorted({e for _, e in wanted}):
         run = running.runs[epoch]
@@ -403,7 +407,8 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
             if (task, epoch) in completed:
                 _mark_completed(running, task, epoch)
                 continue
-            if state in _SETTLED or (state is None and run_state in ("success", "failed")):
+            stranded = tis.get(task, {}).get("queue") in lost and state not in ("running", "restarting")
+            if state in _SETTLED or (state is None and run_state in ("success", "failed")) or stranded:
                 todo.add((task, epoch))
     return todo
 

@@ -40,6 +40,7 @@ from devstack.spark import SparkConnectServer
 from falkirk.plugins.airflow_rest import AirflowClient
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import COMPACT_EVERY, InputRef, Ledger, LedgerEntry, OutputRef, SCHEMA
+from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import wait_states
 from tests.sentinel import checksum
@@ -410,6 +411,19 @@ def test_viewer_sees_the_view_but_cannot_replay(view_stack: ViewStack, browser) 
         assert page.get_by_test_id("chip-bad-0").inner_text().startswith("bad source @ 4")
         page.get_by_test_id("plan").wait_for(timeout=60_000)
         shot(page, "viewer-dark-bad-epoch-added")
+        # a lost worker: the ledger names the machine that committed the scratch tables; its plan
+        # is the API's for that failure, highlighted cell for cell
+        page.get_by_test_id("chip-bad-0").get_by_role("button").click()
+        machine = worker_name()
+        assert page.get_by_test_id("worker-select").input_value() == machine
+        page.get_by_test_id("add-worker").click()
+        assert page.get_by_test_id(f"chip-worker-{machine}").inner_text().startswith(f"lost worker {machine}")
+        page.get_by_test_id("plan").wait_for(timeout=60_000)
+        preview = call(view_stack, "POST", f"dags/{DAG}/preview", "viewer", {"lost_workers": [machine]}).json()
+        page.wait_for_function("id => document.querySelector('[data-testid=plan]').dataset.planId === id",
+                               arg=preview["plan_id"], timeout=60_000)
+        assert cells(page, "data-rerun", "true") == {(t, e) for t, e in preview["rerun"]}
+        assert "lost worker " + machine in preview["failures"]
     finally:
         context.close()
     r = call(view_stack, "POST", f"dags/{DAG}/recoveries", "viewer",
