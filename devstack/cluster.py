@@ -71,7 +71,8 @@ class Cluster:
             # The reference application's query statistics go to PostgreSQL; its clickstream's
             # acknowledgement point (the source system's own state) to a file every worker reaches.
             self.postgres.create_database("queries")
-            extra = {"FALKIRK_QUERY_DB": self.postgres.url("queries", driver="postgresql"),
+            self.query_db = self.postgres.url("queries", driver="postgresql")
+            extra = {"FALKIRK_QUERY_DB": self.query_db,
                      "FALKIRK_CLICKSTREAM_ACKS": str(self._dir("sources") / "{dag_id}.json"), **self.extra_env}
             if self.spark_connect:  # one driver on the cluster; each task a light client of it
                 self.connect = self._stack.enter_context(

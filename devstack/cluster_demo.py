@@ -77,13 +77,16 @@ class ClusterOutcome:
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
     spark: dict[str, Any] = field(default_factory=dict)  # the standalone master's status at the end
     spark_blind_to_scratch: bool = False
+    query_db: str = ""  # the PostgreSQL URL of the query statistics
+    query_rows: int = 0  # falkirk_figure1's rows in it, read before the shape stopped
+    query_deliveries: list[tuple] = field(default_factory=list)  # its deliveries: (epoch, incarnation, rows)
 
     @property
     def ok(self) -> bool:
         return all(ok for _, ok, _ in self.checks)
 
 
-def run_cluster_demo(root: Path, *, epochs: int = 8, move_at: int = 4, lose_at: int = 6, records: int = 5_000,
+def run_cluster_demo(root: Path, *, epochs: int = 8, move_at: int = 2, lose_at: int = 6, records: int = 5_000,
                      extra_env: dict[str, str] | None = None, progress: Progress = say) -> ClusterOutcome:
     """Run the whole demo under ``root`` (emptied first); see the module docstring."""
     if not 2 <= move_at < lose_at <= epochs:
@@ -126,11 +129,11 @@ def _scenario(cluster: Cluster, queues: Path, epochs: int, move_at: int, lose_at
             if state != "success":
                 raise RuntimeError(f"{dag} epoch {e} ended {state}; logs under {cluster.airflow.home / 'logs'}")
 
-    progress(f"\n== epochs 1-{move_at - 1}: {DAG_ID} asks for worker-a, {REFERENCE} for worker-b")
+    progress(f"\n== {_epochs(1, move_at - 1)}: {DAG_ID} asks for worker-a, {REFERENCE} for worker-b")
     trigger(1, move_at - 1)
     for dag in (DAG_ID, REFERENCE):
         finish(dag, 1, move_at - 1)
-    progress(f"\n== epochs {move_at}-{lose_at - 1}: {DAG_ID} now asks for worker-b; its scratch state is on worker-a")
+    progress(f"\n== {_epochs(move_at, lose_at - 1)}: {DAG_ID} now asks for worker-b; its scratch state is on worker-a")
     queues.write_text(json.dumps({DAG_ID: "worker-b", REFERENCE: "worker-b"}))
     _wait_for_queue(client, DAG_ID, "rank", "worker-b")
     trigger(move_at, lose_at - 1)
@@ -169,8 +172,10 @@ def _scenario(cluster: Cluster, queues: Path, epochs: int, move_at: int, lose_at
         store=store, epochs=epochs, move_at=move_at, lose_at=lose_at, placed=placed, stuck=stuck,
         planned=planned, plan=plan, replay_output=replayed,
         reran_on={k: after[k] for k in plan.rerun_set()}, logs=logs, ledger=Ledger(store).entries(DAG_ID),
-        spark=cluster.spark.status(), spark_blind_to_scratch=cluster.spark.hides)
-    outcome.checks = compare_with_reference(store, plan)
+        spark=cluster.spark.status(), spark_blind_to_scratch=cluster.spark.hides, query_db=cluster.query_db)
+    outcome.checks = compare_with_reference(store, plan, cluster.query_db)
+    ours = QueryStatsStore(cluster.query_db, schema=DAG_ID)
+    outcome.query_rows, outcome.query_deliveries = len(ours.rows()), ours.deliveries()
     outcome.checks.append(("the re-runs ran on worker-b", set(outcome.reran_on.values()) == {"worker-b"},
                            f"{len(outcome.reran_on)} task instances"))
     outcome.checks.append(("the plan re-runs fewer task instances than clear-downstream",
@@ -179,7 +184,7 @@ def _scenario(cluster: Cluster, queues: Path, epochs: int, move_at: int, lose_at
     return outcome
 
 
-def compare_with_reference(store: StoreConfig, plan: RecoveryPlan) -> list[tuple[str, bool, str]]:
+def compare_with_reference(store: StoreConfig, plan: RecoveryPlan, query_db: str) -> list[tuple[str, bool, str]]:
     """Every table of the copy against falkirk_figure1's, row for row: durable tables whole, and
     scratch tables (both copies' on worker-b) for the epochs the recovery re-ran there; then the
     PostgreSQL query table."""
@@ -198,7 +203,7 @@ def compare_with_reference(store: StoreConfig, plan: RecoveryPlan) -> list[tuple
                            f"{len(got)} rows, epochs {written[0] if written else '-'}-{written[-1] if written else '-'}"))
         else:
             checks.append((f"table {name}", _canonical(got) == _canonical(ref), f"{len(got)} rows"))
-    ours, theirs = (QueryStatsStore.for_dag(store.durable_uri, d) for d in (DAG_ID, REFERENCE))
+    ours, theirs = (QueryStatsStore(query_db, schema=d) for d in (DAG_ID, REFERENCE))
     rows = ours.rows()
     checks.append(("PostgreSQL query_stats equals the failure-free copy's", ours.postgres and rows == theirs.rows(),
                    f"{len(rows)} rows"))
@@ -213,6 +218,10 @@ def _clock() -> EpochClock:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.EPOCHS
+
+
+def _epochs(first: int, last: int) -> str:
+    return f"epoch {first}" if first == last else f"epochs {first}-{last}"
 
 
 def _wait_for_queue(client: AirflowClient, dag_id: str, task_id: str, queue: str, timeout: float = 180) -> None:
@@ -247,8 +256,8 @@ def _canonical(rows: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=8, help="epochs to run (default 8)")
-    parser.add_argument("--move-at", type=int, default=4,
-                        help="the epoch from which falkirk_figure1 asks for worker-b (default 4)")
+    parser.add_argument("--move-at", type=int, default=2,
+                        help="the epoch from which falkirk_figure1 asks for worker-b (default 2)")
     parser.add_argument("--lose-at", type=int, default=6, help="the epoch before which worker-a is lost (default 6)")
     parser.add_argument("--records", type=int, default=5_000, help="events per epoch (default 5,000)")
     parser.add_argument("--root", type=Path, default=PROJECT_ROOT / ".falkirk" / "cluster",

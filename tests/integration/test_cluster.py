@@ -4,7 +4,7 @@ Spark standalone master with two workers that cannot see those disks, behind a S
 server; the durable store on ``moto_server``; the query statistics in PostgreSQL.
 
 The reference application runs 8 epochs as ``falkirk_figure1`` (asking for worker-a) beside a
-failure-free copy on worker-b. From epoch 4 it asks for worker-b too, and placement keeps it
+failure-free copy on worker-b. From epoch 2 it asks for worker-b too, and placement keeps it
 where its scratch state is; before epoch 6 worker-a is killed and its disk deleted; the
 ``--lost-worker`` plan is replayed through Airflow. Every table but the scratch tier is written
 by the executors (``FALKIRK_DRIVER_WRITE_MAX_ROWS=0``): a scratch table written there would
@@ -22,14 +22,13 @@ import pytest
 
 from devstack.cluster_demo import DAG_ID, REFERENCE, TASKS, ClusterOutcome, run_cluster_demo
 from falkirk.spark_jobs.figure1.data import QUERIES_PER_EPOCH
-from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory: pytest.TempPathFactory) -> ClusterOutcome:
-    return run_cluster_demo(tmp_path_factory.mktemp("cluster") / "run", epochs=8, move_at=4, lose_at=6,
+    return run_cluster_demo(tmp_path_factory.mktemp("cluster") / "run", epochs=8, move_at=2, lose_at=6,
                             records=5_000, extra_env={"FALKIRK_DRIVER_WRITE_MAX_ROWS": "0"})
 
 
@@ -55,7 +54,7 @@ def test_the_lost_worker_plan_reruns_the_set_derived_by_hand_and_less_than_clear
 def test_each_copy_ran_on_one_worker_and_placement_held_the_scratch_state_when_asked_to_move(outcome) -> None:
     before = range(1, outcome.lose_at)
     # which worker ran what (Airflow's hostname): every task instance of each copy on its worker,
-    # falkirk_figure1's epochs 4-5 on worker-a although the DAG then asked for worker-b
+    # falkirk_figure1's epochs 2-5 on worker-a although the DAG then asked for worker-b
     assert outcome.placed[DAG_ID] == {(t, e): "worker-a" for t in TASKS for e in before}
     assert outcome.placed[REFERENCE] == {(t, e): "worker-b" for t in TASKS for e in before}
     scratch_a = outcome.store.worker_scratch("worker-a")
@@ -79,10 +78,9 @@ def test_the_lost_workers_runs_waited_on_its_queue_and_the_reruns_restored_durab
 def test_every_table_and_the_postgres_query_table_equal_the_failure_free_copys(outcome) -> None:
     assert outcome.checks and all(ok for _, ok, _ in outcome.checks), [c for c in outcome.checks if not c[1]]
     assert len([c for c in outcome.checks if c[0].startswith("table ")]) == 8  # 5 outputs, rank's state x2, stats'
-    ours = QueryStatsStore.for_dag(outcome.store.durable_uri, DAG_ID)
-    assert ours.postgres and len(ours.rows()) == 8 * QUERIES_PER_EPOCH
+    assert outcome.query_db.startswith("postgresql://") and outcome.query_rows == 8 * QUERIES_PER_EPOCH
     # stats re-delivered epochs 4-8 once each, as incarnation 1; epochs 1-3 stand as first delivered
-    assert ours.deliveries() == [(e, 0 if e < 4 else 1, QUERIES_PER_EPOCH) for e in range(1, 9)]
+    assert outcome.query_deliveries == [(e, 0 if e < 4 else 1, QUERIES_PER_EPOCH) for e in range(1, 9)]
 
 
 def test_the_jobs_ran_on_the_standalone_cluster_blind_to_the_scratch_disks(outcome) -> None:
