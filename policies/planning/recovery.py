@@ -195,7 +195,7 @@ class RecoveryPlan:
         """The plan for people: per task, its frontier, what it re-runs, and clear-downstream's count."""
         rows = [["task", "regime", "keeps epochs", "re-runs", "restores", "clear-downstream re-runs"]]
         for t in self.tasks:
-            rows.append([t.task_id, t.regime, _epochs_upto(t.kept_through), _span(t.rerun),
+            rows.append([t.task_id, t.regime, _kept(t), _span(t.rerun),
                          f"state of epoch {t.restore_from.epoch}" if t.restore_from else
                          ("empty state" if Regime.parse(t.regime).keeps_state and t.rerun else "-"),
                          _span(t.clear_downstream)])
@@ -415,5 +415,8 @@ def _span(epochs: tuple[int, ...]) -> str:
     return ",".join(map(str, epochs))
 
 
-def _epochs_upto(through: int) -> str:
-    return "none" if through <= 0 else (f"1-{through}" if through > 1 else "1")
+def _kept(task: TaskPlan) -> str:
+    """The epochs up to the task's frontier that it keeps as they are (a stateless task may redo
+    some of them for a windowed reader)."""
+    kept = tuple(e for e in range(1, task.kept_through + 1) if e not in task.rerun)
+    return _span(kept) if kept else "none"
