@@ -187,6 +187,9 @@ def test_a_windowed_reader_gets_back_the_lost_epochs_of_a_stateless_producer_it_
     assert {t.task_id: list(t.rerun) for t in plan.tasks if t.rerun} == {
         "events": [2, 3, 4, 5], "popularity": [4, 5], "rank": [4, 5]}
     assert all(not t.rereads for t in plan.tasks)
+    # the table lists as kept only what stays as it is: events keeps epoch 1 (its frontier is 3)
+    lines = {line.split()[0]: line.split()[2] for line in plan.table().splitlines()[3:6]}
+    assert lines == {"events": "1", "popularity": "1-3", "rank": "1-3"}
 
 
 def test_a_windowed_reader_holds_its_sources_acknowledgement_back_by_its_window() -> None:
