@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo cluster-demo test test-faults test-unit bench bench-ledger bench-regimes install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo test test-faults test-unit bench bench-ledger bench-regimes bench-recovery install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -41,6 +41,11 @@ bench: install
 ## bench-ledger: reading the ledger of 100 tasks x 1,000 epochs
 bench-ledger: install
 	$(PY) -m benchmarks.ledger_bench
+
+## bench-recovery: the distributed shape, one of two workers lost late in the reference application:
+## the Falkirk plan against clear-downstream and a restart; each regime's overhead, scratch tier on and off
+bench-recovery: install cluster-tools
+	$(PY) -m benchmarks.recovery_bench $(BENCH_ARGS)
 
 ## bench-regimes: one Spark job over 1M rows per epoch, each regime's per-epoch time as a ratio to no fault tolerance
 bench-regimes: install

@@ -139,6 +139,19 @@ def run_epoch(spark, variant: Variant, epoch: int, source: Path, store: StoreCon
     return time.perf_counter() - started
 
 
+def regime_store(durable_uri: str | None, scratch_tier: str, local: Path, name: str) -> StoreConfig:
+    """A regime variant's store: durable under ``durable_uri`` (or ``local``), scratch on the
+    local disk or, with ``scratch_tier="durable"``, beside the durable tables.
+
+    >>> regime_store(None, "durable", Path("/tmp/b/v1"), "v1").scratch_uri
+    '/tmp/b/v1/durable/scratch'
+    """
+    durable = f"{durable_uri.rstrip('/')}/{name}" if durable_uri else str(local / "durable")
+    scratch = f"{durable}/scratch" if scratch_tier == "durable" else str(local / "scratch")
+    options = {k: v for k, v in os.environ.items() if k.startswith("AWS_")} if durable.startswith("s3://") else {}
+    return StoreConfig(durable, scratch, options)
+
+
 def table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
@@ -152,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000, help="input events per epoch")
     parser.add_argument("--epochs", type=int, default=11, help="epochs per variant (the first is a warm-up)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--durable-uri", help="the regimes' durable store (default: a local directory); an "
+                        "s3:// URI reads AWS_ENDPOINT_URL and the credentials from the environment")
+    parser.add_argument("--scratch-tier", choices=("local", "durable"), default="local",
+                        help="where the regimes' scratch tables go: a local directory (default), or the durable "
+                        "store (no scratch tier)")
     parser.add_argument("--keep", action="store_true", help="keep the stores (printed) for inspection")
     args = parser.parse_args(argv)
     if args.epochs < 2:
@@ -171,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"generating {args.epochs} epochs x {args.rows:,} events under {root} ...")
         generate_input(spark, root / "source", args.epochs, args.rows)
         runs = variants()
-        stores = {v.name: StoreConfig(str(root / f"v{i}" / "durable"), str(root / f"v{i}" / "scratch"))
+        stores = {v.name: regime_store(args.durable_uri, args.scratch_tier, root / f"v{i}", f"v{i}")
+                  if v.regime is not None else StoreConfig(str(root / f"v{i}" / "durable"), str(root / f"v{i}" / "scratch"))
                   for i, v in enumerate(runs)}
         base = {v.name: v for v in runs if v.regime is None}
         regimes = [v for v in runs if v.regime is not None]
@@ -200,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 rows.append([v.name, f"{med:.3f}", f"{statistics.median(v.extra):+.3f}",
                              f"{statistics.median(v.ratios):.3f}"])
-        print(f"\n{args.rows:,} events per epoch, {args.epochs - 1} measured epochs, master {args.master}. "
+        where = f"durable store {args.durable_uri or 'on the local disk'}, scratch tier " + (
+            "in the durable store" if args.scratch_tier == "durable" else "on the local disk")
+        print(f"\n{args.rows:,} events per epoch, {args.epochs - 1} measured epochs, master {args.master}, {where}. "
               f"Each regime's epoch is paired with a no-FT run of the same epoch (stateless or stateful, "
               f"as the regime) just before it; ratio = median over epochs of the pair's ratio.\n")
         print(table(rows))
