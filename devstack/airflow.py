@@ -61,7 +61,10 @@ class AirflowStack:
     port: int | None = None
     dags_folder: Path = PROJECT_ROOT / "dags"
     spark_master: str = "local[2]"
-    parallelism: int = 4
+    # Default: 4 task processes with the LocalExecutor; with Celery the workers' concurrency is the
+    # limit, and Airflow's default 32 leaves room for the slots that messages stranded on a lost
+    # worker's queue keep holding in the scheduler (until it restarts).
+    parallelism: int | None = None
     extra_env: Mapping[str, str] | None = None
     plugins_folder: Path = PROJECT_ROOT / "plugins"
     venv_bin: Path = VENV_BIN  # the environment Airflow (and the package) is installed in
@@ -102,7 +105,7 @@ class AirflowStack:
                 # The SQLite connection arguments below, importable without the checkout on the path.
                 "PYTHONPATH": os.pathsep.join(filter(None, [self._python_dir(), os.environ.get("PYTHONPATH")])),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+                "AIRFLOW__CORE__PARALLELISM": str(self.parallelism or (32 if self.workers else 4)),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
                 **self._database_env(),
                 "AIRFLOW__API__HOST": "127.0.0.1",

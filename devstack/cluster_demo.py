@@ -75,6 +75,7 @@ class ClusterOutcome:
     logs: dict[tuple[str, int, int], str]  # (task, epoch, try) -> the task's log, for the instances read
     ledger: list[LedgerEntry]  # falkirk_figure1's current rows
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    held_checks: list[tuple[str, bool, str]] = field(default_factory=list)  # before the loss, placement held
     spark: dict[str, Any] = field(default_factory=dict)  # the standalone master's status at the end
     spark_blind_to_scratch: bool = False
     query_db: str = ""  # the PostgreSQL URL of the query statistics
@@ -142,6 +143,9 @@ def _scenario(cluster: Cluster, queues: Path, epochs: int, move_at: int, lose_at
     placed = {dag: _workers(client, dag, 1, lose_at - 1) for dag in (DAG_ID, REFERENCE)}
     for dag, where in placed.items():
         progress(f"  {dag}: every task instance of epochs 1-{lose_at - 1} ran on {', '.join(sorted(set(where.values())))}")
+    held = compare_as_placed(store)
+    progress(f"  with placement held, {sum(ok for _, ok, _ in held)} of {len(held)} tables equal the copy's "
+             f"({DAG_ID}'s scratch tables on worker-a, the copy's on worker-b)")
 
     progress(f"\n== worker-a is lost with its disk ({cluster.scratch_root('worker-a')}); epochs {lose_at}-{epochs} "
              f"are triggered")
@@ -170,7 +174,7 @@ def _scenario(cluster: Cluster, queues: Path, epochs: int, move_at: int, lose_at
 
     outcome = ClusterOutcome(
         store=store, epochs=epochs, move_at=move_at, lose_at=lose_at, placed=placed, stuck=stuck,
-        planned=planned, plan=plan, replay_output=replayed,
+        planned=planned, plan=plan, replay_output=replayed, held_checks=held,
         reran_on={k: after[k] for k in plan.rerun_set()}, logs=logs, ledger=Ledger(store).entries(DAG_ID),
         spark=cluster.spark.status(), spark_blind_to_scratch=cluster.spark.hides, query_db=cluster.query_db)
     outcome.checks = compare_with_reference(store, plan, cluster.query_db)
@@ -182,6 +186,25 @@ def _scenario(cluster: Cluster, queues: Path, epochs: int, move_at: int, lose_at
                            len(plan.rerun_set()) < len(plan.clear_downstream_set()),
                            f"{len(plan.rerun_set())} against {len(plan.clear_downstream_set())}"))
     return outcome
+
+
+def compare_as_placed(store: StoreConfig) -> list[tuple[str, bool, str]]:
+    """Every table of falkirk_figure1, wherever its ledger says it is, against the copy's, row
+    for row: scratch tables on their workers' disks too."""
+    ours, theirs = _tables(store, DAG_ID), _tables(store, REFERENCE)
+    checks = []
+    for name in sorted(theirs):
+        got = _rows(store, ours[name]) if name in ours else []
+        checks.append((f"table {name}",
+                       name in ours and _canonical(got) == _canonical(_rows(store, theirs[name])),
+                       f"{len(got)} rows at {ours.get(name, 'nowhere')}"))
+    return checks
+
+
+def _tables(store: StoreConfig, dag: str) -> dict[str, str]:
+    """``task/table`` (``(scratch)`` after it for the scratch tier) -> its URI, from ``dag``'s ledger."""
+    return {uri.split(f"/{dag}/", 1)[1] + (" (scratch)" if store.is_scratch(uri) else ""): uri
+            for e in Ledger(store).entries(dag) for uri in (e.state_uri, *(o.uri for o in e.outputs)) if uri}
 
 
 def compare_with_reference(store: StoreConfig, plan: RecoveryPlan, query_db: str) -> list[tuple[str, bool, str]]:

@@ -62,6 +62,16 @@ def test_each_copy_ran_on_one_worker_and_placement_held_the_scratch_state_when_a
             f"({scratch_a}/{DAG_ID}/rank/state on worker-a)") in outcome.logs["rank", 5, 1]
 
 
+def test_with_placement_held_every_table_equalled_the_copys_before_the_loss(outcome) -> None:
+    # read where the ledger put them: falkirk_figure1's scratch tables on worker-a's disk,
+    # the copy's on worker-b's, the durable ones on S3
+    assert [(name, ok) for name, ok, _ in outcome.held_checks] == [(name, True) for name, _, _ in outcome.held_checks]
+    assert len(outcome.held_checks) == 8
+    assert sum("(scratch)" in name for name, _, _ in outcome.held_checks) == 4  # 3 outputs and rank's state
+    assert all(outcome.store.worker_scratch("worker-a") in detail for name, _, detail in outcome.held_checks
+               if "(scratch)" in name)
+
+
 def test_the_lost_workers_runs_waited_on_its_queue_and_the_reruns_restored_durable_state_on_the_other(outcome) -> None:
     stuck = outcome.stuck["events"]
     assert stuck["queue"] == "worker-a" and stuck["state"] in ("scheduled", "queued")
