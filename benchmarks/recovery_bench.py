@@ -205,10 +205,10 @@ def report(recoveries: list[Recovery], epochs: int, lose_at: int) -> tuple[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=15, help="epochs of the application (default 15)")
-    # Before epoch 15, rank (LazyCheckpoint(every=3)) has its last durable checkpoint at 12 and
-    # loses the most it can: epochs 13 and 14.
-    parser.add_argument("--lose-at", type=int, default=15, help="worker-a is lost before this epoch (default 15)")
+    parser.add_argument("--epochs", type=int, default=21, help="epochs of the application (default 21)")
+    # Before epoch 21, rank (LazyCheckpoint(every=3)) has its last durable checkpoint at 18 and
+    # loses the most it can: epochs 19 and 20.
+    parser.add_argument("--lose-at", type=int, default=21, help="worker-a is lost before this epoch (default 21)")
     parser.add_argument("--records", type=int, default=5_000, help="events per epoch (default 5,000)")
     parser.add_argument("--regime-rows", type=int, default=200_000,
                         help="events per epoch of the regime benchmark (default 200,000; 0 skips it)")
