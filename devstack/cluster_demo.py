@@ -212,8 +212,7 @@ def compare_with_reference(store: StoreConfig, plan: RecoveryPlan, query_db: str
     scratch tables (both copies' on worker-b) for the epochs the recovery re-ran there; then the
     PostgreSQL query table."""
     checks = []
-    uris = {u for e in Ledger(store).entries(REFERENCE) for u in (e.state_uri, *(o.uri for o in e.outputs)) if u}
-    for ref_uri in sorted(uris):
+    for ref_uri in sorted(_tables(store, REFERENCE).values()):
         uri = ref_uri.replace(f"/{REFERENCE}/", f"/{DAG_ID}/")
         ref, got = _rows(store, ref_uri), _rows(store, uri)
         name = uri.split(f"/{DAG_ID}/", 1)[1]
