@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from falkirk.policies.partitions import task_of
 from falkirk.policies.regimes import Regime
 from falkirk.policies.rollback.graph import Edge, Graph, Processor
 from falkirk.policies.rollback.metadata import Chain, Checkpoint
@@ -61,7 +62,8 @@ class ChainError(ValueError):
 
 @dataclass(frozen=True)
 class DataEdge:
-    """Task ``dst`` reads the output table ``output`` of task ``src``."""
+    """Processor ``dst`` reads the output table ``output`` of processor ``src`` (tasks, or
+    partitions ``task[i]``)."""
 
     src: str
     output: str
@@ -74,7 +76,11 @@ class DataEdge:
 
 @dataclass(frozen=True)
 class TaskGraph:
-    """A pipeline's tasks and the data edges between them."""
+    """A pipeline's processors and the data edges between them.
+
+    A processor is a task, or one partition ``task[i]`` of a partitioned task
+    (:mod:`falkirk.policies.partitions`): each has its own rows, state and frontier.
+    """
 
     tasks: tuple[str, ...]
     edges: tuple[DataEdge, ...]
@@ -88,14 +94,15 @@ class TaskGraph:
 
     @classmethod
     def from_ledger(cls, entries: Iterable[LedgerEntry]) -> "TaskGraph":
-        """Every task with a ledger row, and an edge for every input any of them read."""
+        """Every task (every partition of a partitioned one) with a ledger row, and an edge for
+        every input (producer partition) any of them read."""
         tasks: dict[str, None] = {}
         edges: dict[DataEdge, None] = {}
         for e in entries:
-            tasks.setdefault(e.task_id)
+            tasks.setdefault(e.processor)
             for i in e.inputs:
-                tasks.setdefault(i.task_id)
-                edges.setdefault(DataEdge(i.task_id, i.output, e.task_id))
+                tasks.setdefault(i.processor)
+                edges.setdefault(DataEdge(i.processor, i.output, e.processor))
         return cls(tuple(tasks), tuple(edges))
 
     def downstream(self, task: str) -> list[str]:
@@ -112,6 +119,25 @@ class TaskGraph:
                     seen.append(e.dst)
                     todo.append(e.dst)
         return seen
+
+    def tasks_downstream(self, task: str) -> list[str]:
+        """The processors of every task downstream of ``task`` (not ``task``'s own), as Airflow
+        sees tasks: a partition of a task reaches every partition of the tasks after it.
+
+        >>> g = TaskGraph(("a[0]", "a[1]", "b[0]", "b[1]", "c"), (DataEdge("a[0]", "output", "b[0]"),
+        ...     DataEdge("a[1]", "output", "b[1]"), DataEdge("b[0]", "output", "c"), DataEdge("b[1]", "output", "c")))
+        >>> g.tasks_downstream("a")
+        ['b[0]', 'b[1]', 'c']
+        """
+        task_edges = {(task_of(e.src), task_of(e.dst)) for e in self.edges}
+        seen, todo = {task}, [task]
+        while todo:
+            t = todo.pop()
+            for src, dst in task_edges:
+                if src == t and dst not in seen:
+                    seen.add(dst)
+                    todo.append(dst)
+        return [p for p in self.tasks if task_of(p) in seen - {task}]
 
     def solver_graph(self, failed: Iterable[str] = ()) -> Graph:
         """The same graph as the solver sees it: processors in the epoch domain, identity φ."""
@@ -131,16 +157,17 @@ def reads_back(entries: Iterable[LedgerEntry]) -> dict[tuple[str, str, str], int
     back: dict[tuple[str, str, str], int] = {}
     for r in entries:
         for i in r.inputs:
-            k = (i.task_id, i.output, r.task_id)
+            k = (i.processor, i.output, r.processor)
             back[k] = max(back.get(k, 0), i.reads_back)
     return back
 
 
 def current_rows(entries: Iterable[LedgerEntry]) -> dict[str, list[LedgerEntry]]:
-    """Per task, its rows in epoch order, keeping the latest incarnation of each epoch."""
+    """Per processor (task or partition), its rows in epoch order, keeping the latest incarnation
+    of each epoch."""
     latest: dict[tuple[str, int], LedgerEntry] = {}
     for e in entries:
-        k = (e.task_id, e.epoch)
+        k = (e.processor, e.epoch)
         if k not in latest or e.incarnation > latest[k].incarnation:
             latest[k] = e
     out: dict[str, list[LedgerEntry]] = {}
@@ -180,7 +207,7 @@ def chains_from_ledger(
                     discarded[ref.name] = EPOCH.through_bound(row.epoch)
             if not _restorable(row, readable):
                 continue
-            consumed = {(i.task_id, i.output): EPOCH.through_bound(i.through) for i in row.inputs}
+            consumed = {(i.processor, i.output): EPOCH.through_bound(i.through) for i in row.inputs}
             for e in out_edges:
                 if not any(ref.name == e.output for ref in row.outputs):
                     raise ChainError(f"task {task!r} epoch {row.epoch}: edge {e.id} reads output {e.output!r}, "

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Union
 
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back, sent_undelivered
+from falkirk.policies.partitions import task_of
 from falkirk.policies.regimes import Regime
 from falkirk.policies.rollback.solver import solve
 from falkirk.policies.rollback.times import EPOCH
@@ -65,7 +66,8 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class FailedTask:
-    """Task instance (``task_id``, ``epoch``) failed."""
+    """Task instance (``task_id``, ``epoch``) failed. ``task_id`` names a task, one partition
+    ``task[i]`` of a partitioned task (its mapped task instance), or, bare, all its partitions."""
 
     task_id: str
     epoch: int
@@ -96,7 +98,8 @@ class LostWorker:
 
 @dataclass(frozen=True)
 class BadEpoch:
-    """Epoch ``epoch`` of ``task_id`` is bad: its checkpoints from that epoch on are unusable."""
+    """Epoch ``epoch`` of ``task_id`` is bad: its checkpoints from that epoch on are unusable.
+    ``task_id`` names a task, one partition ``task[i]``, or, bare, every partition of a task."""
 
     task_id: str
     epoch: int
@@ -240,9 +243,13 @@ def plan_recovery(
     if not failures:
         raise PlanError("failures: name at least one (a failed task, a lost scratch location or a bad epoch)")
     rows = [e for e in entries if e.dag_id == dag_id]
-    regime_text = {t: r.spec() for t, r in (regimes or {}).items()}
+    given = {p: r.spec() for p, r in (regimes or {}).items()}
+    regime_text: dict[str, str] = {}
     for e in rows:
-        regime_text.setdefault(e.task_id, e.regime)
+        regime_text.setdefault(e.processor, e.regime)
+    for p in graph.tasks:  # the DAG's regime names a task, or one of its partitions
+        if p not in regime_text and (p in given or task_of(p) in given):
+            regime_text[p] = given.get(p) or given[task_of(p)]
     _check(graph, failures, last_epoch, first_epoch)
 
     for t in graph.tasks:
@@ -251,30 +258,44 @@ def plan_recovery(
     stateful = {t: Regime.parse(regime_text[t]).keeps_state for t in graph.tasks}
 
     # A failed or bad epoch taints a stateful task's rows from then on (its state carries
-    # the epoch forward); a stateless task's epochs are independent, so only that row.
+    # the epoch forward); a stateless task's epochs are independent, so only that row. A
+    # failure naming a partitioned task names each of its partitions.
     untrusted: set[tuple[str, int]] = set()
+    failed: set[str] = set()
     for f in failures:
         if isinstance(f, (FailedTask, BadEpoch)):
-            upto = last_epoch if stateful[f.task_id] else f.epoch
-            untrusted.update((f.task_id, e) for e in range(f.epoch, upto + 1))
+            for p in _named(graph, f.task_id):
+                upto = last_epoch if stateful[p] else f.epoch
+                untrusted.update((p, e) for e in range(f.epoch, upto + 1))
+                if isinstance(f, FailedTask):
+                    failed.add(p)
     lost = lost_locations(failures, rows)
 
     still_readable = without(readable, lost)
+    back = reads_back(rows)
 
-    # Records an external system has not accepted yet are sent again (spec §4.2): such an
-    # epoch is no checkpoint, and it re-runs like an epoch that never committed.
-    kept = [e for e in rows if (e.task_id, e.epoch) not in untrusted and e.epoch <= last_epoch
-            and not sent_undelivered(e, still_readable)]
-
-    failed = sorted({f.task_id for f in failures if isinstance(f, FailedTask)})
-    chains = chains_from_ledger(kept, graph, still_readable, failed=failed, first_epoch=first_epoch)
-    answer = solve(graph.solver_graph(failed=failed), chains)
-    kept_through = {t: max(EPOCH.last_through(answer.bound(t)), first_epoch - 1) for t in graph.tasks}
+    # The solver's frontiers, then the re-runs they imply. A re-run may need an epoch of a
+    # stateful task's output that task keeps but that can no longer be read (a windowed reader,
+    # or a stateless task redoing a kept epoch, reads back into it): the state cannot produce
+    # that epoch again, so its frontier must fall below it. Drop those rows and solve again;
+    # every consistent answer falls below them too, so the fixpoint is the greatest one.
+    while True:
+        # Records an external system has not accepted yet are sent again (spec §4.2): such an
+        # epoch is no checkpoint, and it re-runs like an epoch that never committed.
+        kept = [e for e in rows if (e.processor, e.epoch) not in untrusted and e.epoch <= last_epoch
+                and not sent_undelivered(e, still_readable)]
+        chains = chains_from_ledger(kept, graph, still_readable, failed=sorted(failed), first_epoch=first_epoch)
+        answer = solve(graph.solver_graph(failed=sorted(failed)), chains)
+        kept_through = {t: max(EPOCH.last_through(answer.bound(t)), first_epoch - 1) for t in graph.tasks}
+        by_epoch = {t: {e.epoch: e for e in rs} for t, rs in current_rows(kept).items()}
+        rerun, unreadable = _rerun_sets(graph, kept_through, stateful, by_epoch, still_readable, last_epoch, back,
+                                        first_epoch)
+        if not unreadable:
+            break
+        for p, epoch in unreadable:
+            untrusted.update((p, e) for e in range(epoch, last_epoch + 1))
     notified = {t: EPOCH.last_through(min(answer.notification[t], EPOCH.through_bound(last_epoch)))
                 for t in graph.tasks}
-    by_epoch = {t: {e.epoch: e for e in rs} for t, rs in current_rows(kept).items()}
-    back = reads_back(rows)
-    rerun = _rerun_sets(graph, kept_through, stateful, by_epoch, still_readable, last_epoch, back)
     clear = _clear_downstream(graph, failures, current_rows(rows), last_epoch)
 
     tasks = []
@@ -299,8 +320,11 @@ def plan_recovery(
 
 def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Mapping[str, bool],
                 by_epoch: Mapping[str, Mapping[int, LedgerEntry]], readable: Readable,
-                last_epoch: int, back: Mapping[tuple[str, str, str], int]) -> dict[str, tuple[int, ...]]:
-    """The epochs each task re-runs: past its frontier, all of them for a stateful task.
+                last_epoch: int, back: Mapping[tuple[str, str, str], int], first_epoch: int = 1,
+                ) -> tuple[dict[str, tuple[int, ...]], set[tuple[str, int]]]:
+    """The epochs each processor re-runs: past its frontier, all of them for a stateful one;
+    and the (stateful processor, epoch) pairs a re-run needs, within that processor's frontier,
+    whose output can no longer be read (none when the frontiers are consistent).
 
     A stateless task's epochs do not depend on one another, so one past its frontier
     re-runs an epoch only when it must: it has no usable row for it, an upstream task
@@ -313,6 +337,7 @@ def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Map
     later = {t: set(range(kept_through[t] + 1, last_epoch + 1)) for t in graph.tasks}
     rerun = {t: set(later[t]) if stateful[t] else {e for e in later[t] if e not in by_epoch.get(t, {})}
              for t in graph.tasks}
+    unreadable: set[tuple[str, int]] = set()
 
     def output_readable(task: str, output: str, epoch: int) -> bool:
         row = by_epoch.get(task, {}).get(epoch)
@@ -326,16 +351,18 @@ def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Map
             src, dst = edge.src, edge.dst
             b = back.get((src, edge.output, dst), 0)
             grow_dst = {x for e in rerun[src] for x in range(e, e + b + 1) if x in later[dst]} - rerun[dst]
+            needed = {x for e in rerun[dst] for x in range(max(e - b, first_epoch), e + 1)
+                      if x not in rerun[src] and not output_readable(src, edge.output, x)}
             # A stateless producer also redoes an epoch it keeps whose output a windowed reader
-            # needs and can no longer read (kept, its rows are the same again).
-            grow_src = {x for e in rerun[dst] for x in range(max(e - b, 1), e + 1)
-                        if (x in later[src] or (not stateful[src] and x in by_epoch.get(src, {})))
-                        and x not in rerun[src] and not output_readable(src, edge.output, x)}
+            # needs and can no longer read (kept, its rows are the same again); a stateful one
+            # cannot (see plan_recovery).
+            grow_src = {x for x in needed if x in later[src] or not stateful[src]}
+            unreadable |= {(src, x) for x in needed - grow_src}
             for task, grow in ((dst, grow_dst), (src, grow_src)):
                 if grow:
                     rerun[task] |= grow
                     changed = True
-    return {t: tuple(sorted(rerun[t])) for t in graph.tasks}
+    return {t: tuple(sorted(rerun[t])) for t in graph.tasks}, unreadable
 
 
 def _check(graph: TaskGraph, failures: tuple[Failure, ...], last_epoch: int, first_epoch: int) -> None:
@@ -343,7 +370,7 @@ def _check(graph: TaskGraph, failures: tuple[Failure, ...], last_epoch: int, fir
         raise PlanError(f"last_epoch={last_epoch}: the DAG has no run yet, so there is nothing to recover")
     for i, f in enumerate(failures):
         if isinstance(f, (FailedTask, BadEpoch)):
-            if f.task_id not in graph.tasks:
+            if not _named(graph, f.task_id):
                 raise PlanError(f"failures[{i}].task_id: unknown task {f.task_id!r}; the DAG's tasks are "
                                 f"{', '.join(graph.tasks)}")
             if not isinstance(f.epoch, int) or not first_epoch <= f.epoch <= last_epoch:
@@ -357,6 +384,14 @@ def _check(graph: TaskGraph, failures: tuple[Failure, ...], last_epoch: int, fir
                 raise PlanError(f"failures[{i}].worker: name the worker that was lost")
         else:
             raise PlanError(f"failures[{i}]: {f!r} is not a FailedTask, LostScratch, LostWorker or BadEpoch")
+
+
+def _named(graph: TaskGraph, name: str) -> tuple[str, ...]:
+    """The processors a failure's ``task_id`` names: a task, one partition ``task[i]``, or every
+    partition of a partitioned task."""
+    if name in graph.tasks:
+        return (name,)
+    return tuple(p for p in graph.tasks if task_of(p) == name and p != name)
 
 
 def lost_locations(failures: Iterable[Failure], rows: Iterable[LedgerEntry]) -> tuple[str, ...]:
@@ -383,12 +418,13 @@ def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Map
 
     Airflow knows nothing of a lost scratch location or worker: clearing "and hoping" means
     clearing, with downstream and future, every task that kept data there, from the
-    first epoch whose data was lost.
+    first epoch whose data was lost. Airflow's downstream is task-level: clearing partition
+    ``t[i]`` clears that partition alone of ``t`` and every partition of the tasks downstream.
     """
     origins: list[tuple[str, int]] = []
     for f in failures:
         if isinstance(f, (FailedTask, BadEpoch)):
-            origins.append((f.task_id, f.epoch))
+            origins += [(p, f.epoch) for p in _named(graph, f.task_id)]
             continue
         where = lost_locations([f], [r for rs in rows.values() for r in rs])
         for task, rs in rows.items():
@@ -397,8 +433,8 @@ def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Map
             if hit:
                 origins.append((task, min(hit)))
     clear: dict[str, set[int]] = {}
-    for task, epoch in origins:
-        for t in graph.downstream(task):
+    for origin, epoch in origins:
+        for t in [origin, *graph.tasks_downstream(task_of(origin))]:
             clear.setdefault(t, set()).update(range(epoch, last_epoch + 1))
     return clear
 

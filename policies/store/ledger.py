@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
+from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Regime, RegimeError
 from falkirk.policies.store.commits import CommitKey, append_once, open_table, scan
 from falkirk.policies.store.config import StoreConfig
@@ -63,8 +64,9 @@ SCHEMA = pa.schema(
         # output table; "discarded_through" is D̄ as committed: the last epoch whose rows were not logged.
         pa.field("outputs", pa.string(), nullable=False),
         pa.field("output_rows", pa.int64(), nullable=False),
-        # JSON list of {"task_id", "output", "through"[, "reads_back"]}: M̄ per input, the last
-        # epoch consumed (and how far back before its own epoch the task read it).
+        # JSON list of {"task_id", "output", "through"[, "reads_back"][, "map_index"]}: M̄ per input
+        # (per producer partition), the last epoch consumed (and how far back before its own epoch the
+        # task read it).
         pa.field("inputs", pa.string(), nullable=False),
         # N̄: the last epoch whose completion this task acted on (null: none).
         pa.field("notified_through", pa.int64()),
@@ -125,6 +127,13 @@ class InputRef:
     output: str
     through: int
     reads_back: int = 0
+    # The producer partition read (-1: the producer is not partitioned).
+    map_index: int = -1
+
+    @property
+    def processor(self) -> str:
+        """The producer as the planner names it: ``task`` or, for one partition, ``task[i]``."""
+        return processor_id(self.task_id, self.map_index)
 
 
 @dataclass(frozen=True)
@@ -165,6 +174,15 @@ class LedgerEntry:
         return CommitKey(self.dag_id, self.task_id, self.epoch, self.map_index, self.incarnation)
 
     @property
+    def processor(self) -> str:
+        """The task as the planner names it: ``task`` or, for one partition, ``task[i]``.
+
+        >>> LedgerEntry("d", "tally", 1, "eager_checkpoint", "r1", 1, map_index=2).processor
+        'tally[2]'
+        """
+        return processor_id(self.task_id, self.map_index)
+
+    @property
     def frontier(self) -> dict[str, int]:
         """The checkpoint's frontier in scenario-file notation: all epochs through this one."""
         return {"through": self.epoch}
@@ -187,8 +205,9 @@ class LedgerEntry:
         row = {f.name: getattr(self, f.name) for f in fields(self)}
         row["outputs"] = json.dumps([{k: v for k, v in asdict(o).items() if k != "product" or v}
                                      for o in self.outputs], sort_keys=True)
-        # reads_back only when set: rows of tasks that read just their own epoch stay as they were.
-        row["inputs"] = json.dumps([{k: v for k, v in asdict(i).items() if k != "reads_back" or v}
+        # reads_back and map_index only when set: rows of tasks that read just their own epoch of
+        # unpartitioned producers stay as they were.
+        row["inputs"] = json.dumps([{k: v for k, v in asdict(i).items() if _DEFAULT_INPUT.get(k, object()) != v}
                                     for i in self.inputs], sort_keys=True)
         row["frontier"] = json.dumps(self.frontier)
         row["output_rows"] = self.output_rows
@@ -203,6 +222,7 @@ class LedgerEntry:
 
 
 _ENTRY_FIELDS = tuple(f.name for f in fields(LedgerEntry))
+_DEFAULT_INPUT = {"reads_back": 0, "map_index": -1}
 
 
 class Ledger:
