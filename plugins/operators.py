@@ -48,6 +48,7 @@ from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
 from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.partitions import check_count
 from falkirk.policies.regimes import Regime, RegimeError
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.control import Completions
@@ -66,25 +67,82 @@ DEFAULT_SPARK_CONN_ID = "spark_default"
 DEFAULT_SPARK_CONN = {"conn_type": "spark", "host": "local[2]"}  # when spark_default is not defined
 
 
-def mapping_refused(task_id: str) -> TypeError:
-    """Why a Falkirk task cannot be mapped (``.partial().expand()``) yet: every mapped instance
-    would commit the same tables at the same epoch, and all but one would be lost."""
+def mapping_refused(task_id: str, why: str) -> TypeError:
+    """Why a Falkirk task cannot be mapped as asked: it is partitioned by ``.expand(partition=range(N))``
+    and nothing else (mapped instances over other arguments would commit the same tables)."""
     return TypeError(
-        f"task {task_id!r}: a Falkirk task cannot be mapped with .partial()/.expand() yet: every mapped "
-        f"instance would commit the same tables at the same epoch, and all but one instance's rows would be "
-        f"lost. Write one task per partition (a loop over the partitions with task_id=f\"{task_id}_{{p}}\"), "
-        f"or process all partitions in one task's Spark job")
+        f"task {task_id!r}: {why}. A Falkirk task is mapped only into partitions: "
+        f".partial(task_id={task_id!r}, ...).expand(partition=range(N)) runs one task instance per partition, "
+        f"each with its own state, outputs and ledger rows; its job reads the partition as ctx.partition")
+
+
+class PartitionedPartial:
+    """What :meth:`RegimeSparkSubmitOperator.partial` returns: call ``.expand(partition=range(N))``.
+
+    It checks the expansion when the DAG file is parsed and records the partition count with
+    the task's arguments, where the scheduler, the job and the API server all find it.
+    """
+
+    def __init__(self, inner: Any, task_id: str) -> None:
+        self._inner = inner
+        self._task_id = task_id
+
+    def expand(self, **mapped: Any) -> Any:
+        try:
+            count = partition_count(self._task_id, mapped)
+        except TypeError:
+            self._inner._expand_called = True  # the DAG fails to import with this error, not a warning
+            raise
+        self._inner.kwargs["partitions"] = count
+        return self._inner.expand(partition=list(range(count)))
+
+    def expand_kwargs(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise mapping_refused(self._task_id, ".expand_kwargs() maps over arguments decided at run time")
+
+
+def partition_count(task_id: str, mapped: Mapping[str, Any]) -> int:
+    """The partition count of ``.expand(partition=range(N))`` (or a list ``[0, ..., N-1]``).
+
+    >>> partition_count("tally", {"partition": range(4)})
+    4
+    >>> partition_count("tally", {"conf": [{}, {}]})
+    Traceback (most recent call last):
+    ...
+    TypeError: task 'tally': .expand(conf=...) maps over conf. A Falkirk task is mapped only into partitions: .partial(task_id='tally', ...).expand(partition=range(N)) runs one task instance per partition, each with its own state, outputs and ledger rows; its job reads the partition as ctx.partition
+    """
+    if set(mapped) != {"partition"}:
+        names = ", ".join(f"{k}=..." for k in mapped)
+        raise mapping_refused(task_id, f".expand({names}) maps over {', '.join(k for k in mapped if k != 'partition')}")
+    value = mapped["partition"]
+    values = list(value) if isinstance(value, (range, list, tuple)) else None
+    if not values or values != list(range(len(values))):
+        raise mapping_refused(task_id, f"partition={value!r:.60} is not a fixed count: give range(N) for N partitions")
+    return check_count(task_id, len(values))
 
 
 class RegimeSparkSubmitOperator(SparkSubmitOperator):
-    """Run ``application`` for the epoch of the current DAG run, under ``regime``."""
+    """Run ``application`` for the epoch of the current DAG run, under ``regime``.
+
+    ``.partial(...).expand(partition=range(N))`` partitions the task: N task instances, one
+    per partition (see :mod:`falkirk.policies.partitions`).
+    """
 
     ui_color = "#d8e9f0"
 
     @classmethod
-    def partial(cls, **kwargs: Any) -> NoReturn:  # type: ignore[override]
-        """Refused, at parse time: see :func:`mapping_refused`."""
-        raise mapping_refused(str(kwargs.get("task_id", "?")))
+    def partial(cls, **kwargs: Any) -> PartitionedPartial:  # type: ignore[override]
+        """The task's arguments, to be partitioned with ``.expand(partition=range(N))``."""
+        task_id = str(kwargs.get("task_id", "?"))
+        regime = kwargs.get("regime")
+        if not isinstance(regime, Regime):
+            raise RegimeError(f"task {task_id!r}: regime={regime!r} is not a Regime; use Ephemeral(), "
+                              f"Batch(log_outputs=...), LazyCheckpoint(every=k) or EagerCheckpoint() from policies")
+        if "partition" in kwargs or "partitions" in kwargs:
+            raise mapping_refused(task_id, "partition= goes in .expand(partition=range(N)), not in .partial()")
+        # Mapped tasks are not constructed when the DAG is parsed: what __init__ would default
+        # for the scheduler goes in here.
+        kwargs.setdefault("depends_on_past", regime.keeps_state)
+        return PartitionedPartial(super().partial(**kwargs), task_id)
 
     def __init__(
         self,
@@ -96,9 +154,18 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         env_vars: Mapping[str, str] | None = None,
         store_conn_id: str = DEFAULT_CONN_ID,
         products: Sequence[str] = (),
+        partition: int | None = None,
+        partitions: int | None = None,
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
+        if (partition is None) != (partitions is None):
+            raise mapping_refused(task_id, "partition= and partitions= come from .expand(partition=range(N)); "
+                                           "do not give them by hand")
+        if partitions is not None:
+            check_count(task_id, partitions)
+            if not isinstance(partition, int) or not 0 <= partition < partitions:
+                raise mapping_refused(task_id, f"partition={partition!r} is not one of 0..{partitions - 1}")
         if isinstance(products, str) or not all(isinstance(p, str) and p for p in products):
             raise TypeError(f"task {task_id!r}: products={products!r}: give a list of output names, "
                             f"e.g. products=[\"output\"]")
@@ -125,6 +192,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         self.epoch_clock = epoch_clock
         self.store_conn_id = store_conn_id
         self.products = tuple(products)
+        self.partition = partition
+        self.partitions = partitions
         # The regime's and the clock's text forms, serialized with the DAG: the API server reads
         # them from the serialized DAG without importing DAG files (see regime_of, epoch_clock_of).
         self.falkirk_regime = regime.spec()
@@ -138,6 +207,12 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         """The job's command line for this task instance."""
         dag_run = context["dag_run"]
         ti = context["ti"]
+        map_index = ti.map_index if ti.map_index is not None else -1
+        if self.partitions is not None and map_index != self.partition:
+            raise RuntimeError(f"{self.task_id}: task instance {map_index} runs partition {self.partition}; "
+                               f"a Falkirk task is mapped only with .expand(partition=range(N))")
+        inputs = tuple(sorted(self.upstream_task_ids))
+        dag = self._dag if self.has_dag() else None
         return JobSpec(
             dag_id=self.dag_id,
             task_id=self.task_id,
@@ -145,9 +220,12 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             regime=self.regime,
             run_id=dag_run.run_id,
             try_number=ti.try_number,
-            map_index=ti.map_index if ti.map_index is not None else -1,
-            inputs=tuple(sorted(self.upstream_task_ids)),
+            map_index=map_index,
+            inputs=inputs,
             products=self.products,
+            partitions=self.partitions,
+            input_partitions=tuple((t, n) for t in inputs
+                                   if dag is not None and (n := partitions_of(dag.get_task(t))) is not None),
         )
 
     def job_argv(self, spec: JobSpec) -> list[str]:
@@ -323,15 +401,37 @@ def record_completion(store: StoreConfig, spec: JobSpec) -> None:
 
 
 def regime_of(task: Any) -> Regime | None:
-    """The regime of a task, live or deserialized from the DAG table; ``None`` if it has none."""
-    spec = getattr(task, "falkirk_regime", None)
-    return Regime.parse(spec) if isinstance(spec, str) and spec else None
+    """The regime of a task, live or deserialized from the DAG table; ``None`` if it has none.
+
+    A partitioned (mapped) task is not constructed where the DAG is parsed: its regime is
+    among its arguments, in the text form when deserialized.
+    """
+    spec = getattr(task, "falkirk_regime", None) or _mapped_argument(task, "regime")
+    return Regime.parse(str(spec)) if spec else None
 
 
 def epoch_clock_of(task: Any) -> EpochClock | None:
     """The epoch clock of a task, live or deserialized from the DAG table; ``None`` if it has none."""
-    spec = getattr(task, "falkirk_epoch_clock", None)
-    return EpochClock.parse(spec) if isinstance(spec, str) and spec else None
+    spec = getattr(task, "falkirk_epoch_clock", None) or _mapped_argument(task, "epoch_clock")
+    if not spec and _mapped_argument(task, "regime"):  # a mapped task takes the DAG's clock when it runs
+        dag = getattr(task, "dag", None)
+        timetable = getattr(dag, "timetable", None)
+        spec = (getattr(dag, "default_args", None) or {}).get("epoch_clock") or getattr(timetable, "clock", None)
+    return EpochClock.parse(str(spec)) if spec else None
+
+
+def partitions_of(task: Any) -> int | None:
+    """The partition count of a partitioned task (live, mapped or deserialized); ``None`` if it has none."""
+    count = getattr(task, "partitions", None)
+    if count is None:
+        count = _mapped_argument(task, "partitions")
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def _mapped_argument(task: Any, name: str) -> Any:
+    """An argument of a mapped task (``partial_kwargs``); ``None`` for any other task."""
+    kwargs = getattr(task, "partial_kwargs", None)
+    return kwargs.get(name) if isinstance(kwargs, Mapping) else None
 
 
 def job_file(application: str, task_id: str = "?") -> str:

@@ -26,9 +26,9 @@ must be defined at the module's top level.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable
 
-from falkirk.plugins.operators import RegimeSparkSubmitOperator, mapping_refused
+from falkirk.plugins.operators import PartitionedPartial, RegimeSparkSubmitOperator
 from falkirk.policies.job_spec import JobSpec
 
 INLINE_JOB = "falkirk.spark_jobs.inline"
@@ -64,13 +64,14 @@ class FalkirkJob:
         self.operator_kwargs = operator_kwargs
         functools.update_wrapper(self, function)
 
-    def partial(self, **kwargs: Any) -> NoReturn:
-        """Refused, at parse time (see :func:`falkirk.plugins.operators.mapping_refused`)."""
-        raise mapping_refused(str(kwargs.get("task_id", self.function.__name__)))
+    def partial(self, **overrides: Any) -> PartitionedPartial:
+        """The task's arguments, to be partitioned with ``.expand(partition=range(N))``."""
+        kwargs = {"task_id": self.function.__name__, **self.operator_kwargs, **overrides}
+        return InlineJobOperator.partial(job=self.function.__name__, **kwargs)
 
-    def expand(self, **kwargs: Any) -> NoReturn:
-        """Refused, at parse time (see :func:`falkirk.plugins.operators.mapping_refused`)."""
-        raise mapping_refused(self.function.__name__)
+    def expand(self, **mapped: Any) -> Any:
+        """The task partitioned: ``.expand(partition=range(N))`` adds N task instances."""
+        return self.partial().expand(**mapped)
 
     def __call__(self, **overrides: Any) -> InlineJobOperator:
         kwargs = {"task_id": self.function.__name__, **self.operator_kwargs, **overrides}

@@ -79,6 +79,10 @@ class EpochClock:
             raise EpochError(f"epoch {epoch} is before the first epoch {self.first_epoch}")
         return self.first + (epoch - self.first_epoch) * self.period
 
+    def __str__(self) -> str:
+        # Airflow serializes a mapped task's arguments with str(): the text form reads back.
+        return self.spec()
+
     def spec(self) -> str:
         """The text form, serialized with a DAG's tasks; :meth:`parse` reads it back.
 

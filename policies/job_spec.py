@@ -8,6 +8,10 @@ runtime parses them back. Keeping both directions here means the two sides canno
 ...                products=("output",))
 >>> JobSpec.parse(spec.argv()) == spec
 True
+>>> part = JobSpec("clicks", "tally", 2, EagerCheckpoint(), "epoch-2", map_index=1, partitions=4,
+...                inputs=("events",), input_partitions=(("events", 2),))
+>>> JobSpec.parse(part.argv()) == part
+True
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Sequence
 
+from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Regime, RegimeError
 
 
@@ -34,6 +39,15 @@ class JobSpec:
     inputs: tuple[str, ...] = ()
     # Outputs the team keeps as products: garbage collection never deletes them.
     products: tuple[str, ...] = ()
+    # A partitioned task's partition count (its partition is map_index); None: not partitioned.
+    partitions: int | None = None
+    # (input task, its partition count) for each partitioned input.
+    input_partitions: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def processor(self) -> str:
+        """The task, or its partition ``task[i]``, as the planner and the CLI name it."""
+        return processor_id(self.task_id, self.map_index)
 
     @classmethod
     def parse(cls, argv: Sequence[str] | None = None) -> "JobSpec":
@@ -50,13 +64,25 @@ class JobSpec:
                             help="an upstream task whose output this job reads (repeatable)")
         parser.add_argument("--product", action="append", default=[], dest="products",
                             help="an output kept as a product, never garbage-collected (repeatable)")
+        parser.add_argument("--partitions", type=int, default=None,
+                            help="the task's partition count; its partition is --map-index")
+        parser.add_argument("--input-partitions", action="append", default=[], dest="input_partitions",
+                            metavar="TASK=N", help="a partitioned input and its partition count (repeatable)")
         ns = parser.parse_args(argv)
+        counts = []
+        for item in ns.input_partitions:
+            task, _, n = item.partition("=")
+            if not task or not n.isdigit() or int(n) < 1:
+                parser.error(f"--input-partitions {item!r}: write TASK=N, N the input's partition count")
+            counts.append((task, int(n)))
+        if ns.partitions is not None and not 0 <= ns.map_index < ns.partitions:
+            parser.error(f"--map-index {ns.map_index}: a task of {ns.partitions} partitions runs 0..{ns.partitions - 1}")
         try:
             regime = Regime.parse(ns.regime)
         except RegimeError as exc:
             parser.error(f"--regime: {exc}")
         return cls(ns.dag_id, ns.task_id, ns.epoch, regime, ns.run_id, ns.try_number, ns.map_index,
-                   ns.incarnation, tuple(ns.inputs), tuple(ns.products))
+                   ns.incarnation, tuple(ns.inputs), tuple(ns.products), ns.partitions, tuple(counts))
 
     def argv(self) -> list[str]:
         """The command line that :meth:`parse` reads back."""
@@ -67,4 +93,8 @@ class JobSpec:
             out += ["--input", name]
         for name in self.products:
             out += ["--product", name]
+        if self.partitions is not None:
+            out += ["--partitions", str(self.partitions)]
+        for name, count in self.input_partitions:
+            out += ["--input-partitions", f"{name}={count}"]
         return out

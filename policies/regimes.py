@@ -69,6 +69,10 @@ class Regime:
         args = ", ".join(f"{k}={_format_value(v)}" for k, v in self._args().items())
         return f"{self.name}({args})" if args else self.name
 
+    def __str__(self) -> str:
+        # Airflow serializes a mapped task's arguments with str(): the text form reads back.
+        return self.spec()
+
     def _args(self) -> dict[str, object]:
         return {}
 

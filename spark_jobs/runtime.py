@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, EpochTableError
@@ -104,8 +105,9 @@ class EpochContext:
     store: StoreConfig
     ledger: Ledger
     spark: "SparkSession"
-    consumed: dict[tuple[str, str], int] = field(default_factory=dict)
-    reads_back: dict[tuple[str, str], int] = field(default_factory=dict)
+    # M̄ per (input task, output, producer partition): the last epoch consumed.
+    consumed: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    reads_back: dict[tuple[str, str, int], int] = field(default_factory=dict)
     # The ledger rows this epoch was computed from: checked again around the commit point.
     depends_on: dict[tuple[str, int], LedgerEntry] = field(default_factory=dict)
     _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
@@ -114,34 +116,85 @@ class EpochContext:
     def epoch(self) -> int:
         return self.args.epoch
 
-    def read_input(self, task_id: str | None = None, output: str = "output", epoch: int | None = None) -> "DataFrame":
-        """Rows of an upstream task's output for this epoch (or an earlier ``epoch``), read by the executors."""
+    @property
+    def partition(self) -> int | None:
+        """This task instance's partition of a partitioned task (``None``: the task is not partitioned)."""
+        return self.args.map_index if self.args.partitions is not None else None
+
+    @property
+    def partitions(self) -> int | None:
+        """The task's partition count (``None``: not partitioned)."""
+        return self.args.partitions
+
+    def read_input(self, task_id: str | None = None, output: str = "output", epoch: int | None = None,
+                   routing: Routing | None = None) -> "DataFrame":
+        """Rows of an upstream task's output for this epoch (or an earlier ``epoch``), read by the executors.
+
+        A partitioned input is read through ``routing`` (:mod:`falkirk.policies.partitions`):
+        ``OneToOne()`` reads the same partition, ``Broadcast()`` every partition whole (the
+        default for a task that is not partitioned itself), ``Repartition(key)`` this
+        partition's slice of every partition, in partition order.
+        """
         if task_id is None:
             if len(self.args.inputs) != 1:
-                raise JobError(f"{self.args.task_id}: name the input to read; this task reads {list(self.args.inputs)}")
+                raise JobError(f"{self.args.processor}: name the input to read; this task reads {list(self.args.inputs)}")
             task_id = self.args.inputs[0]
         epoch = self.epoch if epoch is None else epoch
         if epoch > self.epoch:
-            raise JobError(f"{self.args.task_id}: cannot read epoch {epoch} of {task_id!r} while running epoch "
+            raise JobError(f"{self.args.processor}: cannot read epoch {epoch} of {task_id!r} while running epoch "
                            f"{self.epoch}; a task reads its own epoch or earlier ones")
-        entry = self.ledger.find(self.args.dag_id, task_id, epoch)
+        count = dict(self.args.input_partitions).get(task_id)
+        if count is None:
+            if routing is not None and not isinstance(routing, (Broadcast, Repartition)):
+                raise JobError(f"{self.args.processor}: {task_id!r} is not partitioned; read it without routing=")
+            frame = self._read_partition(task_id, output, epoch, UNPARTITIONED)
+            return self._slice(frame, routing) if isinstance(routing, Repartition) else frame
+        if routing is None:
+            if self.partition is not None:
+                raise JobError(f"{self.args.processor}: {task_id!r} has {count} partitions; say how partition "
+                               f"{self.partition} reads them: read_input({task_id!r}, routing=OneToOne()), "
+                               f"Broadcast() or Repartition(key=COLUMN)")
+            routing = Broadcast()
+        sources = routing.sources(self.partition or 0, count)
+        frames = [self._read_partition(task_id, output, epoch, p) for p in sources]
+        frame = frames[0]
+        for more in frames[1:]:
+            frame = frame.unionByName(more)
+        return self._slice(frame, routing) if isinstance(routing, Repartition) else frame
+
+    def _slice(self, frame: "DataFrame", routing: Repartition) -> "DataFrame":
+        """The rows of ``frame`` whose ``routing.key`` hashes to this partition (Spark's murmur3 hash:
+        the same on every run, so a re-run reads the same slice)."""
+        from pyspark.sql import functions as F
+
+        if routing.key not in frame.columns:
+            raise JobError(f"{self.args.processor}: Repartition(key={routing.key!r}): the input has no column "
+                           f"{routing.key!r}; its columns are {frame.columns}")
+        if self.partitions is None:
+            return frame
+        return frame.where(F.pmod(F.hash(F.col(routing.key)), F.lit(self.partitions)) == F.lit(self.partition))
+
+    def _read_partition(self, task_id: str, output: str, epoch: int, map_index: int) -> "DataFrame":
+        """One producer partition's (or an unpartitioned producer's) output of ``epoch``."""
+        producer = processor_id(task_id, map_index)
+        entry = self.ledger.find(self.args.dag_id, task_id, epoch, map_index)
         if entry is None:
             raise JobError(
-                f"{self.args.task_id}: upstream task {task_id!r} has no checkpoint for epoch {epoch}; "
-                f"run {task_id} for this epoch first"
+                f"{self.args.processor}: upstream task {producer!r} has no checkpoint for epoch {epoch}; "
+                f"run {producer} for this epoch first"
             )
         ref = next((o for o in entry.outputs if o.name == output), None)
         if ref is None:
             names = [o.name for o in entry.outputs]
-            raise JobError(f"{self.args.task_id}: task {task_id!r} has no output {output!r}; it has {names}")
+            raise JobError(f"{self.args.processor}: task {task_id!r} has no output {output!r}; it has {names}")
         if ref.tier == EXTERNAL_TIER:
-            raise JobError(f"{self.args.task_id}: {task_id!r} sent {output!r} to {ref.uri[len('external:'):]}, "
+            raise JobError(f"{self.args.processor}: {task_id!r} sent {output!r} to {ref.uri[len('external:'):]}, "
                            f"outside the store; read one of its output tables instead")
         if ref.tier == Tier.SCRATCH.value:
             self._check_on_this_worker(entry, f"output {output!r} of {task_id!r}")
-        frame = self._read(ref.uri, entry, ref.rows, f"output {output!r} of {task_id!r}")
-        self.depends_on[task_id, epoch] = entry
-        key = (task_id, output)
+        frame = self._read(ref.uri, entry, ref.rows, f"output {output!r} of {producer!r}")
+        self.depends_on[producer, epoch] = entry
+        key = (task_id, output, map_index)
         self.consumed[key] = max(self.consumed.get(key, epoch), epoch)
         self.reads_back[key] = max(self.reads_back.get(key, 0), self.epoch - epoch)
         return frame
@@ -149,18 +202,18 @@ class EpochContext:
     def previous_state(self) -> "DataFrame | None":
         """The state as of this task's latest checkpoint before this epoch; ``None`` at the start (∅)."""
         if not self.args.regime.keeps_state:
-            raise JobError(f"{self.args.task_id}: regime {self.args.regime.spec()} keeps no state to load")
+            raise JobError(f"{self.args.processor}: regime {self.args.regime.spec()} keeps no state to load")
         entry = self.previous_checkpoint()
         if entry is None:
             return None
         if entry.state_uri is None:
-            raise JobError(f"ledger row of {self.args.task_id} epoch {entry.epoch} records no state table")
-        self.depends_on[self.args.task_id, entry.epoch] = entry
+            raise JobError(f"ledger row of {self.args.processor} epoch {entry.epoch} records no state table")
+        self.depends_on[entry.processor, entry.epoch] = entry
         in_scratch = entry.state_tier == Tier.SCRATCH.value
         if in_scratch:
             self._check_on_this_worker(entry, "state")
         _check_inside(self.store, entry.state_uri, entry, "state_uri")
-        _say(f"{self.args.task_id} epoch {self.epoch}: restoring the state of epoch {entry.epoch} from "
+        _say(f"{self.args.processor} epoch {self.epoch}: restoring the state of epoch {entry.epoch} from "
              f"{entry.state_tier} ({entry.state_uri}" + (f" on {entry.worker}" if in_scratch and entry.worker else "")
              + ")")
         try:
@@ -171,13 +224,13 @@ class EpochContext:
                 lost = (f"--lost-worker {entry.worker}" if entry.worker
                         else f"--lost-scratch {self.store.root(Tier.SCRATCH)}/{self.args.dag_id}")
                 raise StateLost(
-                    f"state lost: {self.args.task_id}'s state of epoch {entry.epoch} was kept in scratch at "
+                    f"state lost: {self.args.processor}'s state of epoch {entry.epoch} was kept in scratch at "
                     f"{entry.state_uri}" + (f" on {entry.worker}" if entry.worker else "") + f" and is gone "
                     f"({exc}). Not starting from empty state. Recover with: "
                     f"falkirk plan --dag {self.args.dag_id} {lost}") from exc
-            raise JobError(f"{self.args.task_id}: cannot restore the state of epoch {entry.epoch}: {exc}. "
+            raise JobError(f"{self.args.processor}: cannot restore the state of epoch {entry.epoch}: {exc}. "
                            f"Not starting from empty state. Plan a recovery: falkirk plan --dag "
-                           f"{self.args.dag_id} --bad-epoch {self.args.task_id}:{entry.epoch}") from exc
+                           f"{self.args.dag_id} --bad-epoch {self.args.processor}:{entry.epoch}") from exc
 
     def previous_checkpoint(self) -> LedgerEntry | None:
         """This task's checkpoint of the epoch just before this one (read once).
@@ -198,10 +251,10 @@ class EpochContext:
                 why = (f"was rolled back by a recovery and has not been redone yet" if gone
                        else "has no checkpoint (its task instance failed or never ran)")
                 raise RolledBack(
-                    f"{a.task_id} epoch {a.epoch}: the previous epoch {a.epoch - 1} {why}. Not restoring an "
+                    f"{a.processor} epoch {a.epoch}: the previous epoch {a.epoch - 1} {why}. Not restoring an "
                     f"older checkpoint across the gap. Once epoch {a.epoch - 1} is redone this epoch can run: "
                     f"a running recovery clears it when it finishes; otherwise plan one with "
-                    f"falkirk plan --dag {a.dag_id} --failed-task {a.task_id}:{a.epoch - 1}")
+                    f"falkirk plan --dag {a.dag_id} --failed-task {a.processor}:{a.epoch - 1}")
             self._previous = previous if a.regime.keeps_state else (
                 max(before, key=lambda e: (e.epoch, e.incarnation), default=None))
         return self._previous  # type: ignore[return-value]
@@ -217,7 +270,7 @@ class EpochContext:
             return
         a = self.args
         raise StateLost(
-            f"state lost: {a.task_id} epoch {a.epoch} runs on {here}, but the {what} of {entry.task_id} epoch "
+            f"state lost: {a.processor} epoch {a.epoch} runs on {here}, but the {what} of {entry.processor} epoch "
             f"{entry.epoch} is kept in scratch on {entry.worker}'s local disk, which this worker cannot read. "
             f"Not starting without it. If {entry.worker} is gone, recover with: falkirk plan --dag {a.dag_id} "
             f"--lost-worker {entry.worker}; if it is alive, route the task to its queue (see the README's "
@@ -229,7 +282,7 @@ class EpochContext:
             return read_frame(self.spark, uri, entry.key, rows, self.store.options_for(uri),
                               on_driver=self.store.is_scratch(uri))
         except EpochTableError as exc:
-            raise JobError(f"{self.args.task_id}: cannot read the {what} at epoch {entry.epoch}: {exc}. "
+            raise JobError(f"{self.args.processor}: cannot read the {what} at epoch {entry.epoch}: {exc}. "
                            f"Plan a recovery that redoes it: falkirk plan --dag {entry.dag_id} "
                            f"--bad-epoch {entry.task_id}:{entry.epoch}") from exc
 
@@ -239,7 +292,7 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     args = JobSpec.parse(argv)
     store = StoreConfig.from_env()
     ledger = Ledger(store)
-    label = f"{args.dag_id}.{args.task_id} epoch {args.epoch}"
+    label = f"{args.dag_id}.{args.processor} epoch {args.epoch}"
     done = ledger.find(args.dag_id, args.task_id, args.epoch, args.map_index)
     if done is not None and done.incarnation >= args.incarnation:
         _say(f"{label}: already committed (incarnation {done.incarnation}, run {done.run_id}); nothing to do")
@@ -270,19 +323,19 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
     args, store = ctx.args, ctx.store
     regime = args.regime
     if not result.outputs and not result.sent:
-        raise JobError(f"{args.task_id}: the job returned no outputs; return EpochResult(outputs={{'output': df}}) "
+        raise JobError(f"{args.processor}: the job returned no outputs; return EpochResult(outputs={{'output': df}}) "
                        f"or, for records sent elsewhere, EpochResult(sent={{'name': Sent(destination, rows)}})")
     clash = sorted(set(result.outputs) & set(result.sent))
     if clash:
-        raise JobError(f"{args.task_id}: {clash} named both as an output table and as sent; give them different names")
+        raise JobError(f"{args.processor}: {clash} named both as an output table and as sent; give them different names")
     unknown = sorted(set(args.products) - set(result.outputs))
     if unknown:
-        raise JobError(f"{args.task_id}: products={unknown} names outputs the job did not return; it returned "
+        raise JobError(f"{args.processor}: products={unknown} names outputs the job did not return; it returned "
                        f"{sorted(result.outputs)}: name those in products=")
     if regime.keeps_state and result.state is None:
-        raise JobError(f"{args.task_id}: regime {regime.spec()} keeps state; return EpochResult(state=df)")
+        raise JobError(f"{args.processor}: regime {regime.spec()} keeps state; return EpochResult(state=df)")
     if not regime.keeps_state and result.state is not None:
-        raise JobError(f"{args.task_id}: regime {regime.spec()} is stateless but the job returned state; "
+        raise JobError(f"{args.processor}: regime {regime.spec()} is stateless but the job returned state; "
                        f"drop it or use a checkpoint regime")
     key = CommitKey(args.dag_id, args.task_id, args.epoch, args.map_index, args.incarnation)
     # Outputs and state usually share lineage (state = previous state + this epoch's
@@ -301,13 +354,13 @@ def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
 
 def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEntry:
     args, store, regime = ctx.args, ctx.store, ctx.args.regime
-    crash_point(args.task_id, args.epoch, "before-commit", dag_id=args.dag_id)
+    crash_point(args.processor, args.epoch, "before-commit", dag_id=args.dag_id)
     out_tier = regime.output_tier(args.epoch)
     # (output name, or None for the state; table URI; frame)
-    targets = [(name, store.table_uri(out_tier, args.dag_id, args.task_id, name), frame)
+    targets = [(name, store.table_uri(out_tier, args.dag_id, args.task_id, name, args.map_index), frame)
                for name, frame in sorted(result.outputs.items())]
     if result.state is not None:  # scratch first, the durable copy (if any) last
-        targets += [(None, store.table_uri(tier, args.dag_id, args.task_id, "state"), result.state)
+        targets += [(None, store.table_uri(tier, args.dag_id, args.task_id, "state", args.map_index), result.state)
                     for tier in regime.state_tiers(args.epoch)]
     # Every table's files are written at once (a small epoch by the driver, a large one by the
     # executors); the driver then commits them in order.
@@ -317,14 +370,14 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     with ThreadPoolExecutor(max_workers=max(len(targets), 1)) as pool:
         staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1]), small,
                                                on_driver=store.is_scratch(t[1])), targets))
-    crash_point(args.task_id, args.epoch, "after-files", dag_id=args.dag_id)
+    crash_point(args.processor, args.epoch, "after-files", dag_id=args.dag_id)
 
     previous = ctx.previous_checkpoint()
     before = {o.name: o.discarded_through for o in previous.outputs} if previous else {}
     outputs, state = [], None
     for (name, uri, _), files in zip(targets, staged):
         if name is None and state is None:
-            crash_point(args.task_id, args.epoch, "after-outputs", dag_id=args.dag_id)
+            crash_point(args.processor, args.epoch, "after-outputs", dag_id=args.dag_id)
         written = publish(files)
         _say(f"  {'state' if name is None else f'output {name!r}'} -> {uri} (v{written.version}, "
              f"{written.rows} rows" + ("" if written.applied else ", already there") + ")")
@@ -338,10 +391,10 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     for name, sent in sorted(result.sent.items()):
         outputs.append(OutputRef(name, external_uri(sent.destination), EXTERNAL_TIER, 0, sent.rows))
     if state is None:
-        crash_point(args.task_id, args.epoch, "after-outputs", dag_id=args.dag_id)
-    crash_point(args.task_id, args.epoch, "after-state", dag_id=args.dag_id)
+        crash_point(args.processor, args.epoch, "after-outputs", dag_id=args.dag_id)
+    crash_point(args.processor, args.epoch, "after-state", dag_id=args.dag_id)
 
-    consumed = {(i.task_id, i.output): i.through for i in previous.inputs} if previous else {}
+    consumed = {(i.task_id, i.output, i.map_index): i.through for i in previous.inputs} if previous else {}
     for k, through in ctx.consumed.items():
         consumed[k] = max(consumed.get(k, through), through)
     state_tier = regime.state_tier(args.epoch)
@@ -351,8 +404,8 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         state_uri=state.uri if state else None, state_tier=state_tier.value if state else None,
         state_version=state.version if state else None, state_rows=state.rows if state else None,
         outputs=tuple(outputs),
-        inputs=tuple(InputRef(t, o, through, ctx.reads_back.get((t, o), 0))
-                     for (t, o), through in sorted(consumed.items())),
+        inputs=tuple(InputRef(t, o, through, ctx.reads_back.get((t, o, p), 0), p)
+                     for (t, o, p), through in sorted(consumed.items())),
         # Airflow starts a task's epoch only once its upstream epochs are complete: it acts
         # on the completion of every epoch up to this one.
         notified_through=args.epoch,
@@ -366,7 +419,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
 
 def _check_inside(store: StoreConfig, uri: str, entry: LedgerEntry, field_name: str) -> None:
     if not store.contains(uri):
-        raise JobError(f"ledger row of {entry.task_id} epoch {entry.epoch}: {field_name} {uri!r} is outside the "
+        raise JobError(f"ledger row of {entry.processor} epoch {entry.epoch}: {field_name} {uri!r} is outside the "
                        f"store ({store.durable_uri}) and scratch ({store.scratch_uri}) roots; not reading it. "
                        f"The ledger is damaged: repair the row, or plan a recovery that redoes the epoch")
 
@@ -386,8 +439,8 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) 
     if not stale:
         return
     if appended:
-        ctx.ledger.invalidations.record([entry], f"withdrawn:{entry.task_id}:{entry.epoch}:{entry.incarnation}")
-    raise RolledBack(f"{entry.task_id} epoch {entry.epoch}: {', '.join(f'{t} epoch {e}' for t, e in stale)} "
+        ctx.ledger.invalidations.record([entry], f"withdrawn:{entry.processor}:{entry.epoch}:{entry.incarnation}")
+    raise RolledBack(f"{entry.processor} epoch {entry.epoch}: {', '.join(f'{t} epoch {e}' for t, e in stale)} "
                      f"was rolled back by a recovery while this epoch ran; its commit is "
                      f"{'withdrawn' if appended else 'not made'}, and the recovery re-runs it")
 

@@ -49,6 +49,7 @@ from typing import Callable, Iterable, Mapping
 
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back
 from falkirk.policies.planning.monitor import low_watermarks
+from falkirk.policies.partitions import split_processor
 from falkirk.policies.regimes import Tier
 from falkirk.policies.rollback.times import EPOCH
 from falkirk.policies.store import StoreConfig
@@ -247,9 +248,9 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
     readable = durable_only(StoreReadability(store, rows), store.scratch_uri)
     plan = plan_collection(dag_id, rows, graph, readable, lambda uri: live_partitions(store, uri),
                            Collections(store).through(dag_id),
-                           lambda task: [store.table_uri(tier, dag_id, task, "state") for tier in Tier])
+                           lambda task: [store.table_uri(tier, dag_id, *_task_and_table(task, "state")) for tier in Tier])
     for r in plan.tables:  # whatever a ledger row says, only the task's own tables are touched
-        own = {store.table_uri(tier, dag_id, r.task_id, r.what) for tier in Tier}
+        own = {store.table_uri(tier, dag_id, *_task_and_table(r.task_id, r.what)) for tier in Tier}
         if r.uri not in own:
             raise ValueError(f"ledger of {dag_id}: task {r.task_id!r} names its {r.what} table {r.uri!r}, which is "
                              f"not where the store keeps it ({' or '.join(sorted(own))}); refusing to delete "
@@ -259,6 +260,12 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
         raise ValueError(f"acknowledge: {unknown} are not source tasks of {dag_id}; "
                          f"its sources are {sorted(plan.acknowledged)}")
     return plan
+
+
+def _task_and_table(processor: str, table: str) -> tuple[str, str, int]:
+    """``table_uri``'s task, table and map index for a processor (a task, or one partition ``task[i]``)."""
+    task_id, map_index = split_processor(processor)
+    return task_id, table, map_index
 
 
 def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:

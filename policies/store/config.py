@@ -110,12 +110,18 @@ class StoreConfig:
         return isinstance(uri, str) and not _is_remote(uri) and _normalise(uri).startswith(
             self.scratch_uri.rstrip("/") + "/")
 
-    def table_uri(self, tier: Tier, dag_id: str, task_id: str, table: str) -> str:
-        """The URI of one of a task's tables (``output``, ``state``) in ``tier``."""
+    def table_uri(self, tier: Tier, dag_id: str, task_id: str, table: str, map_index: int = -1) -> str:
+        """The URI of one of a task's tables (``output``, ``state``) in ``tier``; partition
+        ``map_index`` of a partitioned task keeps its own, under ``partition-<map_index>``.
+
+        >>> StoreConfig("/data/falkirk", "/tmp/s").table_uri(Tier.DURABLE, "clicks", "tally", "state", map_index=2)
+        '/data/falkirk/clicks/tally/partition-2/state'
+        """
         for label, part in (("dag_id", dag_id), ("task_id", task_id), ("table", table)):
             if not _NAME.fullmatch(part):
                 raise StoreError(f"{label}={part!r} cannot name a table: use letters, digits, '_', '-' and '.'")
-        return f"{self.root(tier)}/{dag_id}/{task_id}/{table}"
+        partition = f"/partition-{map_index}" if map_index is not None and map_index >= 0 else ""
+        return f"{self.root(tier)}/{dag_id}/{task_id}{partition}/{table}"
 
     @property
     def ledger_uri(self) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store.commits import CommitKey, epoch_rows, missing_commit, open_table
 from falkirk.policies.store.config import StoreConfig
@@ -61,8 +62,8 @@ class StoreReadability:
             return key.epoch <= self._delivered[key.dag_id].get(key.task_id, 0)
         if key.dag_id not in self._collected:
             self._collected[key.dag_id] = Collections(self.store).through(key.dag_id)
-        if key.epoch <= self._collected[key.dag_id].get(key.task_id, 0) and uri in (
-                self.store.table_uri(tier, key.dag_id, key.task_id, "state") for tier in Tier):
+        if key.epoch <= self._collected[key.dag_id].get(processor_id(key.task_id, key.map_index), 0) and uri in (
+                self.store.table_uri(tier, key.dag_id, key.task_id, "state", key.map_index) for tier in Tier):
             return False
         if not self.store.contains(uri):
             return False

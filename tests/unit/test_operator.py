@@ -158,15 +158,16 @@ with DAG("{dag_id}", schedule=None, default_args={{"epoch_clock": CLOCK}}):
 '''
 
 
-@pytest.mark.parametrize("form, mapping", [
+@pytest.mark.parametrize("form, mapping, message", [
     ("operator", 'RegimeSparkSubmitOperator.partial(task_id="shard", application="falkirk.spark_jobs.pipeline.ingest", '
-                 'regime=EagerCheckpoint()).expand(conf=[{"a": "1"}, {"a": "2"}])'),
-    ("taskflow", 'totals.expand(conf=[{"a": "1"}, {"a": "2"}])'),
-    ("taskflow partial", 'totals.partial(task_id="totals").expand(conf=[{"a": "1"}])'),
+                 'regime=EagerCheckpoint()).expand(conf=[{"a": "1"}, {"a": "2"}])', ".expand(conf=...) maps over conf"),
+    ("taskflow", 'totals.expand(conf=[{"a": "1"}, {"a": "2"}])', ".expand(conf=...) maps over conf"),
+    ("taskflow partial", 'totals.partial(task_id="totals").expand(partition=[1, 2])',
+     "partition=[1, 2] is not a fixed count: give range(N)"),
 ])
-def test_a_mapped_falkirk_task_is_refused_when_the_dag_is_parsed(form: str, mapping: str, tmp_path: Path) -> None:
-    """Two mapped instances would commit the same tables at the same epoch, losing all but one:
-    the DAG file fails to import, naming the task and what to write instead."""
+def test_a_falkirk_task_is_mapped_only_into_partitions(form: str, mapping: str, message: str, tmp_path: Path) -> None:
+    """Instances mapped over anything but the partition would commit the same tables at the same
+    epoch: the DAG file fails to import, naming the task and the form that works."""
     from airflow.dag_processing.dagbag import DagBag
 
     dags = tmp_path / "dags"
@@ -176,8 +177,33 @@ def test_a_mapped_falkirk_task_is_refused_when_the_dag_is_parsed(form: str, mapp
     assert "mapped" not in bag.dags
     [error] = bag.import_errors.values()
     task = "shard" if form == "operator" else "totals"
-    assert f"task {task!r}: a Falkirk task cannot be mapped with .partial()/.expand() yet" in error, error
-    assert "all but one instance's rows would be lost" in error and f'task_id=f"{task}_{{p}}"' in error, error
+    assert f"task {task!r}: {message}" in error, error
+    assert f".partial(task_id={task!r}, ...).expand(partition=range(N))" in error, error
+
+
+@pytest.mark.parametrize("mapping", [
+    'RegimeSparkSubmitOperator.partial(task_id="totals", application="falkirk.spark_jobs.pipeline.ingest", '
+    'regime=EagerCheckpoint()).expand(partition=range(4))',
+    "totals.expand(partition=range(4))",
+])
+def test_a_partitioned_task_keeps_regime_clock_and_count_through_serialization(mapping: str, tmp_path: Path) -> None:
+    """The API server reads a partitioned task from the serialized DAG: regime, epoch clock and
+    partition count; the scheduler runs its stateful partitions' epochs in order."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
+    from falkirk.policies import EagerCheckpoint
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "mapped.py").write_text(MAPPED_DAG.format(dag_id="mapped", mapping=mapping))
+    bag = DagBag(str(dags))
+    assert bag.import_errors == {}
+    task = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["mapped"])).get_task("totals")
+    assert type(task).__name__ == "SerializedMappedOperator"
+    assert (regime_of(task), partitions_of(task), task.depends_on_past) == (EagerCheckpoint(), 4, True)
+    assert epoch_clock_of(task) == bag.dags["mapped"].default_args["epoch_clock"]
 
 
 def test_an_airflow_rerun_of_a_completed_epoch_is_refused_and_a_retry_after_a_commit_is_not(tmp_path: Path) -> None:
