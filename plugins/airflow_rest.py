@@ -19,6 +19,8 @@ from typing import Any, Callable, Mapping
 
 import httpx
 
+from falkirk.policies.partitions import processor_id, split_processor
+
 TERMINAL_RUN_STATES = {"success", "failed"}
 
 
@@ -127,8 +129,10 @@ class AirflowClient:
         return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
-        return {ti["task_id"]: ti for ti in data["task_instances"]}
+        """The run's task instances by processor: ``task``, or ``task[i]`` for a mapped one."""
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+                            params={"limit": 1000})
+        return {processor_id(ti["task_id"], ti.get("map_index", -1)): ti for ti in data["task_instances"]}
 
     def wait_for_run(
         self,
@@ -154,12 +158,17 @@ class AirflowClient:
         return self.dag_run(dag_id, run_id)["state"]
 
     def clear(self, dag_id: str, run_id: str, task_ids: list[str], dry_run: bool = False) -> list[dict[str, Any]]:
-        """Clear exactly ``task_ids`` of one run (not their downstream), whatever their state.
+        """Clear exactly ``task_ids`` of one run (not their downstream), whatever their state; a
+        partition ``task[i]`` clears that mapped task instance alone.
 
         Retried on a server error: a database error rolls the clear back, and clearing the same
         task instances again only resets them once more."""
+        markers: list[Any] = []
+        for name in task_ids:
+            task, index = split_processor(name)
+            markers.append([task, index] if index >= 0 else task)
         body = {
-            "dry_run": dry_run, "task_ids": task_ids, "dag_run_id": run_id, "only_failed": False,
+            "dry_run": dry_run, "task_ids": markers, "dag_run_id": run_id, "only_failed": False,
             "include_downstream": False, "include_upstream": False, "reset_dag_runs": True,
         }
         return self.request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body,
@@ -170,7 +179,9 @@ class AirflowClient:
         body: dict[str, Any] = {"new_state": state}
         if note:
             body["note"] = note[:1000]
-        self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json=body,
+        task, index = split_processor(task_id)
+        path = f"{task}/{index}" if index >= 0 else task
+        self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{path}", json=body,
                      idempotent=True)
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:

@@ -62,12 +62,14 @@ from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
 from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unrecorded, with_runs
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, plan_view, recovery_history
 from falkirk.policies.planning.recovery import BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError
 from falkirk.policies.epochs import EpochClock, EpochError
+from falkirk.policies.partitions import processors
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
@@ -237,8 +239,12 @@ def _dag_tasks(dag_id: str) -> list[DagTask]:
         dag = SerializedDagModel.get_dag(dag_id, session=session)
     if dag is None:
         raise HTTPException(status_code=404, detail=f"DAG {dag_id!r} is not in the metadata database")
-    return [DagTask(t.task_id, getattr(t, "falkirk_regime", None), tuple(sorted(t.upstream_task_ids)),
-                    getattr(t, "falkirk_epoch_clock", None)) for t in dag.tasks]
+    tasks = []
+    for t in dag.tasks:
+        regime, clock = regime_of(t), epoch_clock_of(t)
+        tasks.append(DagTask(t.task_id, regime.spec() if regime else None, tuple(sorted(t.upstream_task_ids)),
+                             clock.spec() if clock else None, partitions_of(t)))
+    return tasks
 
 
 def _runs_at_epochs(dag_id: str, tasks: list[DagTask], run_ids: set[str] | None = None) -> dict[int, str]:
@@ -305,7 +311,7 @@ def _plan(dag_id: str, spec: FailureSpec, record: bool):
     # epoch clock places them, and a plan for one of their failures covers epochs up to it.
     failures = _failures(spec, tasks, store, max([last, *_runs_at_epochs(dag_id, tasks)]))
     last = max([last, *(f.epoch for f in failures if isinstance(f, (FailedTask, BadEpoch)))])
-    regimes = {t.task_id: Regime.parse(t.regime) for t in tasks if t.regime}
+    regimes = {p: Regime.parse(t.regime) for t in tasks if t.regime for p in processors(t.task_id, t.partitions)}
     try:
         return compute_plan(dag_id, store, failures, regimes, last_epoch=last, record=record)
     except PlanError as exc:
@@ -464,7 +470,8 @@ def dag_ledger(dag_id: str) -> dict[str, Any]:
 def dag_regimes(dag_id: str) -> dict[str, Any]:
     """Each task's fault-tolerance regime and epoch clock, read from the serialized DAG (no DAG
     file is imported)."""
-    tasks = [{"task_id": t.task_id, "regime": t.regime, "epoch_clock": t.epoch_clock} for t in _dag_tasks(dag_id)]
+    tasks = [{"task_id": t.task_id, "regime": t.regime, "epoch_clock": t.epoch_clock, "partitions": t.partitions}
+             for t in _dag_tasks(dag_id)]
     return {"dag_id": dag_id, "tasks": sorted(tasks, key=lambda t: t["task_id"])}
 
 

@@ -40,6 +40,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
+from falkirk.policies.partitions import processor_id, processors, task_of
 from falkirk.policies.planning.chains import TaskGraph
 from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError,
                                                 RecoveryPlan,
@@ -311,7 +312,7 @@ def start_replay(
         for epoch in sorted({e for _, e in rerun}):  # Airflow checks the caller's rights, changing nothing
             client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
         # One append per plan: a resumed replay whose invalidations were made adds none.
-        doomed = [e for e in ledger.entries(recovery.dag_id) if (e.task_id, e.epoch) in rerun]
+        doomed = [e for e in ledger.entries(recovery.dag_id) if (e.processor, e.epoch) in rerun]
         running.invalidated = ledger.invalidations.record(doomed, plan_id)
         progress(f"plan {plan_id}: invalidated {running.invalidated} ledger rows past the frontiers")
         crash_point("replay", 0, "after-invalidations", dag_id=recovery.dag_id)
@@ -352,8 +353,8 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
     rerun = recovery.rerun_set()
     first = min((e for _, e in rerun), default=recovery.last_epoch + 1)
     rows = [e for e in ledger.entries(recovery.dag_id) if first <= e.epoch <= recovery.last_epoch
-            and (e.task_id, e.epoch) not in rerun and e.epoch in running.runs]
-    kept = {(e.task_id, e.epoch) for e in (Completions(running.store).completed_among(rows)
+            and (e.processor, e.epoch) not in rerun and e.epoch in running.runs]
+    kept = {(e.processor, e.epoch) for e in (Completions(running.store).completed_among(rows)
                                            if running.store is not None else [])}
     graph = TaskGraph.from_ledger(ledger.entries(recovery.dag_id, include_invalidated=True))
     reach = {t: len(graph.downstream(t)) for t in graph.tasks}  # fewer for a task further downstream
@@ -389,8 +390,8 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     """
     recovery = running.plan
     wanted = set(recovery.rerun_set() if wanted is None else wanted)
-    rows = {(e.task_id, e.epoch): e for e in ledger.entries(recovery.dag_id)}  # current rows only
-    completed = {(e.task_id, e.epoch) for e in (Completions(running.store).completed_among(
+    rows = {(e.processor, e.epoch): e for e in ledger.entries(recovery.dag_id)}  # current rows only
+    completed = {(e.processor, e.epoch) for e in (Completions(running.store).completed_among(
         [rows[k] for k in wanted if k in rows]) if running.store is not None else [])}
     # Instances waiting on a lost worker's queue never run there: cleared, placement sends them
     # to a live worker (and a resumed replay finds them on that worker's queue).
@@ -449,10 +450,10 @@ def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress
         return 0
     affected = _affected_later(running, ledger)
     later = [e for e in ledger.entries(recovery.dag_id) if e.epoch > recovery.last_epoch
-             and e.task_id in affected and e.committed_at < since + CLOCK_SKEW]
+             and e.processor in affected and e.committed_at < since + CLOCK_SKEW]
     if not later:
         return 0
-    digest = ",".join(sorted(f"{e.task_id}:{e.epoch}:{e.incarnation}" for e in later))
+    digest = ",".join(sorted(f"{e.processor}:{e.epoch}:{e.incarnation}" for e in later))
     n = ledger.invalidations.record(later, f"{recovery.plan_id}+later:{_short_hash(digest)}")
     if n:
         progress(f"plan {recovery.plan_id}: invalidated {n} rows of later DAG runs computed from rolled-back epochs")
@@ -489,7 +490,7 @@ def _validate(recovery: RecoveryPlan, store: StoreConfig, resuming: bool) -> Non
                             f"{recovery.ledger_version} then, {now} now); compute a new plan with `falkirk plan`")
     entries = ledger.entries(recovery.dag_id, include_invalidated=True)
     readable = StoreReadability(store, entries)
-    by_key = {(e.task_id, e.epoch): e for e in ledger.entries(recovery.dag_id)}
+    by_key = {(e.processor, e.epoch): e for e in ledger.entries(recovery.dag_id)}
     problems = []
     for t in recovery.tasks:
         if t.restore_from is not None:
@@ -619,7 +620,7 @@ def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequen
     """Instances of Falkirk tasks that Airflow reports successful although the ledger has no
     current row for them (see :func:`falkirk.plugins.grid_status.unrecorded`), among the newest
     runs; ``current`` are the ledger's current rows, ``every`` includes the rolled-back ones."""
-    present = {(e.task_id, e.epoch) for e in current}
+    present = {(e.processor, e.epoch) for e in current}
     runs = {e.epoch: e.run_id for e in every}
     missing = {(t, e) for t in regimes for e in runs if (t, e) not in present and e > collected.get(t, 0)}
     found = []
@@ -637,9 +638,10 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
     successful in Airflow without a ledger row, which must run again as well. A run with no
     ledger row at all gets its epoch from its logical date and the DAG's epoch clock."""
     epoch_of = {e.run_id: e.epoch for e in entries}
-    found = [f for f in unrecorded if "*" in tasks or f.task_id in tasks]
+    found = [f for f in unrecorded if "*" in tasks or f.task_id in tasks or task_of(f.task_id) in tasks]
     for ti in client.failed_task_instances(dag_id):
-        if "*" in tasks or ti["task_id"] in tasks:
+        name = processor_id(ti["task_id"], ti.get("map_index", -1))
+        if "*" in tasks or ti["task_id"] in tasks or name in tasks:
             if ti["dag_run_id"] not in epoch_of and clock is not None and ti.get("logical_date"):
                 try:
                     epoch_of[ti["dag_run_id"]] = clock.epoch_of(datetime.fromisoformat(ti["logical_date"]))
@@ -648,9 +650,9 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
             if ti["dag_run_id"] not in epoch_of:
                 raise PlanError(f"failed task instance {ti['task_id']} of run {ti['dag_run_id']}: no task of that "
                                 f"run is in the ledger, so its epoch is unknown; use --failed-task TASK:EPOCH")
-            if FailedTask(ti["task_id"], epoch_of[ti["dag_run_id"]]) not in found:
-                found.append(FailedTask(ti["task_id"], epoch_of[ti["dag_run_id"]]))
-    named = {f.task_id for f in found}
+            if FailedTask(name, epoch_of[ti["dag_run_id"]]) not in found:
+                found.append(FailedTask(name, epoch_of[ti["dag_run_id"]]))
+    named = {f.task_id for f in found} | {task_of(f.task_id) for f in found}
     for task in tasks:
         if task != "*" and task not in named:
             raise PlanError(f"--failed-task {task}: Airflow reports no failed instance of {task!r} in {dag_id!r}; "
@@ -668,7 +670,9 @@ def _regimes(dag_id: str, client: AirflowClient) -> tuple[dict[str, Regime], Epo
     except AirflowError as exc:  # planning without the regimes would leave out tasks with no ledger row
         raise PlanError(f"the Falkirk API of Airflow at {client.base_url} did not give the regimes of {dag_id!r} "
                         f"({exc}); is falkirk-airflow installed where Airflow's API server runs?") from None
-    regimes = {t["task_id"]: Regime.parse(t["regime"]) for t in body["tasks"] if t.get("regime")}
+    # Keyed by processor: every partition of a partitioned task is one (falkirk.policies.partitions).
+    regimes = {p: Regime.parse(t["regime"]) for t in body["tasks"] if t.get("regime")
+               for p in processors(t["task_id"], t.get("partitions"))}
     clocks = {t["epoch_clock"] for t in body["tasks"] if t.get("epoch_clock")}
     return regimes, EpochClock.parse(clocks.pop()) if len(clocks) == 1 else None
 

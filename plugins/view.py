@@ -42,6 +42,8 @@ class DagTask:
     regime: str | None
     upstream: tuple[str, ...]
     epoch_clock: str | None = None
+    # A partitioned task's partition count (None: not partitioned).
+    partitions: int | None = None
 
     @property
     def regime_name(self) -> str | None:

@@ -92,8 +92,9 @@ def history(pipe: Pipeline, epochs: int, failed: str | None, at: int) -> list[Le
     """The ledger after ``epochs`` DAG runs in which ``failed`` (a processor) failed at epoch ``at``.
 
     An instance is missing when it failed, when any instance of an upstream task is missing
-    in its run (Airflow's dependencies are between tasks), when it keeps state and its own
-    previous epoch is missing, or when its window reaches a missing epoch of what it reads.
+    in its run (Airflow's dependencies are between tasks), when it keeps state and an instance
+    of its task is missing in the previous run (Airflow's ``depends_on_past`` counts every map
+    index of the task), or when its window reaches a missing epoch of what it reads.
     """
     missing: set[tuple[str, int]] = set()
     rows = []
@@ -105,7 +106,7 @@ def history(pipe: Pipeline, epochs: int, failed: str | None, at: int) -> list[Le
                 regime = pipe.regime(proc)
                 sources = [(s, back) for s, d, back in reads if d == proc]
                 if ((proc, t) == (failed, at) or any((u, t) in missing for u in upstream)
-                        or (regime.keeps_state and (proc, t - 1) in missing)
+                        or (regime.keeps_state and any((q, t - 1) in missing for q in pipe.procs(task)))
                         or any((s, x) in missing for s, back in sources for x in range(max(t - back, 1), t + 1))):
                     missing.add((proc, t))
                     continue
@@ -240,16 +241,17 @@ def test_one_failed_partition_reruns_that_partition_and_what_reads_it() -> None:
     pipe, rows = reference_rows(6, failed=("tally[2]", 4))
     plan = plan_recovery("pipe", pipe.graph(), rows, [FailedTask("tally[2]", 4)], last_epoch=6,
                          readable=lambda uri, key: True, regimes=pipe.regimes)
-    assert {t.task_id: list(t.rerun) for t in plan.tasks if t.rerun} == {"tally[2]": [4, 5, 6], "report": [4, 5, 6]}
-    assert plan.task("tally[2]").restore_from.epoch == 3
-    assert {t.task_id: t.kept_through for t in plan.tasks if t.task_id.startswith("tally")} == {
-        "tally[0]": 6, "tally[1]": 6, "tally[2]": 3, "tally[3]": 6}
+    # the other partitions keep epoch 4; they run 5 and 6, which Airflow held back (depends_on_past
+    # waits for every map index of the previous run)
+    assert {t.task_id: list(t.rerun) for t in plan.tasks if t.rerun} == {
+        "tally[0]": [5, 6], "tally[1]": [5, 6], "tally[2]": [4, 5, 6], "tally[3]": [5, 6], "report": [4, 5, 6]}
+    assert plan.task("tally[2]").restore_from.epoch == 3 and plan.task("tally[0]").restore_from.epoch == 4
     # Airflow's clear of the failed mapped instance, downstream and future: that partition, and report
     assert len(plan.clear_downstream_set()) == 6
-    # a plan that saw tally as one processor would redo all four partitions
+    # a plan that saw tally as one processor would redo epoch 4 of all four partitions too
     whole = plan_recovery("pipe", pipe.graph(), rows, [FailedTask("tally", 4)], last_epoch=6,
                           readable=lambda uri, key: True, regimes=pipe.regimes)
-    assert len(whole.rerun_set()) == 15
+    assert len(whole.rerun_set()) == 15 and len(plan.rerun_set()) == 12
 
 
 def test_a_lost_worker_reruns_its_partitions_from_their_durable_checkpoints() -> None:

@@ -1,0 +1,1 @@
+"""falkirk_shards: a partitioned pipeline (see ``dags/falkirk_shards.py``)."""

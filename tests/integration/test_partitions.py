@@ -1,0 +1,171 @@
+"""Partitioned tasks through Airflow: a failure re-runs only the partitions it touched.
+
+Two copies of ``dags/falkirk_shards.py`` (events, 2 partitions -> repartitioned by user ->
+totals, 4 partitions, LazyCheckpoint(every=4) -> one-to-one -> leaders, 4 partitions ->
+report) run epochs 1-6 under one Airflow (LocalExecutor), their jobs clients of the
+session's Spark Connect server:
+
+* ``shards_ref`` runs without failure: the reference;
+* ``shards_a``: partition 2 of ``totals`` is killed at epoch 4 (SIGKILL before its commit).
+
+On ``shards_a``, one recovery after another, each planned and replayed as a user would,
+each ending with every table (per partition) equal to the reference's:
+
+1. the failed partition: it re-runs epochs 4-6 from its own state of epoch 3, with what
+   Airflow never ran after it; the other partitions of totals keep their epoch 4 (Airflow's
+   ``depends_on_past`` held back their epochs 5 and 6, which run from their own state);
+2. a bad epoch of one source partition (events[1] epoch 3): that partition's epoch, and
+   every partition that read it (all of totals, through the repartitioning edge);
+3. the scratch directories of two totals partitions deleted: those two partitions restore
+   their durable state of epoch 4, and only the leaders partitions that read them re-run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from devstack.airflow import AirflowStack
+from devstack.demo import dag_epoch_clock, run_id_of
+from devstack.spark import SparkConnectServer
+from falkirk.plugins.recovery import plan, replay
+from falkirk.policies.partitions import processors
+from falkirk.policies.regimes import Tier
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.ledger import Ledger
+from tests.integration.recovery.drill import wait_states
+from tests.oracle import canonical
+
+ROOT = Path(__file__).resolve().parents[2]
+REF, A = "shards_ref", "shards_a"
+EPOCHS = list(range(1, 7))
+PARTITIONS = {"events": 2, "totals": 4, "leaders": 4, "report": None}
+PROCESSORS = [p for task, n in PARTITIONS.items() for p in processors(task, n)]
+# (task, table, tier): every table the pipeline writes, per partition
+TABLES = [("events", "output", Tier.DURABLE), ("totals", "output", Tier.SCRATCH),
+          ("totals", "state", Tier.SCRATCH), ("totals", "state", Tier.DURABLE), ("leaders", "output", Tier.DURABLE),
+          ("report", "output", Tier.DURABLE)]
+SUCCESS = {p: {"success"} for p in PROCESSORS}
+DAG_FILE = '''
+import importlib.util
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location("falkirk_shards_dag", {path!r})
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+shards_ref = _module.build_dag("shards_ref")
+shards_a = _module.build_dag("shards_a")
+'''
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
+    root = tmp_path_factory.mktemp("shards")
+    store = StoreConfig(str(root / "durable"), str(root / "scratch"))
+    dags = root / "dags"
+    dags.mkdir()
+    (dags / "shards.py").write_text(DAG_FILE.format(path=str(ROOT / "dags" / "falkirk_shards.py")))
+    faults = root / "faults"
+    faults.write_text(f"{A}/totals[2]:4:before-commit\n")
+    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=dags, extra_env={
+        **spark_connect.airflow_env(), "FALKIRK_CRASH_AT": f"@{faults}"})
+    stack.init()
+    stack.start()
+    try:
+        client = stack.client()
+        clock = dag_epoch_clock(ROOT / "dags" / "falkirk_shards.py")
+        for dag in (A, REF):
+            client.wait_for_dag(dag)
+            client.set_paused(dag, False)
+            for e in EPOCHS:
+                client.trigger(dag, run_id_of(e), clock.logical_date(e))
+        # depends_on_past waits for every partition of the previous run: all of totals waits
+        blocked = {**{p: {"success"} for p in PROCESSORS if p.startswith("events")},
+                   **{p: {None} for p in PROCESSORS if not p.startswith("events")}}
+        wait_states(client, A, {**{e: SUCCESS for e in (1, 2, 3)}, 4: {
+            **{p: {"success"} for p in PROCESSORS if p.startswith("events") or p in ("totals[0]", "totals[1]",
+                                                                                     "totals[3]")},
+            "totals[2]": {"failed"}, **{p: {"upstream_failed"} for p in PROCESSORS if p.startswith(("leaders",
+                                                                                                    "report"))}},
+            5: blocked, 6: blocked}, timeout=2400)
+        wait_states(client, REF, {e: SUCCESS for e in EPOCHS}, timeout=1800)
+        faults.write_text("")  # the fault is fixed
+        yield stack, store, client, root
+    finally:
+        stack.stop()
+
+
+def table_rows(store: StoreConfig, dag: str, task: str, table: str, tier: Tier, map_index: int) -> list[tuple]:
+    t = open_table(store.table_uri(tier, dag, task, table, map_index))
+    return canonical(scan(t).to_pylist()) if t is not None else []
+
+
+def assert_equals_reference(store: StoreConfig, lost: tuple[int, ...] = ()) -> None:
+    """Every table of every partition of shards_a equals shards_ref's; the scratch tables of the
+    ``lost`` totals partitions hold only the epochs written since, equal to the reference's."""
+    for task, table, tier in TABLES:
+        for p in range(PARTITIONS[task] or 1):
+            index = p if PARTITIONS[task] else -1
+            ref, got = (table_rows(store, dag, task, table, tier, index) for dag in (REF, A))
+            if task == "totals" and p in lost and tier is Tier.SCRATCH:
+                ref = [r for r in ref if dict(r)["epoch"] in {dict(g)["epoch"] for g in got}]
+            assert ref and got == ref, f"{task}[{p}] {table} ({tier.value}) differs from the failure-free run"
+
+
+def rerun(p) -> dict[str, list[int]]:
+    return {t.task_id: list(t.rerun) for t in p.tasks if t.rerun}
+
+
+def test_a_failed_partition_reruns_alone_with_what_airflow_never_ran_after_it(shards) -> None:
+    stack, store, client, _ = shards
+    p = plan(A, store, client, failed_tasks=["totals"])
+    print(p.table())
+    assert [f.describe() for f in p.failures] == ["failed task totals[2] at epoch 4"]
+    assert rerun(p) == {"totals[2]": [4, 5, 6], **{f"totals[{i}]": [5, 6] for i in (0, 1, 3)},
+                        **{f"leaders[{i}]": [4, 5, 6] for i in range(4)}, "report": [4, 5, 6]}
+    assert {t.task_id: t.kept_through for t in p.tasks if t.task_id.startswith("totals")} == {
+        "totals[0]": 4, "totals[1]": 4, "totals[2]": 3, "totals[3]": 4}
+    assert p.task("totals[2]").restore_from.epoch == 3 and p.task("totals[0]").restore_from.epoch == 4
+    # Airflow's clear of the failed mapped instance with downstream and future: that partition,
+    # and every partition of the tasks after it; the held-back epochs of the other partitions
+    # would then run by themselves
+    assert (len(p.rerun_set()), len(p.clear_downstream_set())) == (24, 18)
+    replay(p.plan_id, store, client, progress=print)
+    assert_equals_reference(store)
+    # the partitions that did not fail committed each epoch once
+    rows = Ledger(store).entries(A)
+    assert {(r.processor, r.epoch, r.incarnation) for r in rows if r.processor == "totals[0]"} == {
+        ("totals[0]", e, 0) for e in EPOCHS}
+
+
+def test_a_bad_epoch_of_one_source_partition_reruns_what_read_it(shards) -> None:
+    stack, store, client, _ = shards
+    p = plan(A, store, client, bad_epochs=[("events[1]", 3)])
+    print(p.table())
+    assert rerun(p) == {"events[1]": [3], **{f"totals[{i}]": [3, 4, 5, 6] for i in range(4)},
+                        **{f"leaders[{i}]": [3, 4, 5, 6] for i in range(4)}, "report": [3, 4, 5, 6]}
+    assert p.task("totals[0]").restore_from.epoch == 2
+    assert (len(p.rerun_set()), len(p.clear_downstream_set())) == (37, 40)
+    replay(p.plan_id, store, client, progress=print)
+    assert_equals_reference(store)
+    assert {r.processor for r in Ledger(store).entries(A) if r.epoch == 4 and r.task_id == "events"} == {
+        "events[0]", "events[1]"}
+
+
+def test_lost_scratch_of_two_partitions_reruns_those_partitions_and_their_readers(shards) -> None:
+    stack, store, client, root = shards
+    lost = [store.table_uri(Tier.SCRATCH, A, "totals", "state", i).rsplit("/", 1)[0] for i in (0, 1)]
+    for location in lost:
+        shutil.rmtree(location)  # the two partitions' scratch directories are gone
+    p = plan(A, store, client, lost_scratch=lost)
+    print(p.table())
+    assert rerun(p) == {"totals[0]": [5, 6], "totals[1]": [5, 6], "leaders[0]": [5, 6], "leaders[1]": [5, 6],
+                        "report": [5, 6]}
+    assert p.task("totals[0]").restore_from.epoch == 4 and p.task("totals[0]").restore_from.tier == "durable"
+    # Airflow knows nothing of scratch: clearing both partitions from their first lost epoch
+    assert (len(p.rerun_set()), len(p.clear_downstream_set())) == (10, 12 + 24 + 6)
+    replay(p.plan_id, store, client, progress=print)
+    assert_equals_reference(store, lost=(0, 1))
