@@ -69,7 +69,7 @@ from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, plan_view, recovery_history
 from falkirk.policies.planning.recovery import BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError
 from falkirk.policies.epochs import EpochClock, EpochError
-from falkirk.policies.partitions import processors
+from falkirk.policies.partitions import processor_id, processors
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
@@ -275,7 +275,7 @@ MAX_UNPLACED_RUNS = 1000
 
 def _failures(spec: FailureSpec, tasks: list[DagTask], store: StoreConfig, last_epoch: int) -> list[Failure]:
     """The spec's failures, each checked against the DAG and the store (422 naming the field)."""
-    known = {t.task_id for t in tasks}
+    known = {t.task_id for t in tasks} | {p for t in tasks for p in processors(t.task_id, t.partitions)}
     failures: list[Failure] = []
     for field in ("failed_tasks", "bad_epochs"):
         for i, item in enumerate(getattr(spec, field)):
@@ -349,14 +349,16 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     store = _store()
     tasks = _dag_tasks(dag_id)
     with create_session() as session:
-        rows = session.execute(select(TaskInstance.task_id, TaskInstance.run_id, TaskInstance.state).where(
+        rows = session.execute(select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.run_id,
+                                      TaskInstance.state).where(
             TaskInstance.dag_id == dag_id, (TaskInstance.state != "success") | TaskInstance.state.is_(None))).all()
-    live = {(task, run): (str(state.value if hasattr(state, "value") else state) if state else None)
-            for task, run, state in rows}
+    live = {(processor_id(task, index), run): (str(state.value if hasattr(state, "value") else state) if state else None)
+            for task, index, run, state in rows}
     ledger = Ledger(store)
     version = ledger.version()
     collected = Collections(store).through(dag_id)
-    grid = grid_from_ledger(ledger, dag_id, [t.task_id for t in tasks], collected_through=collected)
+    grid = grid_from_ledger(ledger, dag_id, [p for t in tasks for p in processors(t.task_id, t.partitions)],
+                            collected_through=collected)
     # Runs with no ledger row at all (each of their task instances failed or has not run yet).
     grid = with_runs(grid, _runs_at_epochs(dag_id, tasks, {run for _, run in live} - set(grid.runs.values())))
     events = RecoveryLog(store).events(dag_id)
@@ -375,16 +377,16 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
 def _succeeded_without_row(dag_id: str, tasks: list[DagTask], grid: CheckpointGrid) -> set[tuple[str, str]]:
     """The (task, run) pairs Airflow reports successful among the grid's missing or rolled-back cells of
     Falkirk tasks (at most the newest 1,000 such runs: the cells a person looks at)."""
-    missing = {(t.task_id, e) for t in tasks if t.regime for e in grid.runs
-               if 1 <= e <= grid.last_epoch and grid.status.get(t.task_id, "")[e - 1:e] in ("-", "I")}
+    missing = {(p, e) for t in tasks if t.regime for p in processors(t.task_id, t.partitions) for e in grid.runs
+               if 1 <= e <= grid.last_epoch and grid.status.get(p, "")[e - 1:e] in ("-", "I")}
     runs = [grid.runs[e] for e in sorted({e for _, e in missing}, reverse=True)[:1000]]
     missing = {(t, grid.runs[e]) for t, e in missing}
     if not runs:
         return set()
     with create_session() as session:
-        rows = session.execute(select(TaskInstance.task_id, TaskInstance.run_id).where(
+        rows = session.execute(select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.run_id).where(
             TaskInstance.dag_id == dag_id, TaskInstance.state == "success", TaskInstance.run_id.in_(runs))).all()
-    return {(t, r) for t, r in rows if (t, r) in missing}
+    return {(processor_id(t, m), r) for t, m, r in rows if (processor_id(t, m), r) in missing}
 
 
 @app.post("/api/v1/dags/{dag_id}/preview", dependencies=[ReadDag])

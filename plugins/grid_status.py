@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
+from falkirk.policies.partitions import processor_id
 from falkirk.policies.store.ledger import Ledger
 
 
@@ -113,8 +114,8 @@ def grid_from_rows(
     """The grid from ledger rows (dicts, or columns as from ``pyarrow.Table.to_pydict``).
 
     ``invalidated`` holds the (task, map index, epoch, incarnation) keys recoveries rolled
-    back; ``collected_through`` each task's last garbage-collected epoch. Map indexes are
-    folded together: a cell is the task's epoch.
+    back; ``collected_through`` each task's last garbage-collected epoch. ``tasks`` are
+    processors: a partition of a partitioned task has a row of its own, ``task[i]``.
     """
     cols = rows if isinstance(rows, Mapping) else _columns(list(rows))
     n = len(cols.get("task_id", ()))
@@ -122,9 +123,9 @@ def grid_from_rows(
     # (task, epoch) -> (incarnation, code) of its latest current row; or "I" if only rolled back
     best: dict[tuple[str, int], tuple[int, str]] = {}
     for i in range(n):
-        task, epoch, inc = cols["task_id"][i], cols["epoch"][i], cols["incarnation"][i]
+        task, epoch, inc = processor_id(cols["task_id"][i], cols["map_index"][i]), cols["epoch"][i], cols["incarnation"][i]
         runs[epoch] = cols["run_id"][i]
-        if (task, cols["map_index"][i], epoch, inc) in invalidated:
+        if (cols["task_id"][i], cols["map_index"][i], epoch, inc) in invalidated:
             best.setdefault((task, epoch), (-1, CheckpointStatus.INVALIDATED.code))
             continue
         if inc >= best.get((task, epoch), (-1, ""))[0]:

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from falkirk.plugins.grid_status import CheckpointGrid, CheckpointStatus
+from falkirk.policies.partitions import processors, split_processor
 from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.regimes import Regime, RegimeError
 from falkirk.policies.store.recovery_log import GC_PREFIX, lease_seconds
@@ -91,7 +92,11 @@ def dag_view(
     of a lost worker).
     """
     ordered = topological(tasks)
-    ids = [t.task_id for t in ordered]
+    # The grid's rows: a task, or each partition of a partitioned one (falkirk.policies.partitions).
+    rows = [{"row_id": p, "task_id": t.task_id, "partition": split_processor(p)[1] if t.partitions else None}
+            for t in ordered for p in processors(t.task_id, t.partitions)]
+    ids = [r["row_id"] for r in rows]
+    task_ids = [t.task_id for t in ordered]
     runs, last = grid.runs, grid.last_epoch
     epoch_of = {run: epoch for epoch, run in runs.items()}
     overlay: dict[str, dict[str, str]] = {}
@@ -109,7 +114,8 @@ def dag_view(
     return {
         "dag_id": dag_id,
         "tasks": [{"task_id": t.task_id, "regime": t.regime, "regime_name": t.regime_name,
-                   "upstream": [u for u in t.upstream if u in ids]} for t in ordered],
+                   "partitions": t.partitions, "upstream": [u for u in t.upstream if u in task_ids]} for t in ordered],
+        "rows": rows,
         "first_epoch": 1,
         "last_epoch": last,
         "epochs": [{"epoch": e, "run_id": runs[e]} for e in sorted(runs)],
@@ -117,7 +123,8 @@ def dag_view(
         "statuses": [{"code": s.code, "label": s.label, "name": s.name.lower()} for s in CheckpointStatus],
         "airflow_states": overlay,
         "failed": failed,
-        "scratch_locations": [scratch] + [f"{scratch}/{t}" for t in ids],
+        "scratch_locations": [scratch] + [f"{scratch}/{t.task_id}" for t in ordered] + [
+            f"{scratch}/{t.task_id}/partition-{i}" for t in ordered for i in range(t.partitions or 0)],
         "workers": sorted(set(workers)),
         "ledger_version": ledger_version,
         "can_replay": can_replay,

@@ -190,6 +190,8 @@ function layout(tasks) {
 function Graph({ tasks, plan, view }) {
   const { pos, width, height } = useMemo(() => layout(tasks), [tasks]);
   const frontier = useMemo(() => Object.fromEntries((plan?.tasks || []).map((t) => [t.task_id, t])), [plan]);
+  // a partitioned task's node speaks for its partitions: how many the plan rolls back
+  const partitionsRerun = (t) => (plan?.tasks || []).filter((f) => f.task_id.startsWith(`${t.task_id}[`) && f.rerun.length).length;
   const W = 140;
   const H = 28;
   return h(
@@ -210,7 +212,7 @@ function Graph({ tasks, plan, view }) {
       ...tasks.map((t) => {
         const p = pos[t.task_id];
         const f = frontier[t.task_id];
-        const reruns = f && f.rerun.length > 0;
+        const reruns = t.partitions ? partitionsRerun(t) > 0 : f && f.rerun.length > 0;
         return h(
           "g",
           { key: t.task_id, "data-testid": `graph-node-${t.task_id}`, "data-regime": t.regime_name || "none" },
@@ -225,9 +227,10 @@ function Graph({ tasks, plan, view }) {
           h("text", { x: p.x + 8, y: p.y + 18, fontSize: 12, fill: "#1a202c", "data-testid": `graph-label-${t.task_id}` },
             t.task_id.length > 19 ? t.task_id.slice(0, 18) + "…" : t.task_id),
           // under the node, never over its label: what a recovery keeps, or that Falkirk leaves it alone
-          f || !t.regime_name
+          f || !t.regime_name || (plan && t.partitions)
             ? h("text", { x: p.x + 4, y: p.y + H + 11, fontSize: 10, fill: C.muted, "data-testid": `graph-badge-${t.task_id}` },
-              !t.regime_name ? "not managed" : `keeps ${keptText(f, plan, view)}`)
+              !t.regime_name ? "not managed" : t.partitions ? `${partitionsRerun(t)} of ${t.partitions} partitions roll back`
+                : `keeps ${keptText(f, plan, view)}`)
             : null,
         );
       }),
@@ -246,7 +249,10 @@ function FailurePicker({ view, selection, setSelection }) {
   const [scratch, setScratch] = useState(view.scratch_locations[0] || "");
   const [worker, setWorker] = useState((view.workers || [])[0] || "");
   const suggested = selection.suggested;
-  const managed = view.tasks.filter((t) => t.regime_name); // a plain Airflow task has no epochs to redo
+  // a plain Airflow task has no epochs to redo; a partitioned task's epoch may be bad in one
+  // partition (task[i]) or in all of them (the task's own name)
+  const managed = view.tasks.filter((t) => t.regime_name).flatMap((t) =>
+    [{ task_id: t.task_id }, ...gridRows(view).filter((r) => t.partitions && r.task_id === t.task_id).map((r) => ({ task_id: r.row_id }))]);
   const [badTask, setBadTask] = useState(suggested?.task_id || managed[0]?.task_id || "");
   const [badEpoch, setBadEpoch] = useState(String(suggested?.epoch || view.last_epoch || 1));
   const toggleFailed = (f) => {
@@ -470,7 +476,17 @@ const WAITING = ["cleared", "scheduled", "up_for_retry", "restarting"];
 const LABEL = 170;
 const MARGIN = 12; // epochs rendered beyond each edge of the visible window
 
+// A collapsed partitioned task's cell: the status most in need of attention among its partitions.
+const SUMMARY_ORDER = ["-", "I", "S", "L", "D", "G"];
+const STATE_ORDER = ["failed", "upstream_failed", "running", "queued", UNRECORDED, "cleared", "scheduled", "up_for_retry", "restarting"];
+
+// The grid's rows: a task, or each partition of a partitioned one (``task[i]``).
+function gridRows(view) {
+  return view.rows || view.tasks.map((t) => ({ row_id: t.task_id, task_id: t.task_id, partition: null }));
+}
+
 function Grid({ view, plan }) {
+  const [collapsed, setCollapsed] = useState(new Set());
   const rerun = useMemo(() => new Set((plan?.rerun || []).map(([t, e]) => key(t, e))), [plan]);
   // The latest recovery that finished: its re-runs are marked, so the grid says what it redid.
   const lastRecovery = view.recoveries.find((r) => r.outcome === "finished");
@@ -514,50 +530,81 @@ function Grid({ view, plan }) {
           : null;
       })),
   );
-  const rows = view.tasks.map((t) => {
-    const codes = view.status[t.task_id] || "";
-    const live = view.airflow_states[t.task_id] || {};
-    return h(
-      "div",
-      { key: t.task_id, style: rowStyle, "data-testid": `grid-row-${t.task_id}` },
-      label(h("span", { title: `${t.task_id}: ${t.regime || NOT_MANAGED}` },
-        h(Swatch, { key: "s", colour: REGIME_COLOURS[t.regime_name] || "transparent", dashed: !t.regime_name }), t.task_id), "label"),
-      !t.regime_name
-        ? h("div", { "data-testid": `grid-unmanaged-${t.task_id}`, style: { fontSize: 11, color: C.muted, position: "sticky", left: LABEL } },
-          "not managed by Falkirk: Airflow alone runs it")
-        : h("div", { style: { position: "relative", width: count * cell, height: cell, flex: "none" } },
-        ...shown.map((i) => {
-          const e = view.first_epoch + i;
-          const code = codes[i] || "-";
-          const k = key(t.task_id, e);
-          const isRerun = rerun.has(k);
-          const isClear = !isRerun && clear.has(k);
-          const state = live[String(e)];
-          const classes = ["fk-cell", `fk-${code}`];
-          const wasRerun = reran.has(k);
-          if (wasRerun) classes.push("fk-reran");
-          if (isRerun) classes.push("fk-rerun");
-          else if (isClear) classes.push("fk-clear");
-          if (state === "failed") classes.push("fk-failed");
-          else if (state === "upstream_failed") classes.push("fk-upstream-failed");
-          else if (state === "running" || state === "queued") classes.push("fk-running");
-          else if (WAITING.includes(state)) classes.push("fk-waiting");
-          else if (state === UNRECORDED) classes.push("fk-unrecorded");
-          return h("div", {
-            key: e,
-            className: classes.join(" "),
-            "data-testid": `cell-${t.task_id}-${e}`,
-            "data-status": code,
-            "data-rerun": isRerun ? "true" : undefined,
-            "data-reran": wasRerun ? lastRecovery.plan_id : undefined,
-            "data-airflow-state": state,
-            title: `${t.task_id} @ epoch ${e}: ${labels[code]}${state ? `; Airflow: ${state}` : ""}${isRerun ? "; re-run by the plan" : isClear ? "; clear-downstream would re-run it" : ""}` +
-              (wasRerun ? `; re-run by recovery ${lastRecovery.plan_id} (${lastRecovery.by})` : ""),
-            style: { left: i * cell + 1, top: 1, width: cell - 2, height: cell - 2 },
-          });
-        })),
-    );
-  });
+  // One row per task, or per partition of a partitioned task under a header that collapses its
+  // partitions into one summary row (a cell there re-runs if any partition's does).
+  const cellsOf = (members, rowKey) =>
+    h("div", { style: { position: "relative", width: count * cell, height: cell, flex: "none" } },
+      ...shown.map((i) => {
+        const e = view.first_epoch + i;
+        const codes = members.map((m) => (view.status[m] || "")[i] || "-");
+        const code = codes.every((c) => c === codes[0]) ? codes[0] : SUMMARY_ORDER.find((c) => codes.includes(c));
+        const keys = members.map((m) => key(m, e));
+        const hits = keys.filter((k) => rerun.has(k)).length;
+        const isRerun = hits > 0;
+        const isClear = !isRerun && keys.some((k) => clear.has(k));
+        const states = members.map((m) => (view.airflow_states[m] || {})[String(e)]).filter(Boolean);
+        const state = STATE_ORDER.find((s) => states.includes(s)) || states[0];
+        const classes = ["fk-cell", `fk-${code}`];
+        const wasRerun = keys.some((k) => reran.has(k));
+        if (wasRerun) classes.push("fk-reran");
+        if (isRerun) classes.push("fk-rerun");
+        else if (isClear) classes.push("fk-clear");
+        if (state === "failed") classes.push("fk-failed");
+        else if (state === "upstream_failed") classes.push("fk-upstream-failed");
+        else if (state === "running" || state === "queued") classes.push("fk-running");
+        else if (WAITING.includes(state)) classes.push("fk-waiting");
+        else if (state === UNRECORDED) classes.push("fk-unrecorded");
+        const part = members.length > 1 ? `; ${hits} of ${members.length} partitions re-run by the plan` : "";
+        return h("div", {
+          key: e,
+          className: classes.join(" "),
+          "data-testid": `cell-${rowKey}-${e}`,
+          "data-status": code,
+          "data-rerun": isRerun ? "true" : undefined,
+          "data-reran": wasRerun ? lastRecovery.plan_id : undefined,
+          "data-airflow-state": state,
+          title: `${rowKey} @ epoch ${e}: ${labels[code]}${state ? `; Airflow: ${state}` : ""}` +
+            (members.length > 1 ? part : isRerun ? "; re-run by the plan" : isClear ? "; clear-downstream would re-run it" : "") +
+            (wasRerun ? `; re-run by recovery ${lastRecovery.plan_id} (${lastRecovery.by})` : ""),
+          style: { left: i * cell + 1, top: 1, width: cell - 2, height: cell - 2 },
+        });
+      }));
+  const swatch = (t) => h(Swatch, { key: "s", colour: REGIME_COLOURS[t.regime_name] || "transparent", dashed: !t.regime_name });
+  const rows = [];
+  for (const t of view.tasks) {
+    const members = gridRows(view).filter((r) => r.task_id === t.task_id);
+    if (!t.partitions) {
+      rows.push(h(
+        "div",
+        { key: t.task_id, style: rowStyle, "data-testid": `grid-row-${t.task_id}` },
+        label(h("span", { title: `${t.task_id}: ${t.regime || NOT_MANAGED}` }, swatch(t), t.task_id), "label"),
+        !t.regime_name
+          ? h("div", { "data-testid": `grid-unmanaged-${t.task_id}`, style: { fontSize: 11, color: C.muted, position: "sticky", left: LABEL } },
+            "not managed by Falkirk: Airflow alone runs it")
+          : cellsOf([t.task_id], t.task_id),
+      ));
+      continue;
+    }
+    const open = !collapsed.has(t.task_id);
+    const toggle = h("button", {
+      key: "t", type: "button", "data-testid": `toggle-${t.task_id}`, "aria-expanded": String(open),
+      title: open ? "collapse the partitions into one row" : "show each partition",
+      onClick: () => { const next = new Set(collapsed); open ? next.add(t.task_id) : next.delete(t.task_id); setCollapsed(next); },
+      style: { border: "none", background: "transparent", cursor: "pointer", padding: 0, marginRight: 4, color: C.fg },
+    }, open ? "▾" : "▸");
+    const title = h("span", { title: `${t.task_id}: ${t.regime}, ${t.partitions} partitions` }, toggle, swatch(t), t.task_id,
+      h("span", { style: { color: C.muted } }, ` ×${t.partitions}`));
+    rows.push(h("div", { key: t.task_id, style: rowStyle, "data-testid": `grid-task-${t.task_id}`, "data-partitions": t.partitions },
+      label(title, "label"), open ? null : cellsOf(members.map((r) => r.row_id), t.task_id)));
+    if (open) {
+      for (const r of members) {
+        rows.push(h("div", { key: r.row_id, style: rowStyle, "data-testid": `grid-row-${r.row_id}` },
+          label(h("span", { title: `${r.row_id}: partition ${r.partition} of ${t.task_id}`, style: { paddingLeft: 18 } },
+            `[${r.partition}]`), "label"),
+          cellsOf([r.row_id], r.row_id)));
+      }
+    }
+  }
   return h("div", { "data-testid": "falkirk-grid", "data-epochs": count },
     h("style", null, GRID_CSS),
     h("div", { ref: scroller, onScroll, style: { overflow: "auto", maxHeight: 520, width: "100%" } }, header, ...rows));
@@ -777,7 +824,7 @@ function FalkirkView({ dagId, runId, taskId }) {
       testid: "panel-plan",
       right: h(Button, { primary: true, disabled: !canReplay, title: why, testid: "replay-button", onClick: () => setConfirming(true) }, "Roll back and replay"),
     },
-    h(PlanSummary, { plan, error: planError, loading: planning, view, order: Object.fromEntries(view.tasks.map((t, i) => [t.task_id, i])) }),
+    h(PlanSummary, { plan, error: planError, loading: planning, view, order: Object.fromEntries(gridRows(view).map((r, i) => [r.row_id, i])) }),
     replay?.error ? h("div", { role: "alert", "data-testid": "replay-error", style: { color: "#e53e3e", marginTop: 8 } }, replay.error) : null,
     replay?.plan_id ? h("div", { "data-testid": "replay-started", style: { marginTop: 8 } },
       `Recovery ${replay.plan_id} started by ${replay.by}: ${replay.rerun_count} task instances cleared.`) : null),

@@ -8,7 +8,8 @@ session's Spark Connect server:
 * ``shards_ref`` runs without failure: the reference;
 * ``shards_a``: partition 2 of ``totals`` is killed at epoch 4 (SIGKILL before its commit).
 
-On ``shards_a``, one recovery after another, each planned and replayed as a user would,
+The view of ``shards_a`` shows a grid row per partition and previews the failure's plan cell
+for cell (headless Chromium). Then, on ``shards_a``, one recovery after another, each planned and replayed as a user would,
 each ending with every table (per partition) equal to the reference's:
 
 1. the failed partition: it re-runs epochs 4-6 from its own state of epoch 3, with what
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -37,6 +39,7 @@ from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table, scan
 from falkirk.policies.store.ledger import Ledger
 from tests.integration.recovery.drill import wait_states
+from tests.integration.test_falkirk_view import browser, cells, login, open_view, shot  # noqa: F401 (browser: a fixture)
 from tests.oracle import canonical
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +52,7 @@ TABLES = [("events", "output", Tier.DURABLE), ("totals", "output", Tier.SCRATCH)
           ("totals", "state", Tier.SCRATCH), ("totals", "state", Tier.DURABLE), ("leaders", "output", Tier.DURABLE),
           ("report", "output", Tier.DURABLE)]
 SUCCESS = {p: {"success"} for p in PROCESSORS}
-DAG_FILE = '''
+DAG_FILE = '''"""Airflow DAG file: two copies of dags/falkirk_shards.py (a DAG factory), each with its own tables."""
 import importlib.util
 from pathlib import Path
 
@@ -117,6 +120,42 @@ def assert_equals_reference(store: StoreConfig, lost: tuple[int, ...] = ()) -> N
 
 def rerun(p) -> dict[str, list[int]]:
     return {t.task_id: list(t.rerun) for t in p.tasks if t.rerun}
+
+
+def test_the_view_shows_each_partition_and_highlights_exactly_the_plans_cells(shards, browser) -> None:
+    """The view's grid has a row per partition under its task (collapsible); the failed partition is
+    preselected, and the preview highlights exactly the plan's (task, partition, epoch) cells."""
+    stack, store, client, _ = shards
+    vs = SimpleNamespace(stack=stack)
+    context, page = login(browser, vs, "admin")
+    try:
+        open_view(page, vs, A)
+        page.get_by_test_id("plan").wait_for(timeout=60_000)
+        assert page.get_by_test_id("grid-task-totals").get_attribute("data-partitions") == "4"
+        status = {p: "".join(page.get_by_test_id(f"cell-{p}-{e}").get_attribute("data-status") for e in EPOCHS)
+                  for p in PROCESSORS}
+        assert status == {**{f"events[{i}]": "LLLLLL" for i in range(2)},
+                          **{f"totals[{i}]": "SSSD--" for i in (0, 1, 3)}, "totals[2]": "SSS---",
+                          **{f"leaders[{i}]": "LLL---" for i in range(4)}, "report": "LLL---"}
+        assert cells(page, "data-airflow-state", "failed") == {("totals[2]", 4)}
+        assert page.get_by_test_id("failed-totals[2]-4").is_checked()
+        preview = client.request("POST", f"/falkirk/api/v1/dags/{A}/preview",
+                                 json={"failed_tasks": [{"task_id": "totals[2]", "epoch": 4}]})
+        page.wait_for_function("id => document.querySelector('[data-testid=plan]').dataset.planId === id",
+                               arg=preview["plan_id"], timeout=60_000)
+        expected = {(t, e) for t, e in preview["rerun"]}
+        assert ("totals[2]", 4) in expected and ("totals[0]", 4) not in expected and ("totals[0]", 5) in expected
+        assert cells(page, "data-rerun", "true") == expected
+        assert page.get_by_test_id("graph-badge-totals").inner_text() == "4 of 4 partitions roll back"
+        shot(page, "partitions-preview")
+        # collapsed, totals is one row whose cells re-run if any partition's does
+        page.get_by_test_id("toggle-totals").click()
+        assert page.get_by_test_id("grid-row-totals[0]").count() == 0
+        assert {e for t, e in cells(page, "data-rerun", "true") if t == "totals"} == {4, 5, 6}
+        assert "1 of 4 partitions re-run" in page.get_by_test_id("cell-totals-4").get_attribute("title")
+        shot(page, "partitions-collapsed")
+    finally:
+        context.close()
 
 
 def test_a_failed_partition_reruns_alone_with_what_airflow_never_ran_after_it(shards) -> None:
