@@ -44,8 +44,12 @@ def run_in_process(
     store: StoreConfig,
     env: Mapping[str, str] | None = None,
     progress: Callable[[str], None] = print,
+    partitions: Mapping[str, int] | None = None,
 ) -> float:
-    """Run every task of ``dag_id`` (job modules ``{package}.{task}``) for ``epochs``; returns seconds."""
+    """Run every task of ``dag_id`` (job modules ``{package}.{task}``) for ``epochs``; returns seconds.
+
+    A task in ``partitions`` runs once per partition, as its mapped task instances would."""
+    counts = dict(partitions or {})
     started = time.monotonic()
     order = list(regimes)  # the caller lists tasks upstream first
     upstream = {t: tuple(sorted(u for u, d in edges if d == t)) for t in order}
@@ -55,10 +59,13 @@ def run_in_process(
     with _environ({**conf, **store.env(), **(env or {})}):
         for epoch in epochs:
             for task in order:
-                spec = JobSpec(dag_id, task, epoch, regimes[task], f"epoch-{epoch}", inputs=upstream[task])
-                code = run_job(jobs[task], spec.argv())
-                if code != 0:
-                    raise RuntimeError(f"{dag_id}.{task} epoch {epoch} exited {code}")
+                for index in range(counts[task]) if task in counts else (-1,):
+                    spec = JobSpec(dag_id, task, epoch, regimes[task], f"epoch-{epoch}", inputs=upstream[task],
+                                   map_index=index, partitions=counts.get(task),
+                                   input_partitions=tuple((u, counts[u]) for u in upstream[task] if u in counts))
+                    code = run_job(jobs[task], spec.argv())
+                    if code != 0:
+                        raise RuntimeError(f"{dag_id}.{spec.processor} epoch {epoch} exited {code}")
             progress(f"  reference: epoch {epoch} done ({time.monotonic() - started:.0f}s)")
     return time.monotonic() - started
 

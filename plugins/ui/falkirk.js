@@ -229,7 +229,7 @@ function Graph({ tasks, plan, view }) {
           // under the node, never over its label: what a recovery keeps, or that Falkirk leaves it alone
           f || !t.regime_name || (plan && t.partitions)
             ? h("text", { x: p.x + 4, y: p.y + H + 11, fontSize: 10, fill: C.muted, "data-testid": `graph-badge-${t.task_id}` },
-              !t.regime_name ? "not managed" : t.partitions ? `${partitionsRerun(t)} of ${t.partitions} partitions roll back`
+              !t.regime_name ? "not managed" : t.partitions ? `${partitionsRerun(t)}/${t.partitions} partitions re-run`
                 : `keeps ${keptText(f, plan, view)}`)
             : null,
         );

@@ -1,12 +1,11 @@
 """Partitioned tasks through Airflow: a failure re-runs only the partitions it touched.
 
-Two copies of ``dags/falkirk_shards.py`` (events, 2 partitions -> repartitioned by user ->
-totals, 4 partitions, LazyCheckpoint(every=4) -> one-to-one -> leaders, 4 partitions ->
-report) run epochs 1-6 under one Airflow (LocalExecutor), their jobs clients of the
-session's Spark Connect server:
-
-* ``shards_ref`` runs without failure: the reference;
-* ``shards_a``: partition 2 of ``totals`` is killed at epoch 4 (SIGKILL before its commit).
+``dags/falkirk_shards.py`` (events, 2 partitions -> repartitioned by user -> totals, 4
+partitions, LazyCheckpoint(every=4) -> one-to-one -> leaders, 4 partitions -> report) runs
+epochs 1-6 as ``shards_a`` under Airflow (LocalExecutor), its jobs clients of the session's
+Spark Connect server; partition 2 of ``totals`` is killed at epoch 4 (SIGKILL before its
+commit). ``shards_ref``, the failure-free reference, runs the same jobs with the same
+command lines in this process, partition by partition (``devstack.inprocess``).
 
 The view of ``shards_a`` shows a grid row per partition and previews the failure's plan cell
 for cell (headless Chromium). Then, on ``shards_a``, one recovery after another, each planned and replayed as a user would,
@@ -23,6 +22,7 @@ each ending with every table (per partition) equal to the reference's:
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,6 +31,7 @@ import pytest
 
 from devstack.airflow import AirflowStack
 from devstack.demo import dag_epoch_clock, run_id_of
+from devstack.inprocess import run_in_process
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.partitions import processors
@@ -43,9 +44,18 @@ from tests.integration.test_falkirk_view import browser, cells, login, open_view
 from tests.oracle import canonical
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _shards_dag():
+    spec = importlib.util.spec_from_file_location("falkirk_shards_dag", ROOT / "dags" / "falkirk_shards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 REF, A = "shards_ref", "shards_a"
 EPOCHS = list(range(1, 7))
-PARTITIONS = {"events": 2, "totals": 4, "leaders": 4, "report": None}
+SHARDS = _shards_dag().TASKS  # task: (regime, partitions)
+PARTITIONS = {t: n for t, (_, n) in SHARDS.items()}
 PROCESSORS = [p for task, n in PARTITIONS.items() for p in processors(task, n)]
 # (task, table, tier): every table the pipeline writes, per partition
 TABLES = [("events", "output", Tier.DURABLE), ("totals", "output", Tier.SCRATCH),
@@ -59,7 +69,6 @@ from pathlib import Path
 _spec = importlib.util.spec_from_file_location("falkirk_shards_dag", {path!r})
 _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)
-shards_ref = _module.build_dag("shards_ref")
 shards_a = _module.build_dag("shards_a")
 '''
 
@@ -80,11 +89,13 @@ def shards(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
     try:
         client = stack.client()
         clock = dag_epoch_clock(ROOT / "dags" / "falkirk_shards.py")
-        for dag in (A, REF):
-            client.wait_for_dag(dag)
-            client.set_paused(dag, False)
-            for e in EPOCHS:
-                client.trigger(dag, run_id_of(e), clock.logical_date(e))
+        client.wait_for_dag(A)
+        client.set_paused(A, False)
+        for e in EPOCHS:
+            client.trigger(A, run_id_of(e), clock.logical_date(e))
+        run_in_process(REF, "falkirk.spark_jobs.shards", {t: r for t, (r, _) in SHARDS.items()},
+                       list(zip(SHARDS, list(SHARDS)[1:])), EPOCHS, store, env={"SPARK_REMOTE": spark_connect.url},
+                       partitions={t: n for t, (_, n) in SHARDS.items() if n})
         # depends_on_past waits for every partition of the previous run: all of totals waits
         blocked = {**{p: {"success"} for p in PROCESSORS if p.startswith("events")},
                    **{p: {None} for p in PROCESSORS if not p.startswith("events")}}
@@ -94,7 +105,6 @@ def shards(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
             "totals[2]": {"failed"}, **{p: {"upstream_failed"} for p in PROCESSORS if p.startswith(("leaders",
                                                                                                     "report"))}},
             5: blocked, 6: blocked}, timeout=2400)
-        wait_states(client, REF, {e: SUCCESS for e in EPOCHS}, timeout=1800)
         faults.write_text("")  # the fault is fixed
         yield stack, store, client, root
     finally:
@@ -146,7 +156,7 @@ def test_the_view_shows_each_partition_and_highlights_exactly_the_plans_cells(sh
         expected = {(t, e) for t, e in preview["rerun"]}
         assert ("totals[2]", 4) in expected and ("totals[0]", 4) not in expected and ("totals[0]", 5) in expected
         assert cells(page, "data-rerun", "true") == expected
-        assert page.get_by_test_id("graph-badge-totals").inner_text() == "4 of 4 partitions roll back"
+        assert page.get_by_test_id("graph-badge-totals").text_content() == "4/4 partitions re-run"
         shot(page, "partitions-preview")
         # collapsed, totals is one row whose cells re-run if any partition's does
         page.get_by_test_id("toggle-totals").click()
