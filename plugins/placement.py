@@ -44,10 +44,10 @@ _enable_on_run_creation()
 def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None:
     """Route a Falkirk task instance to the worker holding its scratch group's data."""
     task = getattr(task_instance, "task", None)
-    if task is None or not getattr(task, "falkirk_regime", None):
+    if task is None or not (getattr(task, "falkirk_regime", None) or _is_partitioned_falkirk(task)):
         return
     try:
-        home = placement_of(task, task_instance.queue)
+        home = placement_of(task, task_instance.queue, getattr(task_instance, "map_index", -1))
     except Exception as exc:  # noqa: BLE001 - scheduling goes on; the task's runtime check names the problem
         log.warning("Falkirk placement of %s.%s skipped: %s", task.dag_id, task.task_id, exc)
         return
@@ -57,23 +57,34 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None
         task_instance.queue = home
 
 
-def placement_of(task: Any, queue: str | None = None) -> str | None:
-    """The worker ``task``'s instances must run on, or ``None`` when any worker will do."""
-    from falkirk.policies.placement import configured_workers, group_of, home_worker, lost_workers, scratch_groups
-    from falkirk.policies.regimes import Regime
+def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1) -> str | None:
+    """The worker ``task``'s instances (partition ``map_index`` of a partitioned task) must run
+    on, or ``None`` when any worker will do."""
+    from falkirk.plugins.operators import partitions_of, regime_of
+    from falkirk.policies.placement import (configured_workers, group_of, home_worker, lost_workers,
+                                            partitioned_group, scratch_groups)
     from falkirk.policies.store import StoreConfig
     from falkirk.policies.store.ledger import Ledger
     from falkirk.policies.store.recovery_log import RecoveryLog
 
     dag = task.dag
-    tasks = {t.task_id: (Regime.parse(t.falkirk_regime) if getattr(t, "falkirk_regime", None) else None,
-                         tuple(t.upstream_task_ids)) for t in dag.tasks}
+    tasks = {t.task_id: (regime_of(t), tuple(t.upstream_task_ids)) for t in dag.tasks}
     workers = configured_workers(os.environ)
     group = group_of(task.task_id, scratch_groups(tasks))
     if group is None or not workers:
         return None
+    partition = None
+    if map_index is not None and map_index >= 0 and partitioned_group(
+            group, {t.task_id: partitions_of(t) for t in dag.tasks}):
+        partition = map_index
     store = StoreConfig.from_env()
     events = RecoveryLog(store).events(dag.dag_id)
     plans = {e["plan_id"]: json.loads(e["detail"]) for e in events if e["event"] == "planned"}
     return home_worker(dag.dag_id, group, Ledger(store).entries(dag.dag_id), workers,
-                       lost=lost_workers(events, plans), preferred=queue)
+                       lost=lost_workers(events, plans), preferred=queue, partition=partition)
+
+
+def _is_partitioned_falkirk(task: Any) -> bool:
+    """Whether ``task`` is a partitioned (mapped) Falkirk task: its regime is among its arguments."""
+    kwargs = getattr(task, "partial_kwargs", None)
+    return isinstance(kwargs, dict) and bool(kwargs.get("regime")) and "partitions" in kwargs

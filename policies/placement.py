@@ -17,6 +17,12 @@ worker chosen by rendezvous hashing, so every task instance of the group compute
 same home without talking to the others. The Airflow side
 (:mod:`falkirk.plugins.placement`) sets the task instance's queue to the home's.
 
+A group of partitioned tasks with one partition count (``totals`` and the ``leaders`` that
+read its scratch outputs one-to-one, say) is placed partition by partition: partition ``i``
+of each of its tasks runs where partition ``i``'s scratch checkpoint is, and partitions with
+none are spread round-robin over the live workers, partition 0 on the queue the DAG gives
+(:func:`partitioned_group`). A group that mixes partitioned and other tasks has one home.
+
 >>> from falkirk.policies.regimes import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
 >>> dag = {"ingest": (Ephemeral(), ()), "aggregate": (LazyCheckpoint(every=3), ("ingest",)),
 ...        "publish": (EagerCheckpoint(), ("aggregate",)), "report": (Batch(log_outputs=True), ())}
@@ -89,22 +95,47 @@ def group_of(task_id: str, groups: Iterable[frozenset[str]]) -> frozenset[str] |
     return next((g for g in groups if task_id in g), None)
 
 
+def partitioned_group(group: frozenset[str], partitions: Mapping[str, int | None]) -> bool:
+    """Whether ``group`` is placed partition by partition: all its tasks have one partition count.
+
+    >>> partitioned_group(frozenset({"totals", "leaders"}), {"totals": 4, "leaders": 4})
+    True
+    >>> partitioned_group(frozenset({"events", "totals"}), {"totals": 4})
+    False
+    """
+    counts = {partitions.get(t) for t in group}
+    return len(counts) == 1 and None not in counts
+
+
 def home_worker(dag_id: str, group: frozenset[str], rows: Iterable[LedgerEntry], workers: Sequence[str],
-                lost: Mapping[str, datetime] | None = None, preferred: str | None = None) -> str | None:
+                lost: Mapping[str, datetime] | None = None, preferred: str | None = None,
+                partition: int | None = None) -> str | None:
     """The worker ``group``'s task instances run on (see the module docstring); ``None`` when
     there is no checkpoint to follow and no ``workers`` to choose from. Only ``workers`` are
     chosen: a checkpoint on a worker not among them is not followed. ``preferred``: the queue
-    the DAG gives the task, taken when no checkpoint decides."""
+    the DAG gives the task, taken when no checkpoint decides. ``partition``: the partition
+    whose instances are placed, in a group placed partition by partition.
+
+    >>> rows = [LedgerEntry("d", "totals", 1, "lazy_checkpoint(every=4)", "r1", 1, map_index=1,
+    ...                     state_uri="/s/worker-a/d/totals/partition-1/state", state_tier="scratch",
+    ...                     worker="worker-a")]
+    >>> [home_worker("d", frozenset({"totals"}), rows, ("worker-a", "worker-b"), partition=p) for p in range(4)]
+    ['worker-a', 'worker-a', 'worker-a', 'worker-b']
+    """
     lost = lost or {}
 
     def usable(row: LedgerEntry) -> bool:  # a worker placement knows, that has not been lost since
         gone = lost.get(row.worker or "")
         return row.worker in workers and (gone is None or row.committed_at > gone)
 
-    held = [r for r in rows if r.dag_id == dag_id and r.task_id in group and r.scratch_uris() and usable(r)]
+    held = [r for r in rows if r.dag_id == dag_id and r.task_id in group and r.scratch_uris() and usable(r)
+            and (partition is None or r.map_index == partition)]
     if held:
         return max(held, key=lambda r: (r.epoch, r.committed_at)).worker
     alive = [w for w in workers if w not in lost]
+    if partition is not None and alive:  # spread round-robin, partition 0 on the preferred queue
+        start = alive.index(preferred) if preferred in alive else 0
+        return alive[(start + partition) % len(alive)]
     if preferred in alive:
         return preferred
     if not alive:

@@ -203,3 +203,25 @@ def test_a_windowed_reader_holds_its_sources_acknowledgement_back_by_its_window(
     no_window = [dataclasses.replace(r, inputs=tuple(dataclasses.replace(i, reads_back=0) for i in r.inputs))
                  for r in rows]
     assert acknowledged_inputs(no_window, durable, graph) == {"events": 3}
+
+
+def test_partitions_of_a_group_are_placed_one_by_one_and_follow_their_own_checkpoints() -> None:
+    """totals keeps scratch state and leaders reads its scratch outputs one-to-one: partition i of
+    both runs where partition i's checkpoint is; partitions without one are spread round-robin;
+    a lost worker's partitions move to the live one."""
+    from falkirk.policies.placement import partitioned_group
+
+    dag = {"events": (Batch(log_outputs=True), ()), "totals": (LazyCheckpoint(every=4), ("events",)),
+           "leaders": (Batch(log_outputs=True), ("totals",))}
+    [group] = scratch_groups(dag)
+    assert group == {"totals", "leaders"} and partitioned_group(group, {"totals": 4, "leaders": 4})
+    assert not partitioned_group(group, {"totals": 4})  # leaders unpartitioned: one home for the group
+    workers = ("worker-a", "worker-b")
+    fresh = [home_worker("d", group, [], workers, preferred="worker-b", partition=p) for p in range(4)]
+    assert fresh == ["worker-b", "worker-a", "worker-b", "worker-a"]
+    rows = [dataclasses.replace(row("totals", 3, w, p), map_index=p)
+            for p, w in enumerate(["worker-b", "worker-b", "worker-a", "worker-a"])]
+    assert [home_worker("d", group, rows, workers, partition=p) for p in range(4)] == [
+        "worker-b", "worker-b", "worker-a", "worker-a"]
+    lost = {"worker-a": T0 + timedelta(hours=1)}
+    assert [home_worker("d", group, rows, workers, lost=lost, partition=p) for p in range(4)] == ["worker-b"] * 4
