@@ -18,6 +18,8 @@ each ending with every table (per partition) equal to the reference's:
    every partition that read it (all of totals, through the repartitioning edge);
 3. the scratch directories of two totals partitions deleted: those two partitions restore
    their durable state of epoch 4, and only the leaders partitions that read them re-run.
+
+Last, garbage collection runs partition by partition on what the recoveries left.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from devstack.demo import dag_epoch_clock, run_id_of
 from devstack.inprocess import run_in_process
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.recovery import plan, replay
-from falkirk.policies.partitions import processors
+from falkirk.policies.partitions import processors, split_processor
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table, scan
@@ -218,3 +220,23 @@ def test_lost_scratch_of_two_partitions_reruns_those_partitions_and_their_reader
     assert (len(p.rerun_set()), len(p.clear_downstream_set())) == (10, 12 + 24 + 6)
     replay(p.plan_id, store, client, progress=print)
     assert_equals_reference(store, lost=(0, 1))
+
+
+def test_garbage_collection_works_partition_by_partition(shards) -> None:
+    """After the recoveries: each partition has its own low-watermark, its own tables lose only
+    the epochs below it, and a second collection finds nothing left."""
+    from falkirk.policies.planning.collector import collect, live_partitions
+
+    _, store, client, _ = shards
+    report = collect(store, A, retain_hours=0)
+    assert set(report.plan.watermarks) == set(PROCESSORS)
+    assert report.plan.tables, "nothing was collected"
+    for r in report.plan.tables:
+        task, index = split_processor(r.task_id)
+        assert r.uri.startswith(store.table_uri(Tier.DURABLE if "/durable/" in r.uri else Tier.SCRATCH, A, task,
+                                                r.what, index)), (r.task_id, r.uri)
+        assert not set(live_partitions(store, r.uri)) & set(r.epochs), f"{r.uri} still holds {r.epochs}"
+    assert collect(store, A, retain_hours=0, dry_run=True).plan.tables == ()
+    # and a recovery can still be planned from what is left
+    p = plan(A, store, client, bad_epochs=[("totals[3]", 6)], record=False)
+    assert rerun(p) == {"totals[3]": [6], "leaders[3]": [6], "report": [6]}

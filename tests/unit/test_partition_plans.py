@@ -23,6 +23,7 @@ the greatest:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -277,3 +278,22 @@ def test_a_bad_epoch_of_one_source_partition_reaches_every_reader_of_it() -> Non
 def test_one_to_one_needs_equal_partition_counts() -> None:
     with pytest.raises(PartitionError, match="one-to-one needs equal partition counts"):
         processor_edges("a", "b", OneToOne(), {"a": 2, "b": 3})
+
+
+def test_garbage_collection_keeps_a_watermark_per_partition_and_names_each_partitions_tables() -> None:
+    from falkirk.policies.planning.collector import plan_collection
+
+    pipe, _ = reference_rows(5)
+    # tally (LazyCheckpoint every=2) logs its outputs and is durable at epoch 4 in every partition
+    pipe = dataclasses.replace(pipe, regimes={**pipe.regimes, "tally": LazyCheckpoint(every=2, log_outputs=True)})
+    rows = history(pipe, 5, None, 0)
+    rows = [r for r in rows if not (r.processor == "tally[3]" and r.epoch == 4)] + [
+        dataclasses.replace(r, state_uri=r.state_uri.replace("/durable/", "/scratch/"), state_tier="scratch")
+        for r in rows if r.processor == "tally[3]" and r.epoch == 4]  # tally[3] lost its durable copy of 4
+    durable = lambda uri, key: uri.startswith("/durable")  # noqa: E731
+    p = plan_collection("pipe", rows, pipe.graph(), durable, lambda uri: {e: 10 for e in range(1, 6)})
+    assert {t: w for t, w in p.watermarks.items() if t.startswith("tally")} == {
+        "tally[0]": 4, "tally[1]": 4, "tally[2]": 4, "tally[3]": 2}
+    reclaimed = {(r.task_id, r.uri): r.epochs for r in p.tables if r.what == "state" and "durable" in r.uri}
+    assert reclaimed[("tally[0]", "/durable/tally/0/state")] == (1, 2, 3)
+    assert reclaimed[("tally[3]", "/durable/tally/3/state")] == (1,)
