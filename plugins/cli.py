@@ -76,16 +76,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                           + "\nexamples:\n  falkirk plan --dag falkirk_clicks --failed-task clean\n"
                             "  falkirk plan --dag falkirk_clicks --bad-epoch source:4 --json\n"
                             "  falkirk plan --dag falkirk_clicks --lost-scratch .falkirk/scratch/falkirk_clicks\n"
-                            "  falkirk plan --dag falkirk_orders --lost-worker worker-a\n")
+                            "  falkirk plan --dag falkirk_orders --lost-worker worker-a\n"
+                            "  falkirk plan --dag falkirk_shards --bad-epoch 'events[1]:3'   # one partition\n")
     plan.add_argument("--dag", required=True)
     plan.add_argument("--failed-task", action="append", default=[], metavar="TASK[:EPOCH]",
-                      help="a failed task; without an epoch, its failed instances are read from Airflow")
+                      help="a failed task, or one partition TASK[i] of a partitioned task; without an epoch, its "
+                           "failed instances are read from Airflow")
     plan.add_argument("--lost-scratch", action="append", default=[], metavar="LOCATION",
                       help="a scratch directory that is gone")
     plan.add_argument("--lost-worker", action="append", default=[], metavar="NAME",
                       help="a worker that is gone with its local disk (its name in Airflow's task instances)")
     plan.add_argument("--bad-epoch", action="append", default=[], metavar="TASK:EPOCH",
-                      help="an epoch of a task whose results are wrong (e.g. its input was corrected)")
+                      help="an epoch of a task (or of one partition, TASK[i]:EPOCH) whose results are wrong "
+                           "(e.g. its input was corrected)")
     plan.add_argument("--last-epoch", type=_epoch_arg, help="the latest epoch with a DAG run (default: the ledger's)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     replay = sub.add_parser("replay", help="execute a recorded plan through Airflow and wait for it",
