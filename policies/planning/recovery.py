@@ -125,7 +125,10 @@ class StateRef:
 class TaskPlan:
     """One task's part of a plan: its frontier f(p), written as the last epoch it keeps
     (``kept_through``; 0: none, restart from ∅), and its notification frontier f_n(p), as the
-    last epoch whose completion it keeps having acted on (``notified_through``)."""
+    last epoch whose completion it keeps having acted on (``notified_through``).
+
+    ``task_id`` names the processor: the task, or one partition ``task[i]`` of a partitioned
+    task (each partition has a part of its own; see :mod:`falkirk.policies.partitions`)."""
 
     task_id: str
     regime: str
@@ -167,7 +170,7 @@ class RecoveryPlan:
         raise KeyError(task_id)
 
     def rerun_set(self) -> frozenset[tuple[str, int]]:
-        """Every (task, epoch) the recovery re-runs."""
+        """Every (task, epoch) the recovery re-runs (a partition as ``task[i]``)."""
         return frozenset((t.task_id, e) for t in self.tasks for e in t.rerun)
 
     def clear_downstream_set(self) -> frozenset[tuple[str, int]]:
