@@ -26,6 +26,10 @@ JOBS = "falkirk.spark_jobs.shards"
 # task: (regime, partitions)
 TASKS = {"events": (Batch(log_outputs=True), 2), "totals": (LazyCheckpoint(every=4), 4),
          "leaders": (Batch(log_outputs=True), 4), "report": (Batch(log_outputs=True), None)}
+# What a run without Airflow needs (python -m devstack.inprocess dags/falkirk_shards.py ...).
+REGIMES = {task: regime for task, (regime, _) in TASKS.items()}
+PARTITIONS = {task: n for task, (_, n) in TASKS.items() if n}
+EDGES = list(zip(TASKS, list(TASKS)[1:]))
 
 
 def build_dag(dag_id: str = "falkirk_shards", conn_id: str = "spark_default") -> DAG:

@@ -1,5 +1,7 @@
 """Run a Falkirk DAG's jobs in this process, epoch by epoch, without Airflow: a failure-free
-reference run to compare a recovered run with.
+reference run to compare a recovered run with. Run it in a process of its own
+(``python -m devstack.inprocess``) where a process already holds a Spark session of another
+kind: each job stops its session when it ends.
 
 Each task instance goes through the same runtime (:func:`falkirk.spark_jobs.runtime.run_job`) with
 the command line the operator would build, in the DAG's task order, so the reference
@@ -13,6 +15,7 @@ import importlib
 import os
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
 from falkirk.policies.job_spec import JobSpec
@@ -70,9 +73,25 @@ def run_in_process(
     return time.monotonic() - started
 
 
+def run_reference_process(dag_file: str, dag_id: str, package: str, epochs: int, env: Mapping[str, str],
+                          timeout: float = 1800) -> None:
+    """:func:`main` in a process of its own (the caller may hold a Spark session of another kind),
+    with ``env`` (the store's variables and ``SPARK_REMOTE``) added to this one's environment."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "devstack.inprocess", dag_file, dag_id, package, "--epochs",
+                           str(epochs)], env={**os.environ, **env}, cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"the reference run of {dag_id} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
+                           f"{done.stderr[-3000:]}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m devstack.inprocess DAG_FILE DAG_ID PACKAGE --epochs N``: a reference run of the
-    DAG file's ``REGIMES`` and ``EDGES`` under ``DAG_ID`` (store and Spark from the environment)."""
+    DAG file's ``REGIMES`` and ``EDGES`` (and ``PARTITIONS``, if it has them) under ``DAG_ID``
+    (store and Spark from the environment)."""
     import argparse
     import importlib.util
 
@@ -88,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     seconds = run_in_process(args.dag_id, args.package, module.REGIMES, module.EDGES, range(1, args.epochs + 1),
-                             StoreConfig.from_env(), progress=lambda m: print(m, flush=True))
+                             StoreConfig.from_env(), progress=lambda m: print(m, flush=True),
+                             partitions=getattr(module, "PARTITIONS", None))
     print(f"reference: {args.epochs} epochs in {seconds:.0f}s", flush=True)
     return 0
 

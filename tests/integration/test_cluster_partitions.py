@@ -22,12 +22,12 @@ import pytest
 
 from devstack.cluster import Cluster
 from devstack.demo import run_id_of
-from devstack.inprocess import run_in_process
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.partitions import processors
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store.commits import open_table, scan
 from falkirk.policies.store.ledger import Ledger
+from tests.integration.test_partitions import reference_run
 from tests.oracle import canonical
 
 pytestmark = pytest.mark.integration
@@ -70,10 +70,7 @@ def lost(tmp_path_factory: pytest.TempPathFactory):
         client.set_paused(DAG, False)
         for e in EPOCHS[:5]:
             client.trigger(DAG, run_id_of(e), SHARDS.EPOCHS.logical_date(e))
-        run_in_process(REF, "falkirk.spark_jobs.shards", {t: r for t, (r, _) in SHARDS.TASKS.items()},
-                       list(zip(SHARDS.TASKS, list(SHARDS.TASKS)[1:])), EPOCHS, store,
-                       env={"SPARK_REMOTE": cluster.connect.url},
-                       partitions={t: n for t, (_, n) in SHARDS.TASKS.items() if n})
+        reference_run(REF, store, cluster.connect.url, len(EPOCHS))
         for e in EPOCHS[:5]:
             assert client.wait_for_run(DAG, run_id_of(e), timeout=1800) == "success"
         placed = {(p, e): ti["hostname"] for e in EPOCHS[:5]

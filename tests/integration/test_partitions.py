@@ -5,11 +5,11 @@ partitions, LazyCheckpoint(every=4) -> one-to-one -> leaders, 4 partitions -> re
 epochs 1-6 as ``shards_a`` under Airflow (LocalExecutor), its jobs clients of the session's
 Spark Connect server; partition 2 of ``totals`` is killed at epoch 4 (SIGKILL before its
 commit). ``shards_ref``, the failure-free reference, runs the same jobs with the same
-command lines in this process, partition by partition (``devstack.inprocess``).
+command lines without Airflow, partition by partition (``python -m devstack.inprocess``).
 
 The view of ``shards_a`` shows a grid row per partition and previews the failure's plan cell
-for cell (headless Chromium). Then, on ``shards_a``, one recovery after another, each planned and replayed as a user would,
-each ending with every table (per partition) equal to the reference's:
+for cell (headless Chromium). Then, on ``shards_a``, one recovery after another, each planned
+and replayed as a user would, each ending with every table (per partition) equal to the reference's:
 
 1. the failed partition: it re-runs epochs 4-6 from its own state of epoch 3, with what
    Airflow never ran after it; the other partitions of totals keep their epoch 4 (Airflow's
@@ -33,7 +33,7 @@ import pytest
 
 from devstack.airflow import AirflowStack
 from devstack.demo import dag_epoch_clock, run_id_of
-from devstack.inprocess import run_in_process
+from devstack.inprocess import run_reference_process
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.partitions import processors, split_processor
@@ -95,9 +95,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
         client.set_paused(A, False)
         for e in EPOCHS:
             client.trigger(A, run_id_of(e), clock.logical_date(e))
-        run_in_process(REF, "falkirk.spark_jobs.shards", {t: r for t, (r, _) in SHARDS.items()},
-                       list(zip(SHARDS, list(SHARDS)[1:])), EPOCHS, store, env={"SPARK_REMOTE": spark_connect.url},
-                       partitions={t: n for t, (_, n) in SHARDS.items() if n})
+        reference_run(REF, store, spark_connect.url, len(EPOCHS))
         # depends_on_past waits for every partition of the previous run: all of totals waits
         blocked = {**{p: {"success"} for p in PROCESSORS if p.startswith("events")},
                    **{p: {None} for p in PROCESSORS if not p.startswith("events")}}
@@ -111,6 +109,12 @@ def shards(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
         yield stack, store, client, root
     finally:
         stack.stop()
+
+
+def reference_run(dag_id: str, store: StoreConfig, spark_remote: str, epochs: int) -> None:
+    """The failure-free run of falkirk_shards's jobs under ``dag_id``, without Airflow."""
+    run_reference_process(str(ROOT / "dags" / "falkirk_shards.py"), dag_id, "falkirk.spark_jobs.shards", epochs,
+                          {**store.env(), "SPARK_REMOTE": spark_remote})
 
 
 def table_rows(store: StoreConfig, dag: str, task: str, table: str, tier: Tier, map_index: int) -> list[tuple]:
