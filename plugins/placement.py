@@ -47,7 +47,10 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None
     if task is None or not (getattr(task, "falkirk_regime", None) or _is_partitioned_falkirk(task)):
         return
     try:
-        home = placement_of(task, task_instance.queue, getattr(task_instance, "map_index", -1))
+        # The DAG's queue, not the instance's: Airflow calls the hook again on an instance it has
+        # already placed (TaskInstance() calls it, then DagRun creating the run's instances does).
+        home = placement_of(task, getattr(task, "queue", None) or task_instance.queue,
+                            getattr(task_instance, "map_index", -1))
     except Exception as exc:  # noqa: BLE001 - scheduling goes on; the task's runtime check names the problem
         log.warning("Falkirk placement of %s.%s skipped: %s", task.dag_id, task.task_id, exc)
         return

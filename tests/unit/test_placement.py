@@ -225,3 +225,32 @@ def test_partitions_of_a_group_are_placed_one_by_one_and_follow_their_own_checkp
         "worker-b", "worker-b", "worker-a", "worker-a"]
     lost = {"worker-a": T0 + timedelta(hours=1)}
     assert [home_worker("d", group, rows, workers, lost=lost, partition=p) for p in range(4)] == ["worker-b"] * 4
+
+
+def test_the_hook_places_partitions_as_airflow_creates_a_runs_task_instances(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow calls the hook twice on a new run's mapped instance (``TaskInstance()``, then
+    ``DagRun`` creating the run): the second call keeps the first's worker, partition by partition."""
+    import importlib.util
+    from pathlib import Path
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.setenv("FALKIRK_STORE_URI", str(tmp_path / "store"))
+    monkeypatch.setenv("FALKIRK_SCRATCH_URI", str(tmp_path / "scratch"))
+    monkeypatch.setenv("FALKIRK_WORKERS", "worker-a,worker-b")
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    path = Path(__file__).resolve().parents[2] / "dags" / "falkirk_shards.py"
+    spec = importlib.util.spec_from_file_location("falkirk_shards_placed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(module.build_dag("shards_placed")))
+    queues = {}
+    for task_id in ("totals", "leaders"):
+        for i in range(4):
+            ti = TaskInstance(dag.get_task(task_id), dag_version_id=None, run_id="epoch-1", map_index=i)
+            settings.task_instance_mutation_hook(ti)  # as DagRun._create_tasks does
+            queues[f"{task_id}[{i}]"] = ti.queue
+    assert queues == {f"{t}[{i}]": ("worker-a", "worker-b")[i % 2] for t in ("totals", "leaders") for i in range(4)}
