@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo cluster-demo test test-faults test-unit bench bench-ledger bench-regimes bench-recovery install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo test test-faults test-unit bench bench-ledger bench-regimes bench-recovery bench-steps install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -50,6 +50,11 @@ bench-recovery: install cluster-tools
 ## bench-regimes: one Spark job over 1M rows per epoch, each regime's per-epoch time as a ratio to no fault tolerance
 bench-regimes: install
 	$(PY) -m benchmarks.regime_bench $(BENCH_ARGS)
+
+## bench-steps: an iterative job killed at 80% of an epoch, resumed from its checkpoint inside the epoch vs
+## redoing the epoch; and the steady-state cost of those checkpoints, as ratios
+bench-steps: install
+	$(PY) -m benchmarks.steps_bench $(BENCH_ARGS)
 
 install: $(VENV)/.installed
 

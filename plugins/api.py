@@ -66,7 +66,7 @@ from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
 from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unrecorded, with_runs
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.store_hook import FalkirkStoreHook
-from falkirk.plugins.view import DagTask, dag_view, plan_view, recovery_history
+from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, recovery_history
 from falkirk.policies.planning.recovery import BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.partitions import processor_id, processors
@@ -76,6 +76,7 @@ from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
 from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger, LedgerEntry
 from falkirk.policies.store.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
+from falkirk.policies.store.steps import StepLog
 
 log = logging.getLogger(__name__)
 UI = Path(__file__).resolve().parent / "ui"
@@ -369,7 +370,8 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
         method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
     workers = {e.worker for e in ledger.entries(dag_id) if e.worker and e.scratch_uris()}
     body = dag_view(dag_id, tasks, grid, live, events, store.scratch_uri, version,
-                    can_replay, unrecorded=lost, workers=sorted(workers))
+                    can_replay, unrecorded=lost, workers=sorted(workers),
+                    progress=epoch_progress(StepLog(store).of_dag(dag_id)))
     body["user"] = user.get_name()
     return body
 

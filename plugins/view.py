@@ -81,6 +81,7 @@ def dag_view(
     can_replay: bool,
     unrecorded: Sequence[tuple[str, int, str]] = (),
     workers: Sequence[str] = (),
+    progress: Mapping[str, Mapping[int, str]] | None = None,
 ) -> dict[str, Any]:
     """Everything the view shows at load (see ``GET /api/v1/dags/{dag_id}/view``).
 
@@ -89,7 +90,8 @@ def dag_view(
     (task, epoch, run id) Airflow reports successful without a ledger row
     (:func:`falkirk.plugins.grid_status.unrecorded`): they are shown as such and preselected too.
     ``workers``: the workers the ledger says hold some of the DAG's scratch tables (the choices
-    of a lost worker).
+    of a lost worker). ``progress``: per row and epoch without a committed checkpoint, how far
+    its latest attempt got inside the epoch (:func:`epoch_progress`).
     """
     ordered = topological(tasks)
     # The grid's rows: a task, or each partition of a partitioned one (falkirk.policies.partitions).
@@ -126,6 +128,9 @@ def dag_view(
         "scratch_locations": [scratch] + [f"{scratch}/{t.task_id}" for t in ordered] + [
             f"{scratch}/{t.task_id}/partition-{i}" for t in ordered for i in range(t.partitions or 0)],
         "workers": sorted(set(workers)),
+        "progress": {t: {str(e): text for e, text in sorted(by_epoch.items())
+                         if 1 <= e <= last and grid.status.get(t, "")[e - 1:e] in ("-", "I", "")}
+                     for t, by_epoch in (progress or {}).items() if t in ids},
         "ledger_version": ledger_version,
         "can_replay": can_replay,
         "recoveries": recovery_history(recovery_events),
@@ -208,3 +213,24 @@ def _note(detail: str) -> str:
 
 
 __all__ = ["DagTask", "dag_view", "plan_view", "recovery_history", "topological"]
+
+
+def epoch_progress(checkpoints: Iterable[Any]) -> dict[str, dict[int, str]]:
+    """Per processor and epoch, its latest step checkpoint as people read it (``iteration 20 of 30``),
+    from :class:`~falkirk.policies.store.steps.StepCheckpoint` objects: the newest incarnation's furthest step.
+
+    >>> from falkirk.policies.store.steps import StepCheckpoint
+    >>> cp = lambda step, inc=0: StepCheckpoint("d", "rank", -1, 7, inc, "iteration", step, 30, "/t", "durable", 0, 1)
+    >>> epoch_progress([cp(10), cp(20), cp(5, inc=1)])
+    {'rank': {7: 'iteration 5 of 30'}}
+    """
+    latest: dict[tuple[str, int], Any] = {}
+    for c in checkpoints:
+        key = (c.processor, c.epoch)
+        if key not in latest or (c.incarnation, c.step) > (latest[key].incarnation, latest[key].step):
+            latest[key] = c
+    out: dict[str, dict[int, str]] = {}
+    for (processor, epoch), c in sorted(latest.items()):
+        out.setdefault(processor, {})[epoch] = c.progress
+    return out
+

@@ -64,6 +64,15 @@ class Regime:
         tiers = self.state_tiers(epoch)
         return tiers[-1] if tiers else None
 
+    def step_tier(self, epoch: int) -> Tier:
+        """Where checkpoints inside ``epoch`` go (:mod:`falkirk.policies.store.steps`): where the
+        epoch's own checkpoint restores from, its state's tier or, if stateless, its outputs'.
+
+        >>> LazyCheckpoint(every=2).step_tier(3), EagerCheckpoint().step_tier(3), Batch().step_tier(3)
+        (<Tier.SCRATCH: 'scratch'>, <Tier.DURABLE: 'durable'>, <Tier.SCRATCH: 'scratch'>)
+        """
+        return self.state_tier(epoch) or self.output_tier(epoch)
+
     def spec(self) -> str:
         """The text form, e.g. ``batch(log_outputs=true)``; :meth:`parse` reads it back."""
         args = ", ".join(f"{k}={_format_value(v)}" for k, v in self._args().items())

@@ -46,6 +46,7 @@ from falkirk.policies.store.ledger import EXTERNAL_TIER, InputRef, Ledger, Ledge
 from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.delta_sink import DRIVER_WRITE_MAX_ROWS, publish, read_frame, stage
 from falkirk.spark_jobs.faults import crash_point
+from falkirk.spark_jobs.steps import discard as discard_steps
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
     from pyspark.sql import DataFrame, SparkSession
@@ -161,6 +162,24 @@ class EpochContext:
         for more in frames[1:]:
             frame = frame.unionByName(more)
         return self._slice(frame, routing) if isinstance(routing, Repartition) else frame
+
+    def iterate(self, step: Callable[["DataFrame", int], "DataFrame"], start: "DataFrame", *, times: int,
+                checkpoint_every: int) -> "DataFrame":
+        """``step(frame, i)`` for i = 1..``times`` from ``start``, checkpointing every
+        ``checkpoint_every`` iterations at lex time (epoch, i); a new attempt resumes after the
+        latest checkpoint (:mod:`falkirk.spark_jobs.steps`)."""
+        from falkirk.spark_jobs.steps import iterate
+
+        return iterate(self, step, start, times=times, checkpoint_every=checkpoint_every)
+
+    def chunks(self, frame: "DataFrame", process: Callable[["DataFrame", int], "DataFrame"], *, count: int,
+               key: str) -> "DataFrame":
+        """The union of ``process(chunk, i)`` over ``count`` chunks of ``frame`` split by a hash of
+        ``key``, each chunk's result checkpointed at lex time (epoch, i); a new attempt resumes
+        after the latest (:mod:`falkirk.spark_jobs.steps`)."""
+        from falkirk.spark_jobs.steps import chunks
+
+        return chunks(self, frame, process, count=count, key=key)
 
     def _slice(self, frame: "DataFrame", routing: Repartition) -> "DataFrame":
         """The rows of ``frame`` whose ``routing.key`` hashes to this partition (Spark's murmur3 hash:
@@ -310,6 +329,11 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
         ctx = EpochContext(args, store, ledger, spark)
         result = compute(ctx)
         entry = commit(ctx, result)
+        try:
+            discard_steps(ctx)
+        except Exception as exc:  # noqa: BLE001 - the epoch is committed; its next one sweeps these too
+            _say(f"{label}: its checkpoints inside the epoch were not deleted ({exc}); the next epoch's "
+                 f"commit deletes them")
     finally:
         spark.stop()
     _say(f"{label}: committed {entry.output_rows} output rows"

@@ -150,8 +150,11 @@ function Legend({ statuses }) {
       item([h(Swatch, { colour: "transparent", dashed: true, outline: C.muted }), "not managed"], "regime-none"),
       item(["keeps 1-2, 4 (under a node): the epochs the plan shown keeps as they are"], "keeps"),
     ]),
-    group("legend-statuses", "Checkpoint (grid cell)", statuses.map((s) =>
-      item([h(Swatch, { colour: STATUS_COLOURS[s.code] }), s.label], `status-${s.code}`))),
+    group("legend-statuses", "Checkpoint (grid cell)", [
+      ...statuses.map((s) => item([h(Swatch, { colour: STATUS_COLOURS[s.code] }), s.label], `status-${s.code}`)),
+      item([h("span", { style: { display: "inline-block", width: 12, height: 3, marginRight: 4, verticalAlign: "middle",
+        background: STATUS_COLOURS.D } }), "checkpointed part-way into the epoch (hover: how far)"], "status-partial"),
+    ]),
     group("legend-airflow", "Airflow (ring inside a cell)", [
       item([ring(AIRFLOW_RINGS.failed), "failed"], "airflow-failed"),
       item([ring(AIRFLOW_RINGS.running), "queued or running"], "airflow-running"),
@@ -466,6 +469,8 @@ const GRID_CSS = `
 .fk-unrecorded { box-shadow: inset 0 0 0 2px ${AIRFLOW_RINGS.unrecorded}; }
 .fk-upstream-failed { outline: 2px dashed ${AIRFLOW_RINGS.failed}; outline-offset: -3px; }
 .fk-waiting { outline: 2px dashed ${AIRFLOW_RINGS.running}; outline-offset: -3px; }
+.fk-partial::before { content: ""; position: absolute; left: 1px; right: 1px; bottom: 1px; height: 3px;
+  background: ${STATUS_COLOURS.D}; }
 .fk-reran::after { content: ""; position: absolute; right: 1px; top: 1px; width: 6px; height: 6px; border-radius: 3px;
   background: ${RERUN}; border: 1px solid #ffffff; }
 `;
@@ -555,6 +560,9 @@ function Grid({ view, plan }) {
         else if (WAITING.includes(state)) classes.push("fk-waiting");
         else if (state === UNRECORDED) classes.push("fk-unrecorded");
         const part = members.length > 1 ? `; ${hits} of ${members.length} partitions re-run by the plan` : "";
+        // how far an uncommitted epoch got inside itself (checkpoints at (epoch, step))
+        const progress = members.length === 1 ? ((view.progress || {})[members[0]] || {})[String(e)] : undefined;
+        if (progress) classes.push("fk-partial");
         return h("div", {
           key: e,
           className: classes.join(" "),
@@ -563,7 +571,9 @@ function Grid({ view, plan }) {
           "data-rerun": isRerun ? "true" : undefined,
           "data-reran": wasRerun ? lastRecovery.plan_id : undefined,
           "data-airflow-state": state,
+          "data-progress": progress,
           title: `${rowKey} @ epoch ${e}: ${labels[code]}${state ? `; Airflow: ${state}` : ""}` +
+            (progress ? `; got to ${progress} (checkpointed)` : "") +
             (members.length > 1 ? part : isRerun ? "; re-run by the plan" : isClear ? "; clear-downstream would re-run it" : "") +
             (wasRerun ? `; re-run by recovery ${lastRecovery.plan_id} (${lastRecovery.by})` : ""),
           style: { left: i * cell + 1, top: 1, width: cell - 2, height: cell - 2 },

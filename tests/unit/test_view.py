@@ -89,3 +89,19 @@ def test_a_success_without_a_current_ledger_row_is_flagged_and_preselected_unles
     assert [(f["task_id"], f["epoch"], "why" in f) for f in view["failed"]] == [
         ("clean", 2, True), ("model", 2, True), ("model", 3, False)]
     assert view["airflow_states"] == {"clean": {"2": UNRECORDED}, "model": {"2": UNRECORDED, "3": "failed"}}
+
+
+def test_the_grid_tells_how_far_an_uncommitted_epoch_got_inside_itself() -> None:
+    """rank's epoch 3 failed after its checkpoint at iteration 20 of 30; its epoch 2 committed
+    (its step checkpoints then mean nothing to a reader)."""
+    from falkirk.plugins.view import epoch_progress
+    from falkirk.policies.store.steps import StepCheckpoint
+
+    cp = lambda epoch, step: StepCheckpoint("d", "rank", -1, epoch, 0, "iteration", step, 30, "/t", "durable", 0, 1)
+    grid = grid_from_rows(["clean", "rank"], [row("clean", e, out="durable") for e in (1, 2, 3)]
+                          + [row("rank", e, state="durable") for e in (1, 2)])
+    tasks = [DagTask("clean", "batch(log_outputs=true)", ()), DagTask("rank", "eager_checkpoint", ("clean",))]
+    progress = epoch_progress([cp(2, 10), cp(2, 20), cp(3, 10), cp(3, 20)])
+    assert progress == {"rank": {2: "iteration 20 of 30", 3: "iteration 20 of 30"}}
+    view = dag_view("d", tasks, grid, {("rank", "epoch-3"): "failed"}, [], "/s", 4, True, progress=progress)
+    assert view["progress"] == {"rank": {"3": "iteration 20 of 30"}}

@@ -1,0 +1,1 @@
+"""falkirk_loops: long epochs that checkpoint inside themselves (iterations, chunks)."""

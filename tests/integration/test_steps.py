@@ -1,0 +1,132 @@
+"""Time inside an epoch through Airflow: a job killed mid-epoch resumes at its last checkpoint.
+
+``dags/falkirk_loops.py`` runs epochs 1-3 as ``loops_a`` under Airflow (LocalExecutor, one
+retry per task instance), its jobs clients of the session's Spark Connect server:
+
+* ``rank`` (PageRank, 30 iterations per epoch, a checkpoint every 5) is killed (SIGKILL) as
+  iteration 13 of epoch 2 starts, after its checkpoints at iterations 5 and 10;
+* ``tally`` (6 chunks per epoch) is killed in epoch 3 between chunk 4's data files and its commit.
+
+Airflow retries each; the retry resumes after the last committed checkpoint (the step log
+and the job's own log say where), and every table equals ``loops_ref``'s, the same jobs run
+without a failure and without Airflow (``python -m devstack.inprocess``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from devstack.airflow import AirflowStack
+from devstack.demo import dag_epoch_clock, run_id_of
+from devstack.inprocess import run_reference_process
+from devstack.spark import SparkConnectServer
+from falkirk.policies.regimes import Tier
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.ledger import Ledger
+from falkirk.policies.store.steps import StepLog, table_name
+from tests.oracle import canonical
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DAG_PATH = ROOT / "dags" / "falkirk_loops.py"
+A, REF = "loops_a", "loops_ref"
+EPOCHS = [1, 2, 3]
+DAG_FILE = '''"""Airflow DAG file: a copy of dags/falkirk_loops.py (a DAG factory) with tables of its own."""
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("falkirk_loops_dag", {path!r})
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+loops_a = _module.build_dag("loops_a")
+'''
+# (task, table, tier): every table the pipeline keeps
+TABLES = [("links", "output", Tier.DURABLE), ("rank", "output", Tier.SCRATCH), ("rank", "state", Tier.SCRATCH),
+          ("rank", "state", Tier.DURABLE), ("tally", "output", Tier.DURABLE)]
+
+
+@pytest.fixture(scope="module")
+def loops(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
+    root = tmp_path_factory.mktemp("loops")
+    store = StoreConfig(str(root / "durable"), str(root / "scratch"))
+    dags = root / "dags"
+    dags.mkdir()
+    (dags / "loops.py").write_text(DAG_FILE.format(path=str(DAG_PATH)))
+    faults = root / "faults"
+    faults.write_text(f"{A}/rank:2:iteration-13:once\n{A}/tally:3:chunk-4-after-files:once\n")
+    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=dags, extra_env={
+        **spark_connect.airflow_env(), "FALKIRK_CRASH_AT": f"@{faults}"})
+    stack.init()
+    stack.start()
+    try:
+        client = stack.client()
+        clock = dag_epoch_clock(DAG_PATH)
+        client.wait_for_dag(A)
+        client.set_paused(A, False)
+        for e in EPOCHS:
+            client.trigger(A, run_id_of(e), clock.logical_date(e))
+        run_reference_process(str(DAG_PATH), REF, "falkirk.spark_jobs.loops", len(EPOCHS),
+                              {**store.env(), "SPARK_REMOTE": spark_connect.url})
+        states = {e: client.wait_for_run(A, run_id_of(e), timeout=1800) for e in EPOCHS}
+        tis = {e: client.task_instances(A, run_id_of(e)) for e in EPOCHS}
+        faults_left = faults.read_text()
+        logs = {(t, e, n): client.task_log(A, run_id_of(e), t, n) for t, e in (("rank", 2), ("tally", 3))
+                for n in (1, 2)}
+        yield SimpleNamespace(store=store, states=states, tis=tis, logs=logs, faults_left=faults_left)
+    finally:
+        stack.stop()
+
+
+def test_airflow_retried_the_killed_attempts_once(loops) -> None:
+    assert loops.states == {1: "success", 2: "success", 3: "success"}
+    assert {(t, e): loops.tis[e][t]["try_number"] for e in EPOCHS for t in ("links", "rank", "tally")} == {
+        **{(t, e): 1 for e in EPOCHS for t in ("links", "rank", "tally")}, ("rank", 2): 2, ("tally", 3): 2}
+    assert loops.faults_left.strip() == ""  # each crash entry fired once and was taken out
+    assert "injected crash: rank epoch 2 at iteration-13" in loops.logs["rank", 2, 1]
+    assert "injected crash: tally epoch 3 at chunk-4-after-files" in loops.logs["tally", 3, 1]
+
+
+def test_the_retry_of_the_iterative_job_resumed_at_its_last_checkpoint(loops) -> None:
+    steps = StepLog(loops.store).of_dag(A)
+    # every checkpoint of rank's epoch 2, with the try that committed it: 5 and 10 before the kill,
+    # 15-25 by the retry, which redid only iterations 11-30
+    assert [(c.step, c.try_number) for c in steps if (c.task_id, c.epoch) == ("rank", 2)] == [
+        (5, 1), (10, 1), (15, 2), (20, 2), (25, 2)]
+    assert [c.time for c in steps if c.task_id == "rank" and c.epoch != 2] == [
+        (1, 5), (1, 10), (1, 15), (1, 20), (1, 25), (3, 5), (3, 10), (3, 15), (3, 20), (3, 25)]
+    retry = loops.logs["rank", 2, 2]
+    assert "rank epoch 2: resuming at iteration 10 of 30 from its checkpoint" in retry
+    assert "skipping 10 iterations" in retry
+    assert "checkpoint at iteration 5 of 30" not in retry and "checkpoint at iteration 15 of 30" in retry
+    entry = Ledger(loops.store).find(A, "rank", 2)
+    assert entry is not None and entry.try_number == 2 and entry.incarnation == 0
+
+
+def test_the_retry_of_the_chunked_job_redid_the_chunk_whose_commit_it_never_made(loops) -> None:
+    steps = [c for c in StepLog(loops.store).of_dag(A) if (c.task_id, c.epoch) == ("tally", 3)]
+    # chunk 4's files were written, its commit was not: the retry wrote and committed it again
+    assert [(c.step, c.try_number) for c in steps] == [(1, 1), (2, 1), (3, 1), (4, 2), (5, 2), (6, 2)]
+    assert "resuming at chunk 3 of 6 from its checkpoint" in loops.logs["tally", 3, 2]
+    assert "checkpoint at chunk 3 of 6" in loops.logs["tally", 3, 1]
+    assert "checkpoint at chunk 4 of 6" not in loops.logs["tally", 3, 1]
+    # the killed attempt's files of chunk 4 stay orphans: the table holds the retry's commit only
+    chunk4 = loops.store.table_uri(Tier.DURABLE, A, "tally", table_name("chunk", 4))
+    commits = [h for h in open_table(chunk4).history() if h.get("operation") != "DELETE"]
+    assert len(commits) == len(EPOCHS)  # one per epoch
+
+
+def test_an_epochs_step_checkpoints_are_deleted_once_it_commits(loops) -> None:
+    for c in StepLog(loops.store).of_dag(A):
+        table = open_table(c.uri, loops.store.options_for(c.uri))
+        assert table is not None and scan(table, where={"epoch": c.epoch}).num_rows == 0, c
+
+
+def test_every_table_equals_the_uninterrupted_run(loops) -> None:
+    for task, table, tier in TABLES:
+        ref, got = (canonical(scan(open_table(loops.store.table_uri(tier, dag, task, table))).to_pylist())
+                    for dag in (REF, A))
+        assert ref and got == ref, f"{task} {table} ({tier.value}) differs from the uninterrupted run"
