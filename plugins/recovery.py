@@ -49,6 +49,7 @@ from falkirk.policies.store.commits import StoreUnreachable, unanswered
 from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry
 from falkirk.policies.store.readability import StoreReadability, under
+from falkirk.policies.store.steps import StepLog
 from falkirk.policies.store.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
 from falkirk.policies.regimes import Regime, Tier
@@ -160,8 +161,16 @@ def compute_plan(
     if regimes:
         graph = TaskGraph(tuple(sorted(set(graph.tasks) | set(regimes))), graph.edges)
     last = last_epoch if last_epoch is not None else max(e.epoch for e in [*entries, *rolled_back])
+    # Checkpoints inside epochs, of the incarnation each epoch's next run commits under (an
+    # older incarnation's were computed before a recovery rolled the epoch back).
+    gone = ledger.invalidations.keys(dag_id)
+    next_incarnation: dict[tuple[str, int, int], int] = {}
+    for _, t, m, e, inc in gone:
+        next_incarnation[t, m, e] = max(next_incarnation.get((t, m, e), 0), inc + 1)
+    steps = [c for c in StepLog(store).of_dag(dag_id)
+             if c.incarnation == next_incarnation.get((c.task_id, c.map_index, c.epoch), 0)]
     result = plan_recovery(dag_id, graph, entries, failures, last, StoreReadability(store, [*entries, *rolled_back]),
-                           regimes=regimes, ledger_version=version)
+                           regimes=regimes, ledger_version=version, steps=steps)
     if record:
         RecoveryLog(store).record(result)
     return result

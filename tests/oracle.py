@@ -42,5 +42,6 @@ def expected_tables(epochs: list[int]) -> dict[str, Rows]:
 
 
 def canonical(rows: Rows) -> list[tuple]:
-    """Rows as sorted tuples of sorted items: order-insensitive, exact on values."""
-    return sorted(tuple(sorted(r.items())) for r in rows)
+    """Rows as sorted tuples of sorted items: order-insensitive, exact on values (nulls sort first)."""
+    return sorted((tuple(sorted(r.items())) for r in rows),
+                  key=lambda row: tuple((k, v is not None, v if v is not None else 0) for k, v in row))

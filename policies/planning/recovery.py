@@ -52,12 +52,13 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Union
 
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back, sent_undelivered
-from falkirk.policies.partitions import task_of
+from falkirk.policies.partitions import processor_id, task_of
 from falkirk.policies.regimes import Regime
 from falkirk.policies.rollback.solver import solve
 from falkirk.policies.rollback.times import EPOCH
 from falkirk.policies.store.ledger import LedgerEntry, OutputRef  # noqa: F401 (OutputRef: doctests)
 from falkirk.policies.store.readability import Readable, under, without
+from falkirk.policies.store.steps import StepCheckpoint
 
 
 class PlanError(ValueError):
@@ -122,6 +123,21 @@ class StateRef:
 
 
 @dataclass(frozen=True)
+class StepRef:
+    """A checkpoint inside the first epoch a task re-runs, which the re-run resumes from: its
+    frontier is the lex time (``epoch``, ``step``) (:mod:`falkirk.policies.store.steps`)."""
+
+    epoch: int
+    step: int
+    of: int
+    kind: str
+    uri: str
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.step} of {self.of} of epoch {self.epoch}"
+
+
+@dataclass(frozen=True)
 class TaskPlan:
     """One task's part of a plan: its frontier f(p), written as the last epoch it keeps
     (``kept_through``; 0: none, restart from ∅), and its notification frontier f_n(p), as the
@@ -139,6 +155,8 @@ class TaskPlan:
     # (upstream task, output, epochs): logged upstream outputs the re-runs read again
     rereads: tuple[tuple[str, str, tuple[int, ...]], ...]
     clear_downstream: tuple[int, ...]
+    # The re-run's first epoch resumes from this checkpoint inside it (recorded only when set).
+    resume_from: StepRef | None = None
 
 
 # A recorded plan (the recovery log, ``falkirk plan --json``) keeps its first field names, so
@@ -189,7 +207,8 @@ class RecoveryPlan:
             TaskPlan(**{**{_NAMES.get(k, k): v for k, v in t.items()},
                         "rerun": tuple(t["rerun"]), "clear_downstream": tuple(t["clear_downstream"]),
                         "restore_from": StateRef(**t["restore_from"]) if t["restore_from"] else None,
-                        "rereads": tuple((a, b, tuple(c)) for a, b, c in t["rereads"])})
+                        "rereads": tuple((a, b, tuple(c)) for a, b, c in t["rereads"]),
+                        "resume_from": StepRef(**t["resume_from"]) if t.get("resume_from") else None})
             for t in data["tasks"])
         plan = cls(data["dag_id"], failures, data["last_epoch"], data["ledger_version"], tasks)
         if "plan_id" in data and data["plan_id"] != plan.plan_id:
@@ -201,10 +220,11 @@ class RecoveryPlan:
         """The plan for people: per task, its frontier, what it re-runs, and clear-downstream's count."""
         rows = [["task", "regime", "keeps epochs", "re-runs", "restores", "clear-downstream re-runs"]]
         for t in self.tasks:
-            rows.append([t.task_id, t.regime, _kept(t), _span(t.rerun),
-                         f"state of epoch {t.restore_from.epoch}" if t.restore_from else
-                         ("empty state" if Regime.parse(t.regime).keeps_state and t.rerun else "-"),
-                         _span(t.clear_downstream)])
+            restores = (f"state of epoch {t.restore_from.epoch}" if t.restore_from else
+                        ("empty state" if Regime.parse(t.regime).keeps_state and t.rerun else "-"))
+            if t.resume_from:
+                restores = f"{t.resume_from.describe()}" + (f" (on {restores})" if restores != "-" else "")
+            rows.append([t.task_id, t.regime, _kept(t), _span(t.rerun), restores, _span(t.clear_downstream)])
         ours, theirs = len(self.rerun_set()), len(self.clear_downstream_set())
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -221,7 +241,9 @@ class RecoveryPlan:
             "failures": [{"kind": kind[type(f)], **asdict(f)} for f in self.failures],
             "last_epoch": self.last_epoch,
             "ledger_version": self.ledger_version,
-            "tasks": [{**{_RECORDED.get(k, k): v for k, v in asdict(t).items()}, "rerun": list(t.rerun), "clear_downstream": list(t.clear_downstream),
+            "tasks": [{**{_RECORDED.get(k, k): v for k, v in asdict(t).items()
+                          if k != "resume_from" or v is not None},
+                       "rerun": list(t.rerun), "clear_downstream": list(t.clear_downstream),
                        "rereads": [[a, b, list(c)] for a, b, c in t.rereads]} for t in self.tasks],
         }
 
@@ -236,11 +258,15 @@ def plan_recovery(
     regimes: Mapping[str, Regime] | None = None,
     ledger_version: int | None = None,
     first_epoch: int = 1,
+    steps: Iterable[StepCheckpoint] = (),
 ) -> RecoveryPlan:
     """The recovery plan for ``failures`` (see the module docstring).
 
     ``regimes`` gives the regime of tasks that have no ledger row yet (from the DAG);
-    ``last_epoch`` is the latest epoch with a DAG run, up to which re-runs go.
+    ``last_epoch`` is the latest epoch with a DAG run, up to which re-runs go. ``steps``: the
+    checkpoints inside epochs, of the incarnation each epoch's next run commits under; a
+    task's frontier may then be a lex time (epoch, step) inside its first re-run epoch
+    (:func:`_resume_points`).
     """
     failures = tuple(failures)
     if not failures:
@@ -300,6 +326,8 @@ def plan_recovery(
     notified = {t: EPOCH.last_through(min(answer.notification[t], EPOCH.through_bound(last_epoch)))
                 for t in graph.tasks}
     clear = _clear_downstream(graph, failures, current_rows(rows), last_epoch)
+    bad = {(p, f.epoch) for f in failures if isinstance(f, BadEpoch) for p in _named(graph, f.task_id)}
+    resume = _resume_points(steps, rerun, by_epoch, current_rows(rows), still_readable, bad)
 
     tasks = []
     for t in graph.tasks:
@@ -317,8 +345,37 @@ def plan_recovery(
                 if epochs:
                     rereads.append((e.src, e.output, epochs))
         tasks.append(TaskPlan(t, regime, kept_through[t], notified[t], rerun[t], restore, tuple(rereads),
-                              tuple(sorted(clear.get(t, ())))))
+                              tuple(sorted(clear.get(t, ()))), resume.get(t)))
     return RecoveryPlan(dag_id, failures, last_epoch, ledger_version, tuple(tasks))
+
+
+def _resume_points(steps: Iterable[StepCheckpoint], rerun: Mapping[str, tuple[int, ...]],
+                   kept: Mapping[str, Mapping[int, LedgerEntry]], current: Mapping[str, list[LedgerEntry]],
+                   readable: Readable, bad: set[tuple[str, int]]) -> dict[str, StepRef]:
+    """Per processor, the checkpoint inside its first re-run epoch its re-run resumes from.
+
+    The frontier of a processor whose epoch ``e`` never committed (its attempt failed, or is
+    still running) may be a lex time (e, k) when its checkpoint at (e, k) is consistent with
+    everyone else's frontier: the table still holds it, and every ledger row it was computed
+    from (its state of e - 1, each input it read) is one the plan keeps, at the same
+    incarnation. Epochs after ``e`` read epoch ``e``'s result only, so nothing downstream
+    depends on where inside ``e`` the re-run starts (the egress projection (e, k) ↦ e - 1).
+    An epoch with a ledger row (committed, now rolled back) has no checkpoints left inside it.
+    """
+    committed = {(p, r.epoch) for p, rs in current.items() for r in rs}
+    best: dict[str, StepRef] = {}
+    for c in steps:
+        p = c.processor
+        if not rerun.get(p) or c.epoch != rerun[p][0] or (p, c.epoch) in committed:
+            continue
+        if any(q == p and e <= c.epoch for q, e in bad) or not readable(c.uri, c.key):
+            continue
+        held = all(e not in rerun.get(processor_id(t, m), ()) and getattr(kept.get(processor_id(t, m), {}).get(e),
+                                                                         "incarnation", None) == inc
+                   for t, m, e, inc in c.depends_on)
+        if held and (p not in best or c.step > best[p].step):
+            best[p] = StepRef(c.epoch, c.step, c.of, c.kind, c.uri)
+    return best
 
 
 def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Mapping[str, bool],
