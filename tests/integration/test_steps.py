@@ -10,10 +10,16 @@ retry per task instance), its jobs clients of the session's Spark Connect server
 Airflow retries each; the retry resumes after the last committed checkpoint (the step log
 and the job's own log say where), and every table equals ``loops_ref``'s, the same jobs run
 without a failure and without Airflow (``python -m devstack.inprocess``).
+
+Then two recoveries, planned and replayed as a user would: ``rank`` fails epoch 4 on both
+tries after its checkpoint at iteration 15 (the plan resumes it there), and fails epoch 5
+after checkpoints kept in scratch, which is then lost (the plan restores the durable state of
+epoch 4 and redoes epoch 5 from its start). Each ends with the tables of an uninterrupted run.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,6 +29,7 @@ from devstack.airflow import AirflowStack
 from devstack.demo import dag_epoch_clock, run_id_of
 from devstack.inprocess import run_reference_process
 from devstack.spark import SparkConnectServer
+from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table, scan
@@ -76,9 +83,32 @@ def loops(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectS
         faults_left = faults.read_text()
         logs = {(t, e, n): client.task_log(A, run_id_of(e), t, n) for t, e in (("rank", 2), ("tally", 3))
                 for n in (1, 2)}
-        yield SimpleNamespace(store=store, states=states, tis=tis, logs=logs, faults_left=faults_left)
+        outcome = SimpleNamespace(store=store, states=states, tis=tis, logs=logs, faults_left=faults_left,
+                                  client=client, faults=faults, clock=clock, remote=spark_connect.url)
+        yield outcome
     finally:
         stack.stop()
+
+
+def fail_twice(loops, epoch: int, iteration: int) -> None:
+    """Epoch ``epoch``: rank dies as ``iteration`` starts, on its try and on Airflow's retry."""
+    client = loops.client
+    loops.faults.write_text(f"{A}/rank:{epoch}:iteration-{iteration}\n")
+    client.trigger(A, run_id_of(epoch), loops.clock.logical_date(epoch))
+    assert client.wait_for_run(A, run_id_of(epoch), timeout=1800) == "failed"
+    loops.faults.write_text("")
+    tis = client.task_instances(A, run_id_of(epoch))
+    assert {t: (ti["state"], ti["try_number"]) for t, ti in tis.items()} == {
+        "links": ("success", 1), "rank": ("failed", 2), "tally": ("success", 1)}
+
+
+def assert_equals_reference(store: StoreConfig, epochs: int, remote: str) -> None:
+    run_reference_process(str(DAG_PATH), REF, "falkirk.spark_jobs.loops", epochs,
+                          {**store.env(), "SPARK_REMOTE": remote})
+    for task, table, tier in TABLES:
+        ref, got = (canonical(scan(open_table(store.table_uri(tier, dag, task, table))).to_pylist())
+                    for dag in (REF, A))
+        assert ref and got == ref, f"{task} {table} ({tier.value}) differs from the uninterrupted run"
 
 
 def test_airflow_retried_the_killed_attempts_once(loops) -> None:
@@ -129,4 +159,52 @@ def test_every_table_equals_the_uninterrupted_run(loops) -> None:
     for task, table, tier in TABLES:
         ref, got = (canonical(scan(open_table(loops.store.table_uri(tier, dag, task, table))).to_pylist())
                     for dag in (REF, A))
+        assert ref and got == ref, f"{task} {table} ({tier.value}) differs from the uninterrupted run"
+
+
+def test_a_failed_epoch_is_recovered_from_inside_itself(loops) -> None:
+    """rank fails at epoch 4 on both tries, after its checkpoint at iteration 15: the plan's
+    frontier for rank is the lex time (4, 15), and the replay resumes there."""
+    fail_twice(loops, 4, 18)
+    p = plan(A, loops.store, loops.client, failed_tasks=["rank"])
+    print(p.table())
+    assert {t.task_id: list(t.rerun) for t in p.tasks if t.rerun} == {"rank": [4]}
+    rank = p.task("rank")
+    assert (rank.kept_through, rank.restore_from.epoch, rank.resume_from.epoch, rank.resume_from.step) == (3, 3, 4, 15)
+    assert "iteration 15 of 30 of epoch 4 (on state of epoch 3)" in p.table()
+    replay(p.plan_id, loops.store, loops.client, progress=print)
+    assert loops.client.wait_for_run(A, run_id_of(4), timeout=1800) == "success"
+    tries = loops.client.task_instances(A, run_id_of(4))["rank"]["try_number"]
+    log = loops.client.task_log(A, run_id_of(4), "rank", tries)
+    assert "rank epoch 4: resuming at iteration 15 of 30 from its checkpoint" in log
+    assert_equals_reference(loops.store, 4, loops.remote)
+
+
+def test_a_failed_epoch_whose_checkpoints_were_in_lost_scratch_starts_over(loops) -> None:
+    """rank's epoch 5 keeps its checkpoints in scratch (lazy_checkpoint(every=2)); it fails after
+    iteration 20 on both tries, and the scratch tier is lost: the plan restores rank's durable
+    state of epoch 4 and redoes epoch 5 from its start."""
+    fail_twice(loops, 5, 23)
+    steps = [c for c in StepLog(loops.store).of_dag(A) if (c.task_id, c.epoch) == ("rank", 5)]
+    assert [(c.step, c.tier) for c in steps] == [(5, "scratch"), (10, "scratch"), (15, "scratch"), (20, "scratch")]
+    shutil.rmtree(f"{loops.store.scratch_uri}/{A}")
+    p = plan(A, loops.store, loops.client, failed_tasks=["rank"], lost_scratch=[f"{loops.store.scratch_uri}/{A}"])
+    print(p.table())
+    rank = p.task("rank")
+    assert rank.resume_from is None and rank.restore_from.epoch == 4 and rank.restore_from.tier == "durable"
+    assert {t.task_id: list(t.rerun) for t in p.tasks if t.rerun} == {"rank": [5]}
+    replay(p.plan_id, loops.store, loops.client, progress=print)
+    assert loops.client.wait_for_run(A, run_id_of(5), timeout=1800) == "success"
+    tries = loops.client.task_instances(A, run_id_of(5))["rank"]["try_number"]
+    log = loops.client.task_log(A, run_id_of(5), "rank", tries)
+    assert "resuming at" not in log and "checkpoint at iteration 5 of 30" in log
+    assert "rank epoch 5: not resuming at iteration 20 of 30: no Delta table" in log  # the runtime agrees
+    # rank's scratch output and state now hold epoch 5 only: compare the durable tables and epoch 5
+    run_reference_process(str(DAG_PATH), REF, "falkirk.spark_jobs.loops", 5,
+                          {**loops.store.env(), "SPARK_REMOTE": loops.remote})
+    for task, table, tier in TABLES:
+        ref, got = (canonical(scan(open_table(loops.store.table_uri(tier, dag, task, table))).to_pylist())
+                    for dag in (REF, A))
+        if tier is Tier.SCRATCH:
+            ref = [r for r in ref if dict(r)["epoch"] == 5]
         assert ref and got == ref, f"{task} {table} ({tier.value}) differs from the uninterrupted run"
