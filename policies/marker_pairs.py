@@ -90,8 +90,10 @@ class MarkerGate:
     []
     >>> gate.fast(FastTraveller(1)); gate.committable()
     [d1, d2]
-    >>> gate.commit(); gate.offer(SlowTraveller(1)); gate.slot is None
-    True
+    >>> gate.commit()
+    [d1, d2]
+    >>> gate.offer(SlowTraveller(1)), gate.slot is None   # st1 evicts ft1
+    (True, True)
     """
 
     def __init__(self, capacity: int, mode: Mode = "pairs", evict_on_st: bool = True) -> None:
