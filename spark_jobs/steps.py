@@ -77,17 +77,26 @@ def chunks(ctx: "EpochContext", frame: "DataFrame", process: Callable[["DataFram
 
 
 def discard(ctx: "EpochContext") -> int:
-    """Delete the step checkpoints of this processor's epochs up to this one (its epoch is
-    committed, so no attempt resumes from them); returns how many tables lost rows."""
+    """Delete the step checkpoints of this processor's committed epochs up to this one (no
+    attempt resumes from them); returns how many tables lost rows.
+
+    An epoch without a ledger row keeps its own: the epochs of a stateless task run side by
+    side, and an earlier one may still be running.
+    """
     a, store = ctx.args, ctx.store
     tables = {c.uri for c in StepLog(store).of_task(a.dag_id, a.task_id, a.map_index, through=a.epoch)}
+    if not tables:
+        return 0
+    committed = {r.epoch for r in ctx.ledger.entries_and_invalidated(a.dag_id, a.task_id, a.map_index)[0]}
     cleared = 0
     for uri in sorted(tables):
         if not store.contains(uri):  # a damaged row: never delete outside the roots
             continue
         table = open_table(uri, store.options_for(uri))
-        if table is not None and any(e <= a.epoch for e in epoch_rows(table)):
-            table.delete(f"epoch <= {int(a.epoch)}")
+        done = sorted(e for e in (epoch_rows(table) if table is not None else {})
+                      if e <= a.epoch and (e == a.epoch or e in committed))
+        if done:
+            table.delete(f"epoch IN ({', '.join(str(int(e)) for e in done)})")
             cleared += 1
     return cleared
 

@@ -4,7 +4,7 @@ A long epoch (an iterative job, a large input processed in chunks) may checkpoin
 ends. Its times are then pairs (epoch, step), ordered lexicographically (spec §1.2): (3, 20)
 comes after (3, 15) and before (4, 0). A **step checkpoint** is what the job carries at
 (epoch, step): the ranks after iteration 20, or the result of chunk 4. Each is one Delta
-commit to a table of its own (``steps/<kind>-<step>`` beside the task's other tables, the
+commit to a table of its own (``steps-<kind>-<step>`` beside the task's other tables, the
 epoch's rows replaced, the usual idempotent key) and then one row of ``_falkirk/steps``,
 appended last: the commit point, as the ledger row is for a whole epoch.
 
@@ -22,7 +22,7 @@ would need an input of that epoch to be rolled back, and every step read it.
 >>> root = tempfile.mkdtemp()
 >>> steps = StepLog(StoreConfig(root + "/store", root + "/scratch"))
 >>> cp = StepCheckpoint("d", "rank", -1, epoch=3, incarnation=0, kind="iteration", step=10, of=30,
-...                     uri=root + "/store/d/rank/steps/iteration-10", tier="durable", version=0, rows=5)
+...                     uri=root + "/store/d/rank/steps-iteration-10", tier="durable", version=0, rows=5)
 >>> steps.append(cp), steps.append(cp)
 (True, False)
 >>> [(c.time, c.progress) for c in steps.of_epoch("d", "rank", -1, 3, 0)]
@@ -32,6 +32,7 @@ would need an input of that epoch to be rolled back, and every step read it.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterable
@@ -41,6 +42,9 @@ import pyarrow as pa
 from falkirk.policies.partitions import processor_id
 from falkirk.policies.store.commits import CommitKey, append_once, open_table, scan
 from falkirk.policies.store.config import StoreConfig
+from falkirk.policies.store.ledger import COMPACT_EVERY
+
+log = logging.getLogger(__name__)
 
 SCHEMA = pa.schema(
     [
@@ -140,8 +144,20 @@ class StepLog:
         record = {**{f: getattr(cp, f) for f in SCHEMA.names if f != "depends_on"},
                   "depends_on": json.dumps([list(k) for k in cp.depends_on])}
         once = CommitKey(cp.dag_id, f"steps/{cp.task_id}/{cp.kind}-{cp.step}", cp.epoch, cp.map_index, cp.incarnation)
-        return append_once(self.uri, pa.Table.from_pylist([record], schema=SCHEMA), once,
-                           self.store.options_for(self.uri)).applied
+        result = append_once(self.uri, pa.Table.from_pylist([record], schema=SCHEMA), once,
+                             self.store.options_for(self.uri))
+        if result.applied and result.version and result.version % COMPACT_EVERY == 0:
+            self._compact_quietly()
+        return result.applied
+
+    def _compact_quietly(self) -> None:
+        # One small file per append, as the ledger: compacted now and then; never fails the append.
+        try:
+            table = open_table(self.uri, self.store.options_for(self.uri))
+            if table is not None:
+                table.optimize.compact()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("step log compaction of %s skipped: %s", self.uri, exc)
 
     def of_epoch(self, dag_id: str, task_id: str, map_index: int, epoch: int,
                  incarnation: int | None = None) -> list[StepCheckpoint]:
