@@ -37,6 +37,7 @@ from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table, scan
 from falkirk.policies.store.ledger import Ledger
 from falkirk.policies.store.steps import StepLog, table_name
+from tests.integration.test_falkirk_view import browser, login, open_view, shot  # noqa: F401 (browser: a fixture)
 from tests.oracle import canonical
 
 pytestmark = pytest.mark.integration
@@ -86,7 +87,7 @@ def loops(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectS
         logs = {(t, e, n): client.task_log(A, run_id_of(e), t, n) for e in EPOCHS for t in ("links", "rank", "tally")
                 for n in range(1, tis[e][t]["try_number"] + 1)}
         outcome = SimpleNamespace(store=store, states=states, tis=tis, logs=logs, faults_left=faults_left,
-                                  client=client, faults=faults, clock=clock, remote=spark_connect.url)
+                                  client=client, stack=stack, faults=faults, clock=clock, remote=spark_connect.url)
         yield outcome
     finally:
         stack.stop()
@@ -168,10 +169,23 @@ def test_every_table_equals_the_uninterrupted_run(loops) -> None:
         assert ref and got == ref, f"{task} {table} ({tier.value}) differs from the uninterrupted run"
 
 
-def test_a_failed_epoch_is_recovered_from_inside_itself(loops) -> None:
-    """rank fails at epoch 4 on both tries, after its checkpoint at iteration 15: the plan's
-    frontier for rank is the lex time (4, 15), and the replay resumes there."""
+def test_a_failed_epoch_is_recovered_from_inside_itself(loops, browser) -> None:
+    """rank fails at epoch 4 on both tries, after its checkpoint at iteration 15: the view shows
+    how far it got, the plan's frontier for rank is the lex time (4, 15), and the replay resumes there."""
     fail_twice(loops, 4, 18)
+    vs = SimpleNamespace(stack=loops.stack)
+    context, page = login(browser, vs, "admin")
+    try:
+        open_view(page, vs, A)
+        cell = page.get_by_test_id("cell-rank-4")
+        cell.wait_for(timeout=60_000)
+        assert cell.get_attribute("data-progress") == "iteration 15 of 30"
+        assert "got to iteration 15 of 30 (checkpointed)" in cell.get_attribute("title")
+        assert "fk-partial" in cell.get_attribute("class")
+        assert page.get_by_test_id("cell-rank-3").get_attribute("data-progress") is None  # committed
+        shot(page, "steps-progress")
+    finally:
+        context.close()
     p = plan(A, loops.store, loops.client, failed_tasks=["rank"])
     print(p.table())
     assert {t.task_id: list(t.rerun) for t in p.tasks if t.rerun} == {"rank": [4]}
