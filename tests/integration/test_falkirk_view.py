@@ -517,7 +517,9 @@ def check_legend_and_graph(page) -> None:
     colours = page.evaluate("""() => Object.fromEntries(['legend-regimes', 'legend-statuses'].map((g) =>
         [g, [...document.querySelectorAll(`[data-testid="${g}"] span[style*="width: 12px"]`)]
               .map((s) => getComputedStyle(s).backgroundColor).filter((c) => c !== 'rgba(0, 0, 0, 0)')]))""")
-    assert len(colours["legend-regimes"]) == 4 and len(colours["legend-statuses"]) == 5, colours
+    # five statuses, and the bar under a cell checkpointed part-way into its epoch (durable's colour)
+    assert len(colours["legend-regimes"]) == 4 and len(colours["legend-statuses"]) == 6, colours
+    assert len(set(colours["legend-statuses"])) == 5, colours
     assert not set(colours["legend-regimes"]) & set(colours["legend-statuses"]), colours
     badges = {}
     for t in (*TASKS, "notify"):
