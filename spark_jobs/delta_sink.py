@@ -72,6 +72,27 @@ def commit_frame(frame: "DataFrame", uri: str, key: CommitKey,
 DRIVER_WRITE_MAX_ROWS = 200_000
 
 
+def driver_write_max_rows() -> int:
+    """``FALKIRK_DRIVER_WRITE_MAX_ROWS``: the largest epoch the driver writes itself (0: never).
+
+    >>> import os
+    >>> _ = os.environ.pop("FALKIRK_DRIVER_WRITE_MAX_ROWS", None)
+    >>> driver_write_max_rows()
+    200000
+    """
+    import os
+
+    raw = os.environ.get("FALKIRK_DRIVER_WRITE_MAX_ROWS", "")
+    try:
+        value = int(raw) if raw else DRIVER_WRITE_MAX_ROWS
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"FALKIRK_DRIVER_WRITE_MAX_ROWS={raw!r}: give a row count, 0 to have the executors "
+                         f"write every epoch (default {DRIVER_WRITE_MAX_ROWS})")
+    return value
+
+
 def stage(frame: "DataFrame", uri: str, key: CommitKey,
           storage_options: dict[str, str] | None = None,
           driver_write_max_rows: int = DRIVER_WRITE_MAX_ROWS, on_driver: bool = False) -> StagedFiles:

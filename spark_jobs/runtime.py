@@ -31,7 +31,6 @@ A job module looks like this (see ``spark_jobs/pipeline/`` for real ones)::
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,9 +43,10 @@ from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, EpochTableError
 from falkirk.policies.store.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
 from falkirk.policies.workers import worker_name
-from falkirk.spark_jobs.delta_sink import DRIVER_WRITE_MAX_ROWS, publish, read_frame, stage
+from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
+from falkirk.spark_jobs.job_log import say
 from falkirk.spark_jobs.faults import crash_point
-from falkirk.spark_jobs.steps import discard as discard_steps
+from falkirk.spark_jobs import steps
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
     from pyspark.sql import DataFrame, SparkSession
@@ -111,6 +111,9 @@ class EpochContext:
     reads_back: dict[tuple[str, str, int], int] = field(default_factory=dict)
     # The ledger rows this epoch was computed from: checked again around the commit point.
     depends_on: dict[tuple[str, int], LedgerEntry] = field(default_factory=dict)
+    # Whether the job checkpoints inside its epochs (iterate, chunks): only then does the
+    # commit look for step checkpoints to delete.
+    checkpoints_inside: bool = False
     _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
 
     @property
@@ -168,18 +171,16 @@ class EpochContext:
         """``step(frame, i)`` for i = 1..``times`` from ``start``, checkpointing every
         ``checkpoint_every`` iterations at lex time (epoch, i); a new attempt resumes after the
         latest checkpoint (:mod:`falkirk.spark_jobs.steps`)."""
-        from falkirk.spark_jobs.steps import iterate
-
-        return iterate(self, step, start, times=times, checkpoint_every=checkpoint_every)
+        self.checkpoints_inside = True
+        return steps.iterate(self, step, start, times=times, checkpoint_every=checkpoint_every)
 
     def chunks(self, frame: "DataFrame", process: Callable[["DataFrame", int], "DataFrame"], *, count: int,
                key: str) -> "DataFrame":
         """The union of ``process(chunk, i)`` over ``count`` chunks of ``frame`` split by a hash of
         ``key``, each chunk's result checkpointed at lex time (epoch, i); a new attempt resumes
         after the latest (:mod:`falkirk.spark_jobs.steps`)."""
-        from falkirk.spark_jobs.steps import chunks
-
-        return chunks(self, frame, process, count=count, key=key)
+        self.checkpoints_inside = True
+        return steps.chunks(self, frame, process, count=count, key=key)
 
     def _slice(self, frame: "DataFrame", routing: Repartition) -> "DataFrame":
         """The rows of ``frame`` whose ``routing.key`` hashes to this partition (Spark's murmur3 hash:
@@ -232,9 +233,9 @@ class EpochContext:
         if in_scratch:
             self._check_on_this_worker(entry, "state")
         _check_inside(self.store, entry.state_uri, entry, "state_uri")
-        _say(f"{self.args.processor} epoch {self.epoch}: restoring the state of epoch {entry.epoch} from "
-             f"{entry.state_tier} ({entry.state_uri}" + (f" on {entry.worker}" if in_scratch and entry.worker else "")
-             + ")")
+        say(f"{self.args.processor} epoch {self.epoch}: restoring the state of epoch {entry.epoch} from "
+            f"{entry.state_tier} ({entry.state_uri}" + (f" on {entry.worker}" if in_scratch and entry.worker else "")
+            + ")")
         try:
             return read_frame(self.spark, entry.state_uri, entry.key, entry.state_rows,
                               self.store.options_for(entry.state_uri), on_driver=in_scratch)
@@ -314,14 +315,14 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     label = f"{args.dag_id}.{args.processor} epoch {args.epoch}"
     done = ledger.find(args.dag_id, args.task_id, args.epoch, args.map_index)
     if done is not None and done.incarnation >= args.incarnation:
-        _say(f"{label}: already committed (incarnation {done.incarnation}, run {done.run_id}); nothing to do")
+        say(f"{label}: already committed (incarnation {done.incarnation}, run {done.run_id}); nothing to do")
         return 0
     # A recovery that rolled this epoch back invalidated its row: redo it as the next
     # incarnation, the only commit that replaces the rows already in its tables.
     incarnation = max(args.incarnation, ledger.invalidations.next_incarnation(args.dag_id, args.task_id, args.epoch,
                                                                args.map_index))
     if incarnation != args.incarnation:
-        _say(f"{label}: rolled back by a recovery; redoing it as incarnation {incarnation}")
+        say(f"{label}: rolled back by a recovery; redoing it as incarnation {incarnation}")
         args = dataclasses.replace(args, incarnation=incarnation)
     started = time.monotonic()
     spark = _spark_session()
@@ -330,15 +331,16 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
         result = compute(ctx)
         entry = commit(ctx, result)
         try:
-            discard_steps(ctx)
+            if ctx.checkpoints_inside:
+                steps.discard(ctx)
         except Exception as exc:  # noqa: BLE001 - the epoch is committed; its next one sweeps these too
-            _say(f"{label}: its checkpoints inside the epoch were not deleted ({exc}); the next epoch's "
-                 f"commit deletes them")
+            say(f"{label}: its checkpoints inside the epoch were not deleted ({exc}); the next epoch's "
+                f"commit deletes them")
     finally:
         spark.stop()
-    _say(f"{label}: committed {entry.output_rows} output rows"
-         + (f", {entry.state_rows} state rows" if entry.state_uri else "")
-         + f" in {time.monotonic() - started:.1f}s")
+    say(f"{label}: committed {entry.output_rows} output rows"
+        + (f", {entry.state_rows} state rows" if entry.state_uri else "")
+        + f" in {time.monotonic() - started:.1f}s")
     return 0
 
 
@@ -388,7 +390,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
                     for tier in regime.state_tiers(args.epoch)]
     # Every table's files are written at once (a small epoch by the driver, a large one by the
     # executors); the driver then commits them in order.
-    small = _driver_write_max_rows()
+    small = driver_write_max_rows()
     # Scratch is this worker's local disk: only the driver, which runs here, may write it (an
     # executor on another host would write to its own disk, where no reader looks).
     with ThreadPoolExecutor(max_workers=max(len(targets), 1)) as pool:
@@ -403,8 +405,8 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         if name is None and state is None:
             crash_point(args.processor, args.epoch, "after-outputs", dag_id=args.dag_id)
         written = publish(files)
-        _say(f"  {'state' if name is None else f'output {name!r}'} -> {uri} (v{written.version}, "
-             f"{written.rows} rows" + ("" if written.applied else ", already there") + ")")
+        say(f"  {'state' if name is None else f'output {name!r}'} -> {uri} (v{written.version}, "
+            f"{written.rows} rows" + ("" if written.applied else ", already there") + ")")
         if name is None:
             state = written
         else:
@@ -469,21 +471,6 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) 
                      f"{'withdrawn' if appended else 'not made'}, and the recovery re-runs it")
 
 
-def _driver_write_max_rows() -> int:
-    """``FALKIRK_DRIVER_WRITE_MAX_ROWS``: the largest epoch the driver writes itself (0: never)."""
-    import os
-
-    raw = os.environ.get("FALKIRK_DRIVER_WRITE_MAX_ROWS", "")
-    try:
-        value = int(raw) if raw else DRIVER_WRITE_MAX_ROWS
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise JobError(f"FALKIRK_DRIVER_WRITE_MAX_ROWS={raw!r}: give a row count, 0 to have the executors "
-                       f"write every epoch (default {DRIVER_WRITE_MAX_ROWS})")
-    return value
-
-
 def _spark_session() -> "SparkSession":
     import os
 
@@ -501,7 +488,3 @@ def _spark_session() -> "SparkSession":
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
-
-
-def _say(message: str) -> None:
-    print(f"[falkirk] {message}", file=sys.stderr, flush=True)

@@ -19,13 +19,15 @@ tier the regime gives the epoch's own checkpoint (:meth:`~falkirk.policies.regim
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from falkirk.policies.store.commits import EpochTableError, epoch_rows, open_table
 from falkirk.policies.store.steps import StepCheckpoint, StepLog, latest_usable, table_name
 from falkirk.policies.workers import worker_name
-from falkirk.spark_jobs.delta_sink import publish, read_frame, stage
+from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
 from falkirk.spark_jobs.faults import crash_point
+from falkirk.spark_jobs.job_log import say
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -127,10 +129,10 @@ def _resume(ctx: "EpochContext", kind: str, of: int):
             else:
                 frames, frame = [], _load(ctx, cp)
         except (KeyError, EpochTableError) as exc:
-            _say(f"{a.processor} epoch {a.epoch}: not resuming at {cp.progress}: {exc}")
+            say(f"{a.processor} epoch {a.epoch}: not resuming at {cp.progress}: {exc}")
             continue
-        _say(f"{a.processor} epoch {a.epoch}: resuming at {cp.progress} from its checkpoint ({cp.uri}, "
-             f"committed by try {cp.try_number}); skipping {cp.step} {kind}s")
+        say(f"{a.processor} epoch {a.epoch}: resuming at {cp.progress} from its checkpoint ({cp.uri}, "
+            f"committed by try {cp.try_number}); skipping {cp.step} {kind}s")
         return frame, cp.step, frames
     return None
 
@@ -145,27 +147,19 @@ def _load(ctx: "EpochContext", cp: StepCheckpoint) -> "DataFrame":
 def _checkpoint(ctx: "EpochContext", kind: str, step: int, of: int, frame: "DataFrame") -> "DataFrame":
     """Commit ``frame`` as the checkpoint at (epoch, step) and return it read back (which also
     cuts its lineage: the next steps build on the committed rows)."""
-    from falkirk.spark_jobs.runtime import _driver_write_max_rows
-
     a, store = ctx.args, ctx.store
     uri = store.table_uri(a.regime.step_tier(a.epoch), a.dag_id, a.task_id, table_name(kind, step), a.map_index)
     scratch = store.is_scratch(uri)
     cp = StepCheckpoint(a.dag_id, a.task_id, a.map_index, a.epoch, a.incarnation, kind, step, of, uri,
                         a.regime.step_tier(a.epoch).value, 0, 0, try_number=a.try_number)
-    staged = stage(frame, uri, cp.key, store.options_for(uri), _driver_write_max_rows(), on_driver=scratch)
+    staged = stage(frame, uri, cp.key, store.options_for(uri), driver_write_max_rows(), on_driver=scratch)
     if kind == "chunk":
         crash_point(a.processor, a.epoch, f"chunk-{step}-after-files", dag_id=a.dag_id)
     written = publish(staged)
     deps = tuple(sorted((r.task_id, r.map_index, r.epoch, r.incarnation) for r in ctx.depends_on.values()))
-    cp = StepCheckpoint(**{**cp.__dict__, "version": written.version, "rows": written.rows, "depends_on": deps,
-                           "worker": worker_name()})
+    cp = replace(cp, version=written.version, rows=written.rows, depends_on=deps, worker=worker_name())
     StepLog(store).append(cp)
-    _say(f"{a.processor} epoch {a.epoch}: checkpoint at {cp.progress} -> {uri} (v{written.version}, "
-         f"{written.rows} rows)")
+    say(f"{a.processor} epoch {a.epoch}: checkpoint at {cp.progress} -> {uri} (v{written.version}, "
+        f"{written.rows} rows)")
     return read_frame(ctx.spark, uri, cp.key, written.rows, store.options_for(uri), on_driver=scratch)
 
-
-def _say(message: str) -> None:
-    from falkirk.spark_jobs.runtime import _say as say
-
-    say(message)

@@ -415,6 +415,32 @@ def _literal(value: int | str) -> str:
     return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
 
 
+def compact(uri: str, storage_options: dict[str, str] | None = None) -> int:
+    """Rewrite an append-only control table's small files (one per commit) into a few large
+    ones; returns how many files were replaced. Rows, versions and idempotency records are
+    unchanged. Losing a race with another compaction is harmless: the other one did the work."""
+    table = open_table(uri, storage_options)
+    if table is None:
+        return 0
+    try:
+        metrics = table.optimize.compact()
+    except CommitFailedError:
+        return 0
+    return int(metrics.get("numFilesRemoved", 0))
+
+
+def compact_every(result: CommitResult, every: int, storage_options: dict[str, str] | None = None,
+                  what: str = "table") -> None:
+    """After an append: compact the table when the append made a multiple of ``every`` versions.
+    Compaction only speeds reads up, so it never fails the append that triggered it."""
+    if not (result.applied and result.version and result.version % every == 0):
+        return
+    try:
+        compact(result.uri, storage_options)
+    except Exception as exc:  # noqa: BLE001
+        logging.getLogger(__name__).warning("%s compaction of %s skipped: %s", what, result.uri, exc)
+
+
 def open_table(uri: str, storage_options: dict[str, str] | None = None) -> DeltaTable | None:
     """The Delta table at ``uri``, or ``None`` when there is none yet."""
     try:

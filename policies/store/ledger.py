@@ -27,21 +27,17 @@ appends an *invalidation* of it to a control table
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
-from deltalake.exceptions import CommitFailedError
 
 from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Regime, RegimeError
-from falkirk.policies.store.commits import CommitKey, append_once, open_table, scan
+from falkirk.policies.store.commits import CommitKey, append_once, compact, compact_every, open_table, scan
 from falkirk.policies.store.config import StoreConfig
 from falkirk.policies.store.control import Invalidations
-
-log = logging.getLogger(__name__)
 
 # Ledger versions between compactions (each task commit appends one version).
 COMPACT_EVERY = 100
@@ -262,8 +258,7 @@ class Ledger:
         table = pa.Table.from_pylist([entry.to_row()], schema=SCHEMA)
         # Merging schemas lets a ledger written before a column existed take rows that carry it.
         result = append_once(self.uri, table, entry.key, self.store.options_for(self.uri), schema_mode="merge")
-        if result.applied and result.version and result.version % COMPACT_EVERY == 0:
-            self._compact_quietly()
+        compact_every(result, COMPACT_EVERY, self.store.options_for(self.uri), "ledger")
         return result.applied
 
     def compact(self) -> int:
@@ -274,21 +269,7 @@ class Ledger:
         takes seconds to read and a compacted one milliseconds. Losing a race with another
         compaction is harmless: the other one did the work.
         """
-        table = open_table(self.uri, self.store.options_for(self.uri))
-        if table is None:
-            return 0
-        try:
-            metrics = table.optimize.compact()
-        except CommitFailedError:
-            return 0
-        return int(metrics.get("numFilesRemoved", 0))
-
-    def _compact_quietly(self) -> None:
-        # Compaction only speeds reads up: it must never fail the commit that triggered it.
-        try:
-            self.compact()
-        except Exception as exc:  # noqa: BLE001
-            log.warning("ledger compaction of %s skipped: %s", self.uri, exc)
+        return compact(self.uri, self.store.options_for(self.uri))
 
     def read(self, dag_id: str | None = None, task_id: str | None = None, map_index: int | None = None) -> pa.Table:
         """The ledger's rows (filtered by DAG, task, map index if given) as an Arrow table.

@@ -32,7 +32,6 @@ would need an input of that epoch to be rolled back, and every step read it.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterable
@@ -40,11 +39,9 @@ from typing import Iterable
 import pyarrow as pa
 
 from falkirk.policies.partitions import processor_id
-from falkirk.policies.store.commits import CommitKey, append_once, open_table, scan
+from falkirk.policies.store.commits import CommitKey, append_once, compact_every, open_table, scan
 from falkirk.policies.store.config import StoreConfig
 from falkirk.policies.store.ledger import COMPACT_EVERY
-
-log = logging.getLogger(__name__)
 
 SCHEMA = pa.schema(
     [
@@ -146,18 +143,8 @@ class StepLog:
         once = CommitKey(cp.dag_id, f"steps/{cp.task_id}/{cp.kind}-{cp.step}", cp.epoch, cp.map_index, cp.incarnation)
         result = append_once(self.uri, pa.Table.from_pylist([record], schema=SCHEMA), once,
                              self.store.options_for(self.uri))
-        if result.applied and result.version and result.version % COMPACT_EVERY == 0:
-            self._compact_quietly()
+        compact_every(result, COMPACT_EVERY, self.store.options_for(self.uri), "step log")
         return result.applied
-
-    def _compact_quietly(self) -> None:
-        # One small file per append, as the ledger: compacted now and then; never fails the append.
-        try:
-            table = open_table(self.uri, self.store.options_for(self.uri))
-            if table is not None:
-                table.optimize.compact()
-        except Exception as exc:  # noqa: BLE001
-            log.warning("step log compaction of %s skipped: %s", self.uri, exc)
 
     def of_epoch(self, dag_id: str, task_id: str, map_index: int, epoch: int,
                  incarnation: int | None = None) -> list[StepCheckpoint]:

@@ -52,6 +52,7 @@ from deltalake import write_deltalake
 from falkirk.policies.rollback.records import TOP, XiRecord, rollback_times, scenario_from_records
 from falkirk.policies.store.commits import open_table, scan
 from falkirk.spark_jobs.faults import crash_point
+from falkirk.spark_jobs.job_log import say
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -294,10 +295,6 @@ def roll_back(layout: Layout, frontiers: dict[str, Any]) -> dict[str, int]:
             metrics = table.delete(where)
             deleted[uri] = int(metrics.get("num_deleted_rows", 0) or 0)
     return deleted
-
-
-def say(message: str) -> None:
-    print(f"[falkirk] {message}", file=sys.stderr, flush=True)
 
 
 def _epochs(text: str) -> range:
