@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo cluster-demo test test-faults test-unit bench bench-ledger bench-regimes bench-recovery bench-steps install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo test test-faults test-unit bench bench-ledger bench-regimes bench-recovery bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -55,6 +55,10 @@ bench-regimes: install
 ## redoing the epoch; and the steady-state cost of those checkpoints, as ratios
 bench-steps: install
 	$(PY) -m benchmarks.steps_bench $(BENCH_ARGS)
+
+## bench-travellers: commit latency at a transactional sink, marker pairs vs committing once per epoch
+bench-travellers: install
+	$(PY) -m benchmarks.travellers_bench $(BENCH_ARGS)
 
 install: $(VENV)/.installed
 

@@ -172,6 +172,20 @@ class MarkerGate:
         self.buffer = keep
         return done
 
+    def forget_after(self, origin: int) -> int:
+        """Drop the buffered data derived after ``origin`` (a producer attempt died and its
+        successor sends that data anew, drawn again); returns how many were dropped. Covered
+        data is never dropped: an st vouched for it.
+
+        >>> gate = MarkerGate(capacity=4)
+        >>> _ = [gate.offer(Data(n, o)) for n, o in (("a", 1), ("b", 2), ("c", 2))]
+        >>> gate.forget_after(1), list(gate.buffer)
+        (2, [a])
+        """
+        before = len(self.buffer)
+        self.buffer = deque(m for m in self.buffer if not (isinstance(m, Data) and m.origin > origin))
+        return before - len(self.buffer)
+
     def _cover_before_end(self) -> None:
         self.buffer = deque(_Covered(m) if isinstance(m, Data) else m for m in self.buffer)
 
