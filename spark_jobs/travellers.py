@@ -110,10 +110,19 @@ def draw(spark: "SparkSession", layout: Layout, epoch: int, markers: str = "pair
         if dropped:
             open_table(edge).delete(f"epoch = {epoch} AND chunk > {logged}")
         replayed = f"replays chunks 1-{logged} from their determinants (already sent)" if logged else "has nothing saved"
-        say(f"draw epoch {epoch}: attempt {attempt} {replayed} and draws chunks {logged + 1}-{CHUNKS} again "
-            f"({dropped} unvouched rows withdrawn)")
+        redrawn = f"draws chunks {logged + 1}-{CHUNKS} again" if logged < CHUNKS else "has nothing to draw"
+        say(f"draw epoch {epoch}: attempt {attempt} {replayed} and {redrawn} ({dropped} unvouched rows withdrawn)")
         if logged and not any(r["kind"] == "st" and r["chunk"] == logged for r in sent):
             seq = _announce(layout, epoch, attempt, logged, seq, markers)
+    elif logged:
+        # The edge lost the epoch after its chunks were saved (a recovery): send them again, as saved.
+        kept = _rows(layout.table("determinants"), epoch)
+        for chunk in range(1, logged + 1):
+            rows = sorted(({"key": r["key"], "value": r["value"]} for r in kept if r["chunk"] == chunk),
+                          key=lambda r: r["key"])
+            seq = _send(layout, epoch, attempt, chunk, rows, seq)
+            seq = _announce(layout, epoch, attempt, chunk, seq, markers)
+        say(f"draw epoch {epoch}: chunks 1-{logged} sent again from their determinants, as first drawn")
     for chunk in range(logged + 1, CHUNKS + 1):
         crash_point("draws", epoch, f"chunk-{chunk}")
         keys = spark.range(KEYS_PER_CHUNK).select(
@@ -122,19 +131,25 @@ def draw(spark: "SparkSession", layout: Layout, epoch: int, markers: str = "pair
         drawn = keys.sample(fraction=0.5).select("key", (F.col("id") * 1000 + F.floor(F.rand() * 1000))
                                                  .cast("long").alias("value"))
         rows = sorted(drawn.toArrow().to_pylist(), key=lambda r: r["key"])
-        for start in range(0, len(rows), SEND_BATCH):  # in band as soon as drawn
-            batch = rows[start:start + SEND_BATCH]
-            _append(edge, [{"epoch": epoch, "seq": seq + i, "attempt": attempt, "kind": "data", "chunk": chunk,
-                            "key": r["key"], "value": r["value"], "sent_at": time.time()}
-                           for i, r in enumerate(batch)], EDGE)
-            seq += len(batch)
+        seq = _send(layout, epoch, attempt, chunk, rows, seq)  # in band as soon as drawn, before it is saved
         crash_point("draws", epoch, f"chunk-{chunk}-after-files")
         if not deterministic:
-            write_deltalake(layout.table("determinants"),
-                pa.Table.from_pylist([{"epoch": epoch, "chunk": chunk, **r} for r in rows], schema=DETERMINANTS),
-                mode="overwrite", predicate=f"epoch = {epoch} AND chunk = {chunk}")
+            saved_rows = pa.Table.from_pylist([{"epoch": epoch, "chunk": chunk, **r} for r in rows], schema=DETERMINANTS)
+            write_deltalake(layout.table("determinants"), saved_rows, mode="overwrite",
+                            predicate=f"epoch = {epoch} AND chunk = {chunk}")
         seq = _announce(layout, epoch, attempt, chunk, seq, markers)
     say(f"draw epoch {epoch}: done (attempt {attempt})")
+
+
+def _send(layout: Layout, epoch: int, attempt: int, chunk: int, rows: list[dict], seq: int) -> int:
+    """Chunk ``chunk``'s rows in band, SEND_BATCH rows per commit; returns the next seq."""
+    for start in range(0, len(rows), SEND_BATCH):
+        batch = rows[start:start + SEND_BATCH]
+        _append(layout.table("edge"), [{"epoch": epoch, "seq": seq + i, "attempt": attempt, "kind": "data",
+                                        "chunk": chunk, "key": r["key"], "value": r["value"], "sent_at": time.time()}
+                                       for i, r in enumerate(batch)], EDGE)
+        seq += len(batch)
+    return seq
 
 
 def _announce(layout: Layout, epoch: int, attempt: int, chunk: int, seq: int, markers: str) -> int:

@@ -6,12 +6,15 @@ to the sink before saving it; ``deliver`` commits in transactions of at most 8 r
 replays chunks 1-2 from their determinants and draws 3-4 again. Epoch 2, the negative control
 with slow travellers only: the sink stalls with a full transaction. Epoch 3, the negative
 control treating the task as deterministic: a new attempt draws everything again, and rows
-the sink had already committed change.
+the sink had already committed change. Last, downstream is lost (the edge, its control table,
+the SQL database): ``draw`` sends epoch 1 again from its determinants, and the sink ends
+exactly as it was first delivered.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -99,10 +102,13 @@ def run(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectSer
     procs.start("draw", 1).wait(timeout=300)
     drawn_at = time.time()
     assert sink.wait(timeout=300) == 0, procs.logs("deliver", 1)
+    first_delivery, first_transactions = delivered(layout, 1), transactions(layout, 1)
+    killed_rows = edge_rows_before_the_rewind(layout, 1)
     # epoch 2: slow travellers only, a transaction smaller than a chunk
     slow = procs.start("deliver", 2, "--capacity", str(CAPACITY), "--markers", "slow")
     slow_draw = procs.start("draw", 2, "--markers", "slow").wait(timeout=300)
     slow_code = slow.wait(timeout=300)
+    slow_delivered = delivered(layout, 2)
     # epoch 3: the task treated as deterministic; the sink has room for whole chunks
     naive = procs.start("deliver", 3, "--capacity", "64", "--markers", "slow")
     procs.start("draw", 3, "--markers", "slow", "--assume-deterministic", crash="draws:3:chunk-4").wait(timeout=300)
@@ -113,41 +119,51 @@ def run(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectSer
     naive_first = delivered(layout, 3)
     procs.start("draw", 3, "--markers", "slow", "--assume-deterministic").wait(timeout=300)
     assert naive.wait(timeout=300) == 0, procs.logs("deliver", 3)
+    naive_final = delivered(layout, 3)
+    # later, downstream is lost: the edge, its control table and the SQL database
+    for lost in ("edge", "fast"):
+        shutil.rmtree(layout.table(lost))
+    os.remove(layout.database)
+    sink = procs.start("deliver", 1, "--capacity", str(CAPACITY))
+    assert procs.start("draw", 1).wait(timeout=300) == 0
+    assert sink.wait(timeout=300) == 0, procs.logs("deliver", 1)
     return SimpleNamespace(layout=layout, procs=procs, killed=killed, first_sight=first_sight, drawn_at=drawn_at,
-                           slow_code=slow_code, slow_draw=slow_draw, naive_first=naive_first)
+                           slow_code=slow_code, slow_draw=slow_draw, slow_delivered=slow_delivered, naive_first=naive_first, naive_final=naive_final,
+                           first_delivery=first_delivery, first_transactions=first_transactions,
+                           killed_rows=killed_rows,
+                           redelivered=delivered(layout, 1))
 
 
 def test_the_sink_holds_every_saved_row_exactly_once_after_the_producer_was_killed(run) -> None:
     assert run.killed == -9
     saved = determinants(run.layout, 1)
-    rows = delivered(run.layout, 1)
+    rows = run.first_delivery
     assert {k: (v, c) for k, (v, c, _) in rows.items()} == saved
     assert {c for _, c in saved.values()} == set(range(1, CHUNKS + 1))
 
 
 def test_what_was_committed_before_the_kill_is_what_the_sink_holds_at_the_end(run) -> None:
-    final = delivered(run.layout, 1)
+    final = run.first_delivery
     assert run.first_sight, "nothing was committed while the first attempt ran"
     assert {k: final[k] for k in run.first_sight} == run.first_sight
 
 
 def test_every_commit_was_of_rows_whose_determinants_were_already_saved(run) -> None:
     saved = saved_at(run.layout, 1)
-    txns = transactions(run.layout, 1)
-    for key, (_, chunk, txn) in delivered(run.layout, 1).items():
+    txns = run.first_transactions
+    for key, (_, chunk, txn) in run.first_delivery.items():
         assert saved[chunk] <= txns[txn][1], f"{key} (chunk {chunk}) committed in txn {txn} before it was saved"
 
 
 def test_the_sink_committed_in_bounded_transactions_while_the_producer_ran(run) -> None:
-    txns = transactions(run.layout, 1)
+    txns = run.first_transactions
     assert max(n for n, _ in txns.values()) <= CAPACITY - 1  # one slot is kept for a fast traveller
-    assert len(txns) >= len(delivered(run.layout, 1)) // (CAPACITY - 1)
+    assert len(txns) >= len(run.first_delivery) // (CAPACITY - 1)
     assert min(at for _, at in txns.values()) < run.drawn_at - 1  # well before the epoch's last row
 
 
 def test_the_killed_attempts_unsaved_rows_were_forgotten_and_drawn_again(run) -> None:
-    before = edge_rows_before_the_rewind(run.layout, 1)
-    unsaved = {r["key"]: r["value"] for r in before if r["kind"] == "data" and r["chunk"] == 3 and r["attempt"] == 1}
+    unsaved = {r["key"]: r["value"] for r in run.killed_rows if r["kind"] == "data" and r["chunk"] == 3 and r["attempt"] == 1}
     saved = {k: v for k, (v, c) in determinants(run.layout, 1).items() if c == 3}
     assert unsaved and unsaved != saved  # the second draw differs: the task is really non-deterministic
     assert "forgotten" in run.procs.logs("deliver", 1) and "replays chunks 1-2" in run.procs.logs("draw", 1)
@@ -157,10 +173,16 @@ def test_slow_travellers_alone_stall_with_a_transaction_smaller_than_a_chunk(run
     assert run.slow_draw == 0 and run.slow_code == 3
     log = run.procs.logs("deliver", 2)
     assert f"stalled: the open transaction holds {CAPACITY} of {CAPACITY} rows (chunks [1])" in log, log
-    assert delivered(run.layout, 2) == {}
+    assert run.slow_delivered == {}
 
 
 def test_treating_the_task_as_deterministic_changes_rows_already_delivered(run) -> None:
-    final = delivered(run.layout, 3)
+    final = run.naive_final
     changed = {k for k in run.naive_first if final.get(k, (None,))[0] != run.naive_first[k][0]}
     assert changed, "a new draw should have replaced committed rows with different ones"
+
+
+def test_after_downstream_is_lost_the_epoch_is_delivered_again_exactly_as_first_delivered(run) -> None:
+    assert {k: (v, c) for k, (v, c, _) in run.redelivered.items()} == {
+        k: (v, c) for k, (v, c, _) in run.first_delivery.items()}
+    assert "chunks 1-4 sent again from their determinants, as first drawn" in run.procs.logs("draw", 1)
