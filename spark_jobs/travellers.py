@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from deltalake import write_deltalake
 
 from falkirk.policies.marker_pairs import Data, FastTraveller, MarkerGate, SlowTraveller
-from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.commits import open_table
+from falkirk.spark_jobs import channels
 from falkirk.spark_jobs.faults import crash_point
 from falkirk.spark_jobs.job_log import say
 
@@ -51,7 +51,6 @@ CHUNKS = int(os.environ.get("FALKIRK_TRAVELLER_CHUNKS", "4"))
 KEYS_PER_CHUNK = int(os.environ.get("FALKIRK_TRAVELLER_KEYS", "40"))
 SEND_BATCH = int(os.environ.get("FALKIRK_TRAVELLER_BATCH", "5"))  # rows per in-band commit while a chunk is drawn
 STALL_SECONDS = 20.0
-WAIT_SECONDS = 300.0
 
 EDGE = pa.schema([("epoch", pa.int64()), ("seq", pa.int64()), ("attempt", pa.int64()), ("kind", pa.string()),
                   ("chunk", pa.int64()), ("key", pa.string()), ("value", pa.int64()), ("sent_at", pa.float64())])
@@ -76,15 +75,6 @@ class Layout:
         return os.path.join(self.root, "travellers", "sink.db")
 
 
-def _rows(uri: str, epoch: int) -> list[dict]:
-    table = open_table(uri)
-    return scan(table, where={"epoch": epoch}).to_pylist() if table is not None else []
-
-
-def _append(uri: str, rows: list[dict], schema: pa.Schema) -> None:
-    write_deltalake(uri, pa.Table.from_pylist(rows, schema=schema), mode="append")
-
-
 # -- the producer -----------------------------------------------------------------------------------------
 
 def draw(spark: "SparkSession", layout: Layout, epoch: int, markers: str = "pairs",
@@ -97,15 +87,16 @@ def draw(spark: "SparkSession", layout: Layout, epoch: int, markers: str = "pair
     from pyspark.sql import functions as F
 
     edge, fast = layout.table("edge"), layout.table("fast")
-    saved = set() if deterministic else {r["chunk"] for r in _rows(layout.table("determinants"), epoch)}
+    determinants = channels.rows(layout.table("determinants"), epoch=epoch)
+    saved = set() if deterministic else {r["chunk"] for r in determinants}
     logged = max((c for c in range(1, CHUNKS + 1) if all(k in saved for k in range(1, c + 1))), default=0)
-    sent = _rows(edge, epoch)
+    sent = channels.rows(edge, epoch=epoch)
     attempt = 1 + max((r["attempt"] for r in sent), default=0)
     seq = 1 + max((r["seq"] for r in sent), default=0)
     if sent:
         # A previous attempt died: keep what saved determinants vouch for, draw the rest again.
         fast_rows = [{"epoch": epoch, "attempt": attempt, "kind": "rewind", "chunk": logged, "seq": seq}]
-        _append(fast, fast_rows, FAST)
+        channels.append(fast, fast_rows, FAST)
         dropped = sum(1 for r in sent if r["chunk"] > logged)
         if dropped:
             open_table(edge).delete(f"epoch = {epoch} AND chunk > {logged}")
@@ -116,9 +107,8 @@ def draw(spark: "SparkSession", layout: Layout, epoch: int, markers: str = "pair
             seq = _announce(layout, epoch, attempt, logged, seq, markers)
     elif logged:
         # The edge lost the epoch after its chunks were saved (a recovery): send them again, as saved.
-        kept = _rows(layout.table("determinants"), epoch)
         for chunk in range(1, logged + 1):
-            rows = sorted(({"key": r["key"], "value": r["value"]} for r in kept if r["chunk"] == chunk),
+            rows = sorted(({"key": r["key"], "value": r["value"]} for r in determinants if r["chunk"] == chunk),
                           key=lambda r: r["key"])
             seq = _send(layout, epoch, attempt, chunk, rows, seq)
             seq = _announce(layout, epoch, attempt, chunk, seq, markers)
@@ -135,8 +125,7 @@ def draw(spark: "SparkSession", layout: Layout, epoch: int, markers: str = "pair
         crash_point("draws", epoch, f"chunk-{chunk}-after-files")
         if not deterministic:
             saved_rows = pa.Table.from_pylist([{"epoch": epoch, "chunk": chunk, **r} for r in rows], schema=DETERMINANTS)
-            write_deltalake(layout.table("determinants"), saved_rows, mode="overwrite",
-                            predicate=f"epoch = {epoch} AND chunk = {chunk}")
+            channels.replace(layout.table("determinants"), saved_rows, epoch=epoch, chunk=chunk)
         seq = _announce(layout, epoch, attempt, chunk, seq, markers)
     say(f"draw epoch {epoch}: done (attempt {attempt})")
 
@@ -145,7 +134,7 @@ def _send(layout: Layout, epoch: int, attempt: int, chunk: int, rows: list[dict]
     """Chunk ``chunk``'s rows in band, SEND_BATCH rows per commit; returns the next seq."""
     for start in range(0, len(rows), SEND_BATCH):
         batch = rows[start:start + SEND_BATCH]
-        _append(layout.table("edge"), [{"epoch": epoch, "seq": seq + i, "attempt": attempt, "kind": "data",
+        channels.append(layout.table("edge"), [{"epoch": epoch, "seq": seq + i, "attempt": attempt, "kind": "data",
                                         "chunk": chunk, "key": r["key"], "value": r["value"], "sent_at": time.time()}
                                        for i, r in enumerate(batch)], EDGE)
         seq += len(batch)
@@ -158,9 +147,9 @@ def _announce(layout: Layout, epoch: int, attempt: int, chunk: int, seq: int, ma
     if markers == "epoch" and chunk < CHUNKS:
         return seq
     if markers == "pairs":
-        _append(layout.table("fast"), [{"epoch": epoch, "attempt": attempt, "kind": "ft", "chunk": chunk, "seq": seq}],
+        channels.append(layout.table("fast"), [{"epoch": epoch, "attempt": attempt, "kind": "ft", "chunk": chunk, "seq": seq}],
                 FAST)
-    _append(layout.table("edge"), [{"epoch": epoch, "seq": seq, "attempt": attempt, "kind": "st", "chunk": chunk,
+    channels.append(layout.table("edge"), [{"epoch": epoch, "seq": seq, "attempt": attempt, "kind": "st", "chunk": chunk,
                                     "key": None, "value": None, "sent_at": time.time()}], EDGE)
     return seq + 1
 
@@ -189,7 +178,8 @@ def deliver(layout: Layout, epoch: int, capacity: int, markers: str = "pairs") -
     cursor, attempt, fast_seen, transactions = 0, 1, 0, 0
     idle_since = time.monotonic()
     while True:
-        fast = sorted(_rows(layout.table("fast"), epoch), key=lambda r: (r["attempt"], r["kind"] != "rewind", r["chunk"]))
+        fast = sorted(channels.rows(layout.table("fast"), epoch=epoch),
+                      key=lambda r: (r["attempt"], r["kind"] != "rewind", r["chunk"]))
         for r in fast[fast_seen:]:
             if r["kind"] == "rewind" and r["attempt"] > attempt:
                 dropped = gate.forget_after(r["chunk"])
@@ -201,7 +191,7 @@ def deliver(layout: Layout, epoch: int, capacity: int, markers: str = "pairs") -
                 gate.fast(FastTraveller(r["chunk"]))
         fast_seen = len(fast)
         if not pending:
-            pending.extend(sorted((r for r in _rows(layout.table("edge"), epoch) if r["seq"] > cursor),
+            pending.extend(sorted((r for r in channels.rows(layout.table("edge"), epoch=epoch) if r["seq"] > cursor),
                                   key=lambda r: r["seq"]))
         moved = False
         while True:  # take in what fits, commit what may be committed, again while either moves
@@ -244,14 +234,6 @@ def _commit(db: sqlite3.Connection, epoch: int, done: list[Data], rows_by_key: d
         db.execute("INSERT INTO transactions VALUES (?, ?, ?, ?)", (txn, epoch, len(done), time.time()))
 
 
-def _session() -> "SparkSession":
-    from pyspark.sql import SparkSession
-
-    remote = os.environ.get("SPARK_REMOTE")
-    builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder.master("local[1]")
-    return builder.getOrCreate()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m falkirk.spark_jobs.travellers")
     parser.add_argument("role", choices=["draw", "deliver"])
@@ -265,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     layout = Layout(args.root)
     if args.role == "draw":
-        draw(_session(), layout, args.epoch, args.markers, args.assume_deterministic)
+        draw(channels.spark_session(), layout, args.epoch, args.markers, args.assume_deterministic)
         return 0
     try:
         deliver(layout, args.epoch, args.capacity, args.markers)

@@ -42,15 +42,14 @@ import argparse
 import json
 import os
 import sys
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from deltalake import write_deltalake
 
 from falkirk.policies.rollback.records import TOP, XiRecord, rollback_times, scenario_from_records
-from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.commits import open_table
+from falkirk.spark_jobs import channels
 from falkirk.spark_jobs.faults import crash_point
 from falkirk.spark_jobs.job_log import say
 
@@ -60,7 +59,6 @@ if TYPE_CHECKING:
 ITERATIONS = 8
 NODES = 6
 MODULUS = 1_000_003
-WAIT_SECONDS = 180.0
 
 PROCESSORS = {"s": "epoch", "p": "epoch", "q": "lex", "y": "lex", "r": "epoch"}
 EDGES = [
@@ -96,26 +94,17 @@ class Layout:
 
 def put(uri: str, at: Time, rows: pa.Table) -> None:
     """Replace the rows at time ``at`` with ``rows`` in one commit (so a repeat changes nothing)."""
-    write_deltalake(uri, rows, mode="overwrite", predicate=f"epoch = {at[0]} AND iteration = {at[1]}")
+    channels.replace(uri, rows, epoch=at[0], iteration=at[1])
 
 
 def get(uri: str, at: Time) -> pa.Table | None:
     """The rows at time ``at``, or ``None`` while none are committed."""
-    table = open_table(uri)
-    if table is None:
-        return None
-    rows = scan(table, where={"epoch": at[0], "iteration": at[1]})
-    return rows if rows.num_rows else None
+    return channels.read(uri, epoch=at[0], iteration=at[1])
 
 
 def wait_for(uri: str, at: Time, who: str) -> pa.Table:
     """The rows at ``at`` once their commit lands (a channel's receiver polls its table)."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while (rows := get(uri, at)) is None:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{who}: nothing at {at} in {uri} after {WAIT_SECONDS:.0f} s")
-        time.sleep(0.05)
-    return rows
+    return channels.wait_for(uri, who, epoch=at[0], iteration=at[1])
 
 
 def messages(at: Time, frame: "DataFrame") -> pa.Table:
@@ -134,16 +123,17 @@ def record(layout: Layout, pid: str, at: Time | None, xi: XiRecord) -> None:
     epoch, iteration = at if at is not None else (-1, -1)
     rows = pa.table([pa.array([epoch], pa.int64()), pa.array([iteration], pa.int64()),
                      pa.array([kind]), pa.array([body])], schema=RECORDS)
-    where = "kind = 'live'" if at is None else f"kind = 'checkpoint' AND epoch = {epoch} AND iteration = {iteration}"
-    write_deltalake(uri, rows, mode="overwrite", predicate=where)
+    if at is None:
+        channels.replace(uri, rows, kind="live")
+    else:
+        channels.replace(uri, rows, kind="checkpoint", epoch=epoch, iteration=iteration)
 
 
 def records(layout: Layout) -> list[XiRecord]:
     """Every processor's records."""
     found = []
     for pid, domain in PROCESSORS.items():
-        table = open_table(layout.table(f"records-{pid}"))
-        for r in (scan(table).to_pylist() if table is not None else []):
+        for r in channels.rows(layout.table(f"records-{pid}")):
             xi = json.loads(r["xi"])
             at = None if r["kind"] == "live" else ((r["epoch"], r["iteration"]) if domain == "lex" else r["epoch"])
             found.append(XiRecord(pid, at, xi["M"], xi["N"], xi["D"]))
@@ -307,14 +297,6 @@ def _time(text: str) -> Time:
     return int(epoch), int(iteration)
 
 
-def _session() -> "SparkSession":
-    from pyspark.sql import SparkSession
-
-    remote = os.environ.get("SPARK_REMOTE")
-    builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder.master("local[1]")
-    return builder.getOrCreate()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m falkirk.spark_jobs.loops.cycle", description=__doc__.split("\n")[0])
     parser.add_argument("role", choices=["source", "prepare", "head", "body", "report"])
@@ -327,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     layout = Layout(args.store, args.scratch)
     if args.role in ("source", "prepare", "report") and args.epoch is None:
         parser.error(f"{args.role} needs --epoch")
-    spark = _session()
+    spark = channels.spark_session()
     if args.role == "head":
         head(spark, layout, args.epochs, args.resume)
     elif args.role == "body":
