@@ -175,6 +175,7 @@ def deliver(layout: Layout, epoch: int, capacity: int, markers: str = "pairs") -
     db = open_sink(layout)
     rows_by_key: dict[str, dict] = {}
     pending: deque[dict] = deque()  # edge rows read but not taken in yet: still in the channel
+    rewinds: list[tuple[int, int]] = []  # (attempt, last chunk it keeps) of every rewind read
     cursor, attempt, fast_seen, transactions = 0, 1, 0, 0
     idle_since = time.monotonic()
     while True:
@@ -184,6 +185,7 @@ def deliver(layout: Layout, epoch: int, capacity: int, markers: str = "pairs") -
             if r["kind"] == "rewind" and r["attempt"] > attempt:
                 dropped = gate.forget_after(r["chunk"])
                 attempt = r["attempt"]
+                rewinds.append((attempt, r["chunk"]))
                 pending.clear()  # read the edge again: the dead attempt's unsaved rows are gone from it
                 say(f"deliver epoch {epoch}: attempt {attempt} of draw replays through chunk {r['chunk']}; "
                     f"{dropped} buffered rows of later chunks forgotten")
@@ -198,6 +200,11 @@ def deliver(layout: Layout, epoch: int, capacity: int, markers: str = "pairs") -
             took = 0
             while pending and pending[0]["attempt"] <= attempt:  # a newer attempt's rows wait for its rewind
                 r = pending[0]
+                if any(r["attempt"] < a and r["chunk"] > kept for a, kept in rewinds):
+                    # withdrawn by a later attempt; a snapshot read before the producer deleted it
+                    pending.popleft()
+                    cursor = r["seq"]
+                    continue
                 if not gate.offer(SlowTraveller(r["chunk"]) if r["kind"] == "st" else Data(r["key"], r["chunk"])):
                     break
                 pending.popleft()
