@@ -13,9 +13,6 @@ same arithmetic.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from devstack.spark import SparkConnectServer
+from tests.integration.job_processes import JobProcesses
 from falkirk.policies.rollback.scenario import load_scenario
 from falkirk.policies.store.commits import open_table, scan
 from falkirk.spark_jobs.loops import cycle
@@ -69,31 +67,13 @@ def commits_at(uri: str, at: tuple[int, int]) -> int:
                if h.get("operation") == "WRITE" and wanted in str(h.get("operationParameters", {}).get("predicate")))
 
 
-class Processes:
-    def __init__(self, layout: Layout, remote: str, logs: Path) -> None:
-        self.layout, self.remote, self.logs = layout, remote, logs
-        self.count = 0
-
-    def start(self, role: str, *args: str, crash: str = "") -> subprocess.Popen:
-        self.count += 1
-        env = {**os.environ, "SPARK_REMOTE": self.remote, "FALKIRK_CRASH_AT": crash, "PYTHONUNBUFFERED": "1"}
-        log = open(self.logs / f"{self.count:02d}-{role}.log", "w")
-        return subprocess.Popen([sys.executable, "-m", "falkirk.spark_jobs.loops.cycle", role,
-                                 "--store", self.layout.store, "--scratch", self.layout.scratch, *args],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def run(self, role: str, *args: str) -> None:
-        code = self.start(role, *args).wait(timeout=300)
-        assert code == 0, f"{role} {args} exited {code}; logs in {self.logs}"
-
-
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
     root = tmp_path_factory.mktemp("cycle")
     layout = Layout(str(root / "store"), str(root / "scratch"))
     logs = root / "logs"
-    logs.mkdir()
-    run = Processes(layout, spark_connect.url, logs)
+    run = JobProcesses("falkirk.spark_jobs.loops.cycle", spark_connect.url, logs,
+                       ["--store", layout.store, "--scratch", layout.scratch])
     for t in (0, 1):
         run.run("source", "--epoch", str(t))
         run.run("prepare", "--epoch", str(t))

@@ -17,7 +17,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +25,7 @@ import pytest
 from deltalake import DeltaTable
 
 from devstack.spark import SparkConnectServer
+from tests.integration.job_processes import JobProcesses
 from falkirk.policies.store.commits import open_table, scan
 from falkirk.spark_jobs.travellers import CHUNKS, Layout
 
@@ -33,21 +33,17 @@ pytestmark = pytest.mark.integration
 CAPACITY = 8
 
 
-class Processes:
+class Processes(JobProcesses):
+    """draw and deliver of one root; a process's log is named after its role and epoch."""
+
     def __init__(self, root: Path, remote: str) -> None:
-        self.root, self.remote, self.count = root, remote, 0
-        (root / "logs").mkdir()
+        super().__init__("falkirk.spark_jobs.travellers", remote, root / "logs", ["--root", str(root)])
 
     def start(self, role: str, epoch: int, *args: str, crash: str = "") -> subprocess.Popen:
-        self.count += 1
-        log = open(self.root / "logs" / f"{self.count:02d}-{role}-{epoch}.log", "w")
-        env = {**os.environ, "SPARK_REMOTE": self.remote, "FALKIRK_CRASH_AT": crash, "PYTHONUNBUFFERED": "1"}
-        return subprocess.Popen([sys.executable, "-m", "falkirk.spark_jobs.travellers", role, "--root",
-                                 str(self.root), "--epoch", str(epoch), *args], env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+        return super().start(role, "--epoch", str(epoch), *args, crash=crash, label=str(epoch))
 
     def logs(self, role: str, epoch: int) -> str:
-        return "\n".join(p.read_text() for p in sorted((self.root / "logs").glob(f"*-{role}-{epoch}.log")))
+        return self.text(f"*-{role}-{epoch}")
 
 
 def delivered(layout: Layout, epoch: int) -> dict[str, tuple[int, int, int]]:
