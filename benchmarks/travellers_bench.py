@@ -37,7 +37,7 @@ def epoch(root: Path, remote: str, number: int, markers: str, capacity: int, chu
           batch: int) -> list[float]:
     """Run one epoch with ``markers``; the latency of every row it delivered, in seconds."""
     env = {**os.environ, "SPARK_REMOTE": remote, "FALKIRK_TRAVELLER_CHUNKS": str(chunks),
-           "FALKIRK_TRAVELLER_KEYS": str(keys), "FALKIRK_TRAVELLER_BATCH": str(batch)}
+           "FALKIRK_TRAVELLER_KEYS": str(keys), "FALKIRK_EDGE_BATCH": str(batch)}
     base = [sys.executable, "-m", "falkirk.spark_jobs.travellers"]
     where = ["--root", str(root), "--epoch", str(number), "--markers", markers]
     sink = subprocess.Popen(base + ["deliver", *where, "--capacity", str(capacity)], env=env,

@@ -7,7 +7,13 @@ connection chooses the cluster), plus three things:
 * it turns the DAG run's logical date into an epoch with the DAG's
   :class:`~falkirk.policies.epochs.EpochClock`;
 * it passes the job the :class:`~falkirk.policies.job_spec.JobSpec` the runtime expects, with
-  the task's direct upstream tasks as its inputs;
+  the task's direct upstream tasks as its inputs, and ``concurrent_inputs``: tasks of the same
+  DAG run that it reads *while they run* (no Airflow edge: the two run side by side, see
+  :mod:`falkirk.spark_jobs.marker_edge`), recorded in the ledger like any input;
+* ``deterministic=False`` says a re-run may compute other results (sampling, the wall clock,
+  an external call): the job then saves its determinants durably (its checkpoints inside the
+  epoch, and its outputs, which the regime must log) before a sink commits what derives
+  from them;
 * on a connection of type ``spark_connect`` (a Spark Connect server, ``sc://host:port``)
   it runs the job's Python file directly as a Spark Connect client instead of going
   through ``spark-submit``: no JVM starts per task, which suits many small epochs;
@@ -49,7 +55,7 @@ from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.job_spec import JobSpec
 from falkirk.policies.partitions import check_count
-from falkirk.policies.regimes import Regime, RegimeError
+from falkirk.policies.regimes import Regime, RegimeError, Tier
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.control import Completions
 from falkirk.policies.store.ledger import Ledger
@@ -156,6 +162,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         products: Sequence[str] = (),
         partition: int | None = None,
         partitions: int | None = None,
+        deterministic: bool = True,
+        concurrent_inputs: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
@@ -174,6 +182,16 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
                 f"task {task_id!r}: regime={regime!r} is not a Regime; use Ephemeral(), Batch(log_outputs=...), "
                 "LazyCheckpoint(every=k) or EagerCheckpoint() from policies"
             )
+        if not isinstance(deterministic, bool):
+            raise TypeError(f"task {task_id!r}: deterministic={deterministic!r}: give True or False")
+        if not deterministic and any(regime.output_tier(e) is not Tier.DURABLE for e in (1, 2, 3)):
+            raise RegimeError(
+                f"task {task_id!r}: deterministic=False with regime {regime.spec()}, which keeps its outputs in "
+                f"scratch: a re-run would not reproduce them, so they are its determinants and must be logged. "
+                f"Use Batch(log_outputs=True), LazyCheckpoint(every=k, log_outputs=True) or EagerCheckpoint()")
+        if isinstance(concurrent_inputs, str) or not all(isinstance(t, str) and t for t in concurrent_inputs):
+            raise TypeError(f"task {task_id!r}: concurrent_inputs={concurrent_inputs!r}: give a list of task ids, "
+                            f"e.g. concurrent_inputs=[\"draw\"]")
         if epoch_clock is not None and not isinstance(epoch_clock, EpochClock):
             raise TypeError(f"task {task_id!r}: epoch_clock={epoch_clock!r} is not a falkirk.policies.EpochClock")
         application = job_file(application, task_id)
@@ -194,6 +212,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         self.products = tuple(products)
         self.partition = partition
         self.partitions = partitions
+        self.deterministic = deterministic
+        self.concurrent_inputs = tuple(concurrent_inputs)
         # The regime's and the clock's text forms, serialized with the DAG: the API server reads
         # them from the serialized DAG without importing DAG files (see regime_of, epoch_clock_of).
         self.falkirk_regime = regime.spec()
@@ -211,8 +231,9 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         if self.partitions is not None and map_index != self.partition:
             raise RuntimeError(f"{self.task_id}: task instance {map_index} runs partition {self.partition}; "
                                f"a Falkirk task is mapped only with .expand(partition=range(N))")
-        inputs = tuple(sorted(self.upstream_task_ids))
         dag = self._dag if self.has_dag() else None
+        self._check_concurrent_inputs(dag)
+        inputs = tuple(sorted(set(self.upstream_task_ids) | set(self.concurrent_inputs)))
         return JobSpec(
             dag_id=self.dag_id,
             task_id=self.task_id,
@@ -226,7 +247,17 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             partitions=self.partitions,
             input_partitions=tuple((t, n) for t in inputs
                                    if dag is not None and (n := partitions_of(dag.get_task(t))) is not None),
+            deterministic=self.deterministic,
         )
+
+    def _check_concurrent_inputs(self, dag: Any) -> None:
+        for t in self.concurrent_inputs:
+            if dag is not None and not dag.has_task(t):
+                raise ValueError(f"{self.task_id}: concurrent_inputs names {t!r}, which DAG {self.dag_id!r} does "
+                                 f"not have; its tasks are {sorted(dag.task_ids)}")
+            if t in self.upstream_task_ids or t in self.downstream_task_ids or t == self.task_id:
+                raise ValueError(f"{self.task_id}: concurrent_inputs names {t!r}, which is also linked to it with "
+                                 f">>: a concurrent input runs beside this task, so drop the Airflow edge")
 
     def job_argv(self, spec: JobSpec) -> list[str]:
         """The job's command line: the spec, for a job file of its own."""

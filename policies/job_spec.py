@@ -12,6 +12,8 @@ True
 ...                inputs=("events",), input_partitions=(("events", 2),))
 >>> JobSpec.parse(part.argv()) == part
 True
+>>> JobSpec.parse(JobSpec("s", "draw", 1, EagerCheckpoint(), "epoch-1", deterministic=False).argv()).deterministic
+False
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class JobSpec:
     partitions: int | None = None
     # (input task, its partition count) for each partitioned input.
     input_partitions: tuple[tuple[str, int], ...] = ()
+    # False: a re-run may compute other results (sampling, wall clock, an external call), so
+    # its determinants are saved durably before a sink commits anything derived from them.
+    deterministic: bool = True
 
     @property
     def processor(self) -> str:
@@ -68,6 +73,8 @@ class JobSpec:
                             help="the task's partition count; its partition is --map-index")
         parser.add_argument("--input-partitions", action="append", default=[], dest="input_partitions",
                             metavar="TASK=N", help="a partitioned input and its partition count (repeatable)")
+        parser.add_argument("--nondeterministic", action="store_true",
+                            help="a re-run may compute other results: save the determinants durably")
         ns = parser.parse_args(argv)
         counts = []
         for item in ns.input_partitions:
@@ -82,7 +89,8 @@ class JobSpec:
         except RegimeError as exc:
             parser.error(f"--regime: {exc}")
         return cls(ns.dag_id, ns.task_id, ns.epoch, regime, ns.run_id, ns.try_number, ns.map_index,
-                   ns.incarnation, tuple(ns.inputs), tuple(ns.products), ns.partitions, tuple(counts))
+                   ns.incarnation, tuple(ns.inputs), tuple(ns.products), ns.partitions, tuple(counts),
+                   deterministic=not ns.nondeterministic)
 
     def argv(self) -> list[str]:
         """The command line that :meth:`parse` reads back."""
@@ -97,4 +105,6 @@ class JobSpec:
             out += ["--partitions", str(self.partitions)]
         for name, count in self.input_partitions:
             out += ["--input-partitions", f"{name}={count}"]
+        if not self.deterministic:
+            out.append("--nondeterministic")
         return out

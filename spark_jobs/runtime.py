@@ -175,12 +175,13 @@ class EpochContext:
         return steps.iterate(self, step, start, times=times, checkpoint_every=checkpoint_every)
 
     def chunks(self, frame: "DataFrame", process: Callable[["DataFrame", int], "DataFrame"], *, count: int,
-               key: str) -> "DataFrame":
+               key: str, observer: "steps.ChunkObserver | None" = None) -> "DataFrame":
         """The union of ``process(chunk, i)`` over ``count`` chunks of ``frame`` split by a hash of
         ``key``, each chunk's result checkpointed at lex time (epoch, i); a new attempt resumes
-        after the latest (:mod:`falkirk.spark_jobs.steps`)."""
+        after the latest (:mod:`falkirk.spark_jobs.steps`). ``observer`` hears of each chunk
+        once it is saved (a :class:`~falkirk.spark_jobs.marker_edge.MarkerEdge`, for one)."""
         self.checkpoints_inside = True
-        return steps.chunks(self, frame, process, count=count, key=key)
+        return steps.chunks(self, frame, process, count=count, key=key, observer=observer)
 
     def _slice(self, frame: "DataFrame", routing: Repartition) -> "DataFrame":
         """The rows of ``frame`` whose ``routing.key`` hashes to this partition (Spark's murmur3 hash:

@@ -14,14 +14,22 @@ usable checkpoint: the iterations or chunks before it are read back, not recompu
 
 Each checkpoint is written with the epoch commit's protocol (files, then one Delta commit,
 then the step-log row: a crash at any point leaves either the checkpoint or nothing), in the
-tier the regime gives the epoch's own checkpoint (:meth:`~falkirk.policies.regimes.Regime.step_tier`).
+tier the regime gives the epoch's own checkpoint (:meth:`~falkirk.policies.regimes.Regime.step_tier`),
+and always durably for a task declared non-deterministic: its chunks are then the log of its
+determinants, which a sink may rely on before the epoch ends (``observer``, below).
+
+A :class:`ChunkObserver` passed to ``chunks`` hears of each chunk once it is saved: first of
+the chunks a new attempt reads back instead of computing (``started``), then of each chunk as
+its checkpoint commits (``saved``). :class:`~falkirk.spark_jobs.marker_edge.MarkerEdge` is
+one: it announces saved chunks to a sink that runs beside the task.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
+from falkirk.policies.regimes import Tier
 from falkirk.policies.store.commits import EpochTableError, epoch_rows, open_table
 from falkirk.policies.store.steps import StepCheckpoint, StepLog, latest_usable, table_name
 from falkirk.policies.workers import worker_name
@@ -37,6 +45,16 @@ if TYPE_CHECKING:
 
 class StepError(ValueError):
     """Iterations or chunks asked for wrongly; the message names the argument and the fix."""
+
+
+class ChunkObserver(Protocol):
+    """Hears which chunks of an epoch are saved (see the module docstring)."""
+
+    def started(self, saved: Sequence["DataFrame"]) -> None:
+        """An attempt begins with chunks ``1..len(saved)`` saved already (their frames, read back)."""
+
+    def saved(self, chunk: int, frame: "DataFrame") -> None:
+        """Chunk ``chunk``'s checkpoint is committed; ``frame`` is its result, read back."""
 
 
 def iterate(ctx: "EpochContext", step: Callable[["DataFrame", int], "DataFrame"], start: "DataFrame", *,
@@ -57,7 +75,7 @@ def iterate(ctx: "EpochContext", step: Callable[["DataFrame", int], "DataFrame"]
 
 
 def chunks(ctx: "EpochContext", frame: "DataFrame", process: Callable[["DataFrame", int], "DataFrame"], *,
-           count: int, key: str) -> "DataFrame":
+           count: int, key: str, observer: ChunkObserver | None = None) -> "DataFrame":
     """The union of ``process(chunk, i)`` over the ``count`` chunks of ``frame``; see the module docstring."""
     from pyspark.sql import functions as F
 
@@ -68,10 +86,14 @@ def chunks(ctx: "EpochContext", frame: "DataFrame", process: Callable[["DataFram
     resumed = _resume(ctx, "chunk", count)
     done = resumed[1] if resumed is not None else 0
     results = list(resumed[2]) if resumed is not None else []
+    if observer is not None:
+        observer.started(results)
     for i in range(done + 1, count + 1):
         crash_point(ctx.args.processor, ctx.epoch, f"chunk-{i}", dag_id=ctx.args.dag_id)
         chunk = frame.where(F.pmod(F.hash(F.col(key)), F.lit(count)) == F.lit(i - 1))
         results.append(_checkpoint(ctx, "chunk", i, count, process(chunk, i)))
+        if observer is not None:
+            observer.saved(i, results[-1])
     union = results[0]
     for more in results[1:]:
         union = union.unionByName(more)
@@ -148,10 +170,12 @@ def _checkpoint(ctx: "EpochContext", kind: str, step: int, of: int, frame: "Data
     """Commit ``frame`` as the checkpoint at (epoch, step) and return it read back (which also
     cuts its lineage: the next steps build on the committed rows)."""
     a, store = ctx.args, ctx.store
-    uri = store.table_uri(a.regime.step_tier(a.epoch), a.dag_id, a.task_id, table_name(kind, step), a.map_index)
+    # A non-deterministic task's steps are its determinants: a sink may commit what they vouch for.
+    tier = a.regime.step_tier(a.epoch) if a.deterministic else Tier.DURABLE
+    uri = store.table_uri(tier, a.dag_id, a.task_id, table_name(kind, step), a.map_index)
     scratch = store.is_scratch(uri)
     cp = StepCheckpoint(a.dag_id, a.task_id, a.map_index, a.epoch, a.incarnation, kind, step, of, uri,
-                        a.regime.step_tier(a.epoch).value, 0, 0, try_number=a.try_number)
+                        tier.value, 0, 0, try_number=a.try_number)
     staged = stage(frame, uri, cp.key, store.options_for(uri), driver_write_max_rows(), on_driver=scratch)
     if kind == "chunk":
         crash_point(a.processor, a.epoch, f"chunk-{step}-after-files", dag_id=a.dag_id)
