@@ -41,6 +41,7 @@ from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, R
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, EpochTableError
+from falkirk.policies.store.control import Deliveries
 from falkirk.policies.store.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
 from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
@@ -76,11 +77,14 @@ class Sent:
     The job sends them itself, before the commit; a crash before the ledger row means the
     epoch runs and sends again, so the destination must accept a repeated batch. The epoch
     becomes a checkpoint only once the destination has accepted it
-    (:class:`falkirk.policies.store.control.Deliveries`).
+    (:class:`falkirk.policies.store.control.Deliveries`). ``accepted=True`` says the job
+    committed the records in the destination's own transactions (a SQL or Delta table): it
+    accepted them then, and the runtime records the delivery right after the ledger row.
     """
 
     destination: str
     rows: int
+    accepted: bool = False
 
 
 @dataclass
@@ -441,7 +445,21 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     _check_still_current(ctx, entry, appended=False)
     ctx.ledger.append(entry)
     _check_still_current(ctx, entry, appended=True)
+    if result.sent and all(s.accepted for s in result.sent.values()):
+        _record_accepted(ctx)
     return entry
+
+
+def _record_accepted(ctx: EpochContext) -> None:
+    """Record that this task's destinations hold its epochs through the last one committed
+    without a gap (a crash before this only leaves the epoch to be delivered again)."""
+    a = ctx.args
+    committed = {e.epoch for e in ctx.ledger.entries(a.dag_id, a.task_id)}
+    through = 0
+    while through + 1 in committed:
+        through += 1
+    if through:
+        Deliveries(ctx.store).record(a.dag_id, a.task_id, through, ctx.ledger.external_senders(a.dag_id))
 
 
 def _check_inside(store: StoreConfig, uri: str, entry: LedgerEntry, field_name: str) -> None:

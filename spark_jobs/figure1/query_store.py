@@ -19,29 +19,23 @@ the DAG. Without it, a SQLite file beside the DAG's tables when the durable tier
 
 from __future__ import annotations
 
-import os
-import sqlite3
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
-from falkirk.spark_jobs.figure1 import local_file
+from falkirk.spark_jobs.sql_database import DB_ENV, SqlDatabase, database_of_dag
 
-DB_ENV = "FALKIRK_QUERY_DB"
+__all__ = ["COLUMNS", "DB_ENV", "QueryStatsStore"]
+
 COLUMNS = ("query_id", "user", "item", "clicks", "popularity_rank", "page_rank")
-_POSTGRES = ("postgresql://", "postgres://")
 _QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)  # "user" is a reserved word in PostgreSQL
 
 
-class QueryStatsStore:
+class QueryStatsStore(SqlDatabase):
     """``query_stats`` (one row per answered query) and ``deliveries``: in one SQLite file at
     ``location``, or in schema ``schema`` of the PostgreSQL database a ``postgresql://`` URL names."""
 
     def __init__(self, location: str, schema: str = "public") -> None:
-        self.location = location
-        self.postgres = location.startswith(_POSTGRES)
-        if self.postgres and not schema.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"schema={schema!r}: name a PostgreSQL schema with letters, digits, '_' and '-'")
-        self.schema = schema
-        key = "BIGINT" if self.postgres else "INTEGER"
+        super().__init__(location, schema)
+        key = self.integer
         self._run([
             *([f'CREATE SCHEMA IF NOT EXISTS "{schema}"'] if self.postgres else []),
             f"CREATE TABLE IF NOT EXISTS {self._table('query_stats')} (epoch {key} NOT NULL, query_id {key} NOT NULL, "
@@ -51,19 +45,11 @@ class QueryStatsStore:
             f"incarnation {key} NOT NULL, rows {key} NOT NULL)",
         ])
 
-    @property
-    def path(self) -> str:
-        """The SQLite file (for a PostgreSQL store, its URL)."""
-        return self.location
-
     @classmethod
     def for_dag(cls, durable_uri: str, dag_id: str) -> "QueryStatsStore":
         """``$FALKIRK_QUERY_DB`` (see the module docstring), or ``{durable}/{dag_id}/query_stats.sqlite``
         when the durable tier is a local path."""
-        configured = os.environ.get(DB_ENV, "")
-        if configured.startswith(_POSTGRES):
-            return cls(configured, schema=dag_id)
-        return cls(local_file(DB_ENV, durable_uri, dag_id, "query_stats.sqlite", "the query statistics (SQLite)"))
+        return cls(*database_of_dag(durable_uri, dag_id, "query_stats.sqlite", "the query statistics (SQLite)"))
 
     def deliver(self, epoch: int, incarnation: int, rows: Iterable[Mapping[str, int]]) -> None:
         """Replace epoch ``epoch``'s statistics with ``rows`` atomically."""
@@ -86,42 +72,3 @@ class QueryStatsStore:
         """(epoch, query_id, count) of any statistic held more than once (none, by the primary key)."""
         return self._query(f"SELECT epoch, query_id, COUNT(*) FROM {self._table('query_stats')} "
                            f"GROUP BY epoch, query_id HAVING COUNT(*) > 1")
-
-    def _table(self, name: str) -> str:
-        return f'"{self.schema}".{name}' if self.postgres else name
-
-    def _connect(self) -> Any:
-        if self.postgres:
-            import psycopg2
-
-            return psycopg2.connect(self.location)
-        return sqlite3.connect(self.location, timeout=60, isolation_level=None)
-
-    def _run(self, statements: list[str | tuple[str, list[tuple]]]) -> None:
-        """Run ``statements`` (SQL, or SQL with rows of parameters) in one transaction."""
-        db = self._connect()
-        try:
-            cursor = db.cursor()
-            if not self.postgres:
-                cursor.execute("BEGIN IMMEDIATE")
-            for statement in statements:
-                sql, params = (statement, None) if isinstance(statement, str) else statement
-                if params is None:
-                    cursor.execute(sql)
-                elif params:
-                    cursor.executemany(sql, params)
-            db.commit() if self.postgres else cursor.execute("COMMIT")
-        except BaseException:
-            db.rollback() if self.postgres else db.execute("ROLLBACK")
-            raise
-        finally:
-            db.close()
-
-    def _query(self, sql: str) -> list[tuple]:
-        db = self._connect()
-        try:
-            cursor = db.cursor()
-            cursor.execute(sql)
-            return [tuple(r) for r in cursor.fetchall()]
-        finally:
-            db.close()

@@ -295,3 +295,49 @@ def test_spark_default_runs_on_local_2_when_it_is_not_defined(monkeypatch: pytes
     assert (conn.conn_type, conn.host) == ("spark", "local[2]")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "spark://h:7077"}')
     assert _ingest()._spark_connection().host == "spark://h:7077"
+
+
+def test_a_non_deterministic_task_must_log_its_outputs_and_its_sink_names_it_as_a_concurrent_input() -> None:
+    """deterministic=False with outputs in scratch is refused with the fix; a concurrent input
+    becomes an input of the job (recorded in the ledger) without an Airflow edge, and must be a
+    task of the DAG that is not also linked with >>."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from airflow.sdk import DAG
+
+    from falkirk.plugins.operators import RegimeSparkSubmitOperator
+    from falkirk.plugins.timetable import EpochTimetable
+    from falkirk.policies import Batch, EagerCheckpoint, EpochClock, LazyCheckpoint, RegimeError
+
+    clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+
+    app = "falkirk.spark_jobs.sampled.draw"
+    with pytest.raises(RegimeError, match=r"task 'draw': deterministic=False with regime batch\(log_outputs=false\), "
+                                          r"which keeps its outputs in scratch.*Use Batch\(log_outputs=True\)"):
+        RegimeSparkSubmitOperator(task_id="draw", application=app, regime=Batch(), deterministic=False)
+    with pytest.raises(RegimeError, match="lazy_checkpoint"):
+        RegimeSparkSubmitOperator(task_id="draw", application=app, regime=LazyCheckpoint(every=2), deterministic=False)
+    with pytest.raises(TypeError, match=r"concurrent_inputs='draw': give a list of task ids"):
+        RegimeSparkSubmitOperator(task_id="s", application=app, regime=Batch(), concurrent_inputs="draw")
+
+    def spec_of(dag: DAG, task_id: str):
+        context = {"dag_run": SimpleNamespace(logical_date=datetime(2026, 1, 2, tzinfo=timezone.utc), run_id="r"),
+                   "ti": SimpleNamespace(map_index=-1, try_number=1)}
+        return dag.get_task(task_id).job_spec(context)
+
+    with DAG("d", schedule=EpochTimetable(clock), start_date=clock.first) as dag:
+        RegimeSparkSubmitOperator(task_id="draw", application=app, regime=EagerCheckpoint(), deterministic=False)
+        RegimeSparkSubmitOperator(task_id="deliver", application=app, regime=Batch(), concurrent_inputs=["draw"])
+        RegimeSparkSubmitOperator(task_id="lost", application=app, regime=Batch(), concurrent_inputs=["drw"])
+    draw, deliver = spec_of(dag, "draw"), spec_of(dag, "deliver")
+    assert (draw.deterministic, "--nondeterministic" in draw.argv()) == (False, True)
+    assert (deliver.inputs, deliver.deterministic, dag.get_task("deliver").upstream_task_ids) == (("draw",), True, set())
+    with pytest.raises(ValueError, match=r"lost: concurrent_inputs names 'drw', which DAG 'd' does not have; "
+                                         r"its tasks are \['deliver', 'draw', 'lost'\]"):
+        spec_of(dag, "lost")
+    with DAG("e", schedule=EpochTimetable(clock), start_date=clock.first) as linked:
+        up = RegimeSparkSubmitOperator(task_id="draw", application=app, regime=Batch())
+        up >> RegimeSparkSubmitOperator(task_id="deliver", application=app, regime=Batch(), concurrent_inputs=["draw"])
+    with pytest.raises(ValueError, match="also linked to it with >>: a concurrent input runs beside this task"):
+        spec_of(linked, "deliver")
