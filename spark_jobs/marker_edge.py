@@ -222,3 +222,12 @@ def receive(tables: EdgeTables, epoch: int, chunks: int, capacity: int, commit: 
             raise ProducerSilent(f"{who} epoch {epoch}: nothing arrived on {tables.edge} for {WAIT_SECONDS:.0f} s "
                                  f"(set FALKIRK_EDGE_WAIT_SECONDS to wait longer); the producer is not running")
         time.sleep(0.05)
+
+
+def clear(tables: EdgeTables, epoch: int) -> None:
+    """Delete epoch ``epoch`` from both tables (its sink has committed it; a re-run reads the
+    producer's logged output, not the edge)."""
+    for uri in (tables.edge, tables.control):
+        table = open_table(uri)
+        if table is not None:
+            table.delete(f"epoch = {int(epoch)}")

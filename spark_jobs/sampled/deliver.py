@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from falkirk.policies.regimes import Tier
 from falkirk.spark_jobs.job_log import say
-from falkirk.spark_jobs.marker_edge import WAIT_SECONDS, receive
+from falkirk.spark_jobs.marker_edge import WAIT_SECONDS, clear, receive
 from falkirk.spark_jobs.runtime import EpochContext, EpochResult, JobError, Sent, run_job
 from falkirk.spark_jobs.sampled import CHUNKS, PRODUCER, capacity, edge_tables, markers
 from falkirk.spark_jobs.sampled.targets import SampleTable, SampleTargets
@@ -50,6 +50,7 @@ def compute(ctx: EpochContext) -> EpochResult:
         if delivered != {r["key"]: r["value"] for r in rows}:
             raise JobError(f"{a.processor} epoch {ctx.epoch}: the rows delivered from the edge differ from "
                            f"{PRODUCER}'s logged output: a row was committed that its determinants do not vouch for")
+        clear(edge_tables(ctx.store, a.dag_id), ctx.epoch)  # delivered; a re-run reads the logged output
     else:  # a re-run: everything is vouched for already
         say(f"{a.processor} epoch {ctx.epoch}: {PRODUCER} is committed; delivering its logged output")
         by_key = {r["key"]: r for r in rows}

@@ -34,6 +34,7 @@ from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table, scan
 from falkirk.policies.store.ledger import Ledger
 from falkirk.policies.store.steps import StepLog
+from falkirk.spark_jobs import channels
 from falkirk.spark_jobs.sampled import CHUNKS, edge_tables
 from falkirk.spark_jobs.sampled.targets import SampleTable, SampleTargets
 
@@ -147,6 +148,8 @@ def test_the_sink_holds_every_drawn_row_exactly_once_in_both_targets(run) -> Non
         assert t.sql.rows(e) == rows, f"epoch {e}: the SQL table differs from draw's logged output"
         assert sorted((e, r["key"], r["value"], r["chunk"]) for r in t.delta_rows(e)) == rows
     assert run.first[1] == logged(run.store, A, 1)
+    edge = edge_tables(run.store, A)
+    assert [channels.rows(edge.edge, epoch=e) + channels.rows(edge.control, epoch=e) for e in (1, 2, 3)] == [[]] * 3
 
 
 def test_the_sink_committed_in_small_transactions_while_the_producer_ran(run) -> None:
