@@ -52,3 +52,14 @@ def test_the_package_is_imported_only_under_its_namespace(folder: str) -> None:
 
 def test_the_checker_sees_imports() -> None:  # guards against a checker that finds nothing
     assert "pyspark" in imported_roots("spark_jobs") and "airflow" in imported_roots("plugins")
+
+
+def test_every_subpackage_is_in_the_wheel() -> None:
+    """pyproject.toml lists the packages by hand: a new subpackage left out would import here
+    (the checkout is on the path) and be missing from a team's install."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"falkirk." + ".".join(init.parent.relative_to(ROOT).parts)
+             for folder in ("policies", "plugins", "spark_jobs") for init in (ROOT / folder).rglob("__init__.py")}
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
