@@ -1,7 +1,7 @@
 """The regime-aware Spark operator: one task instance runs one epoch of a Spark job.
 
 It is the Spark provider's ``SparkSubmitOperator`` (so ``spark_default`` or any Spark
-connection chooses the cluster), plus three things:
+connection chooses the cluster), plus:
 
 * it tags the task with a fault-tolerance :class:`~falkirk.policies.regimes.Regime`;
 * it turns the DAG run's logical date into an epoch with the DAG's
