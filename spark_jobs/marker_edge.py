@@ -28,6 +28,12 @@ were saved (scratch lost), the attempt sends the saved chunks again, as saved.
 2
 >>> [[r["key"] for r in t] for t in got]
 [['a'], ['b']]
+
+A sink whose edge stays silent while the producer commits the epoch elsewhere stops waiting:
+
+>>> receive(EdgeTables.at(tempfile.mkdtemp()), epoch=1, chunks=1, capacity=2, commit=got.append,
+...         finished=lambda: True)
+0
 """
 
 from __future__ import annotations
@@ -152,10 +158,15 @@ class MarkerEdge:
 
 
 def receive(tables: EdgeTables, epoch: int, chunks: int, capacity: int, commit: Callable[[list[dict]], None],
-            markers: Markers = "pairs", who: str = "sink") -> int:
+            markers: Markers = "pairs", who: str = "sink", finished: Callable[[], bool] | None = None) -> int:
     """Read epoch ``epoch`` of the edge in order and call ``commit(rows)`` for each transaction
     (at most ``capacity`` rows) the gate allows, as soon as it allows it; returns the number
     of transactions once the last chunk's st is in and everything before it is committed.
+
+    ``finished`` says whether the producer has committed the whole epoch elsewhere (its logged
+    output): asked once a second while the edge brings nothing, it ends the wait early (the
+    edge is not where this sink reads it, or the rest of it was lost); the caller delivers
+    the rest from there. It is not asked while the open transaction is full and blocked.
 
     Raises :class:`Stalled` when the open transaction is full and may commit nothing for
     ``FALKIRK_EDGE_STALL_SECONDS`` (slow travellers only), :class:`ProducerSilent` when nothing
@@ -166,7 +177,7 @@ def receive(tables: EdgeTables, epoch: int, chunks: int, capacity: int, commit: 
     pending: deque[dict] = deque()  # edge rows read but not taken in yet: still in the channel
     rewinds: list[tuple[int, int]] = []  # (attempt, last chunk it keeps) of every rewind read
     cursor, attempt, control_seen, transactions = 0, 1, 0, 0
-    idle_since = time.monotonic()
+    idle_since = asked = time.monotonic()
     while True:
         control = sorted(channels.rows(tables.control, epoch=epoch),
                          key=lambda r: (r["attempt"], r["kind"] != "rewind", r["chunk"]))
@@ -213,6 +224,12 @@ def receive(tables: EdgeTables, epoch: int, chunks: int, capacity: int, commit: 
             return transactions
         if moved:
             idle_since = time.monotonic()
+        elif not blocked and finished is not None and time.monotonic() - asked > 1.0:
+            asked = time.monotonic()
+            if finished():
+                say(f"{who} epoch {epoch}: the producer committed the epoch before its edge arrived here; "
+                    f"{transactions} transactions from the edge")
+                return transactions
         elif blocked and time.monotonic() - idle_since > STALL_SECONDS:
             held = sorted({d.origin for d in gate.buffer if isinstance(d, Data)})
             raise Stalled(f"{who} epoch {epoch}: stalled: the open transaction holds {len(gate.buffer)} of "

@@ -5,9 +5,10 @@
 Its state is the running count and sum of the rows delivered. ``draw`` is its concurrent
 input: no Airflow edge, the two task instances of a DAG run run side by side. The sink reads
 the edge (:func:`~falkirk.spark_jobs.marker_edge.receive`), then waits for draw's epoch to
-commit and reads its logged output, which it checks against what it delivered. A re-run of
-an epoch whose ``draw`` is committed (a recovery) delivers that logged output instead: the
-rows first delivered, in transactions of the same bound.
+commit and reads its logged output, which it checks against what it delivered. What the
+edge did not bring it delivers from that logged output, in transactions of the same bound:
+all of it in a re-run of an epoch whose ``draw`` is committed (a recovery), which so
+delivers exactly the rows first delivered.
 """
 
 from __future__ import annotations
@@ -40,23 +41,28 @@ def compute(ctx: EpochContext) -> EpochResult:
         targets.commit(ctx.epoch, delivery, rows)
         delivered.update((r["key"], r["value"]) for r in rows)
 
-    streamed = ctx.ledger.find(a.dag_id, PRODUCER, ctx.epoch) is None
-    if streamed:  # draw is running: take its rows as the markers allow
-        receive(edge_tables(ctx.store, a.dag_id), ctx.epoch, CHUNKS, limit, commit, markers(), who=a.processor)
+    def committed() -> bool:
+        return ctx.ledger.find(a.dag_id, PRODUCER, ctx.epoch) is not None
+
+    if not committed():  # draw is running: take its rows as the markers allow
+        receive(edge_tables(ctx.store, a.dag_id), ctx.epoch, CHUNKS, limit, commit, markers(), who=a.processor,
+                finished=committed)
         wait_for_commit(ctx)
     logged = ctx.read_input(PRODUCER)  # draw's logged output: also records the input in the ledger row
-    rows = logged.toArrow().to_pylist()
-    if streamed:
-        if delivered != {r["key"]: r["value"] for r in rows}:
-            raise JobError(f"{a.processor} epoch {ctx.epoch}: the rows delivered from the edge differ from "
-                           f"{PRODUCER}'s logged output: a row was committed that its determinants do not vouch for")
-        clear(edge_tables(ctx.store, a.dag_id), ctx.epoch)  # delivered; a re-run reads the logged output
-    else:  # a re-run: everything is vouched for already
-        say(f"{a.processor} epoch {ctx.epoch}: {PRODUCER} is committed; delivering its logged output")
-        by_key = {r["key"]: r for r in rows}
-        ordered = sorted(by_key)
-        for start in range(0, len(ordered), limit):
-            commit([by_key[k] for k in ordered[start:start + limit]])
+    rows = {r["key"]: r for r in logged.toArrow().to_pylist()}
+    wrong = sorted(k for k, v in delivered.items() if k not in rows or rows[k]["value"] != v)
+    if wrong:
+        raise JobError(f"{a.processor} epoch {ctx.epoch}: rows {wrong[:5]} were delivered from the edge but differ "
+                       f"from {PRODUCER}'s logged output: committed before their determinants were saved")
+    # Everything the edge did not bring (all of it, when draw had committed before this began):
+    # vouched for by draw's commit, delivered in transactions of the same bound.
+    rest = sorted(k for k in rows if k not in delivered)
+    if rest:
+        say(f"{a.processor} epoch {ctx.epoch}: {PRODUCER} is committed; delivering {len(rest)} rows of its logged "
+            f"output")
+    for start in range(0, len(rest), limit):
+        commit([rows[k] for k in rest[start:start + limit]])
+    clear(edge_tables(ctx.store, a.dag_id), ctx.epoch)  # delivered; a re-run reads the logged output
     dropped = targets.finish(ctx.epoch, set(delivered))
     say(f"{a.processor} epoch {ctx.epoch}: {len(delivered)} rows delivered"
         + (f"; {dropped} rows of an earlier delivery dropped" if dropped else ""))

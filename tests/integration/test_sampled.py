@@ -197,7 +197,8 @@ def test_slow_travellers_alone_stall_the_sink_until_the_epoch_is_over(run) -> No
     stalled = run.client.task_log(SLOW, run_id_of(1), "deliver", 1)
     assert f"stalled: the open transaction holds {CAPACITY} of {CAPACITY} rows (chunks [1]) and may commit none " \
            "of them until the slow traveller of chunk 1 arrives, which waits behind them" in stalled, stalled
-    assert "deliver epoch 1: draw is committed; delivering its logged output" in last_log(run, SLOW, 1, "deliver")
+    assert f"deliver epoch 1: draw is committed; delivering {len(logged(run.store, SLOW, 1))} rows of its logged " \
+           "output" in last_log(run, SLOW, 1, "deliver")
     t = targets(run.store, SLOW)
     draw_committed = Ledger(run.store).find(SLOW, "draw", 1).committed_at.timestamp()
     assert [d for _, d, *_ in t.sql.transactions()] and {d for _, d, *_ in t.sql.transactions()} == {"0.2"}
@@ -216,7 +217,9 @@ def test_after_scratch_is_lost_the_sink_redelivers_exactly_what_it_first_deliver
     assert {x.task_id: list(x.rerun) for x in p.tasks if x.rerun} == {"deliver": [3]}
     replay(p.plan_id, run.store, run.client, progress=print)
     assert run.client.wait_for_run(A, run_id_of(3), timeout=1200) == "success"
-    assert "deliver epoch 3: draw is committed; delivering its logged output" in last_log(run, A, 3, "deliver")
+    log = last_log(run, A, 3, "deliver")
+    assert f"deliver epoch 3: draw is committed; delivering {len(logged(run.store, A, 3))} rows of its logged " \
+           "output" in log
     assert t.sql.rows() == first
     assert sorted((r["epoch"], r["key"], r["value"], r["chunk"]) for r in t.delta_rows()) == first_delta == first
     redelivered = [x for x in t.sql.transactions(3) if x[1].startswith("1.")]
