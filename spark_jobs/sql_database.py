@@ -51,6 +51,11 @@ class SqlDatabase:
         """The SQLite file (for a PostgreSQL database, its URL)."""
         return self.location
 
+    def _create(self, tables: list[str]) -> None:
+        """Run ``CREATE TABLE IF NOT EXISTS`` statements in one transaction, in this database's
+        schema (created first on PostgreSQL)."""
+        self._run([*([f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"'] if self.postgres else []), *tables])
+
     def _table(self, name: str) -> str:
         return f'"{self.schema}".{name}' if self.postgres else name
 

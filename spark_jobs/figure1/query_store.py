@@ -36,8 +36,7 @@ class QueryStatsStore(SqlDatabase):
     def __init__(self, location: str, schema: str = "public") -> None:
         super().__init__(location, schema)
         key = self.integer
-        self._run([
-            *([f'CREATE SCHEMA IF NOT EXISTS "{schema}"'] if self.postgres else []),
+        self._create([
             f"CREATE TABLE IF NOT EXISTS {self._table('query_stats')} (epoch {key} NOT NULL, query_id {key} NOT NULL, "
             f'"user" {key}, item {key}, clicks {key}, popularity_rank {key}, page_rank {key}, '
             f"PRIMARY KEY (epoch, query_id))",

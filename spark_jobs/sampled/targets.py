@@ -24,7 +24,7 @@ import time
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from falkirk.policies.store.commits import open_table
+from falkirk.policies.store.commits import open_table, scan
 from falkirk.spark_jobs.sql_database import SqlDatabase, database_of_dag
 
 DELTA = pa.schema([("epoch", pa.int64()), ("key", pa.string()), ("value", pa.int64()), ("chunk", pa.int64()),
@@ -39,8 +39,7 @@ class SampleTable(SqlDatabase):
     def __init__(self, location: str, schema: str = "public") -> None:
         super().__init__(location, schema)
         i = self.integer
-        self._run([
-            *([f'CREATE SCHEMA IF NOT EXISTS "{schema}"'] if self.postgres else []),
+        self._create([
             f"CREATE TABLE IF NOT EXISTS {self._table('samples')} (epoch {i} NOT NULL, key TEXT NOT NULL, "
             f"value {i} NOT NULL, chunk {i} NOT NULL, delivery TEXT NOT NULL, committed_at DOUBLE PRECISION NOT NULL, "
             f"PRIMARY KEY (epoch, key))",
@@ -107,10 +106,11 @@ class SampleTargets:
         self.sql.commit(epoch, delivery, n, rows, at)
         batch = pa.Table.from_pylist([{"epoch": epoch, "key": r["key"], "value": r["value"], "chunk": r["chunk"],
                                        "delivery": delivery, "committed_at": at} for r in rows], schema=DELTA)
-        if open_table(self.delta_uri) is None:
-            write_deltalake(self.delta_uri, batch.slice(0, 0), mode="append")
-        (DeltaTable(self.delta_uri).merge(batch, predicate="t.epoch = s.epoch AND t.key = s.key",
-                                          source_alias="s", target_alias="t")
+        table = open_table(self.delta_uri)
+        if table is None:  # the first batch creates the table
+            write_deltalake(self.delta_uri, batch, mode="append")
+            return
+        (table.merge(batch, predicate="t.epoch = s.epoch AND t.key = s.key", source_alias="s", target_alias="t")
          .when_matched_update_all().when_not_matched_insert_all().execute())
 
     def finish(self, epoch: int, keys: set[str]) -> int:
@@ -126,5 +126,4 @@ class SampleTargets:
         table = open_table(self.delta_uri)
         if table is None:
             return []
-        rows = table.to_pyarrow_table().to_pylist()
-        return [r for r in rows if epoch is None or r["epoch"] == epoch]
+        return scan(table, where={} if epoch is None else {"epoch": epoch}).to_pylist()
