@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo cluster-demo test test-faults test-unit bench bench-ledger bench-regimes bench-recovery bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo test test-faults test-unit bench bench-overhead bench-ledger bench-regimes bench-recovery bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -37,6 +37,11 @@ test-unit: install
 ## bench: the rollback solver benchmark (full solves vs incremental updates, 10 to 10,000 processors)
 bench: install
 	$(PY) -m benchmarks.solver_bench $(BENCH_ARGS)
+
+## bench-overhead: a task instance's start-to-end time through Airflow, the same small Spark job as a plain
+## task with its own Spark Connect session and as a Falkirk task under each regime (job host and fresh interpreter)
+bench-overhead: install
+	$(PY) -m benchmarks.overhead_bench $(BENCH_ARGS)
 
 ## bench-ledger: reading the ledger of 100 tasks x 1,000 epochs
 bench-ledger: install

@@ -35,6 +35,7 @@ import httpx
 from devstack.processes import VENV_BIN, Service, ServiceError, free_port, local_spark_env, wait_until
 from falkirk.plugins.airflow_rest import AirflowClient
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.job_host import hosts_dir, stop_hosts
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SQLITE_MODULE = "falkirk_devstack_sqlite"
@@ -244,6 +245,7 @@ class AirflowStack:
         for service in reversed(self.services):
             service.stop()
         self.services.clear()
+        stop_hosts(hosts_dir(self.env()))  # the job hosts its tasks started
 
     def check_alive(self) -> None:
         for service in self.services:

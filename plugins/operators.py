@@ -15,8 +15,12 @@ connection chooses the cluster), plus:
   epoch, and its outputs, which the regime must log) before a sink commits what derives
   from them;
 * on a connection of type ``spark_connect`` (a Spark Connect server, ``sc://host:port``)
-  it runs the job's Python file directly as a Spark Connect client instead of going
-  through ``spark-submit``: no JVM starts per task, which suits many small epochs;
+  it runs the job's Python file as a Spark Connect client instead of going through
+  ``spark-submit``, on the worker's warm job host (:class:`~falkirk.plugins.job_hook.FalkirkJobHook`):
+  no JVM and no cold interpreter per task, which suits many small epochs;
+* it reads nothing from the store itself: the job decides whether its epoch runs, is an
+  idempotent no-op (a retry after a commit), or is refused (Airflow re-running an epoch whose
+  task instance completed), which fails the task instance without retries;
 * it takes the store from the Airflow connection ``store_conn_id`` (default
   ``falkirk_default``, see :mod:`falkirk.plugins.store_hook`) when it is defined, so the
   credentials live in Airflow's connections and secrets backends rather than in the
@@ -38,10 +42,10 @@ Example (a DAG file)::
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -50,15 +54,14 @@ from typing import Any, Mapping, NoReturn, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from falkirk.plugins.job_hook import FalkirkJobHook
 from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
 from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.epochs import EpochClock
-from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.job_spec import REFUSED_EXIT_CODE, JobSpec
 from falkirk.policies.partitions import check_count
 from falkirk.policies.regimes import Regime, RegimeError, Tier
 from falkirk.policies.store import StoreConfig, StoreError
-from falkirk.policies.store.control import Completions
-from falkirk.policies.store.ledger import Ledger
 
 # Small defaults for small epochs; any of them can be overridden through `conf`.
 DEFAULT_SPARK_CONF: Mapping[str, str] = {
@@ -269,27 +272,37 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         return {**(self.env_vars or {}), **FalkirkStoreHook(self.store_conn_id).store_env()}
 
     def execute(self, context: Any) -> None:
-        spec = self.job_spec(context)
+        spec = dataclasses.replace(self.job_spec(context), task_instance=True)
         self.log.info("Falkirk: %s epoch %s under %s", spec.task_id, spec.epoch, spec.regime.spec())
         self.application_args = self.job_argv(spec)
         self.env_vars = self.job_env()
         # The store as the job will see it, read before Spark starts: a missing or wrong
-        # configuration fails here, in the task's own error.
+        # configuration fails here, in the task's own error. The operator reads nothing from
+        # the store: the job decides whether its epoch runs, is a no-op, or is refused.
         store = StoreConfig.from_env({**os.environ, **self.env_vars})
         if is_dags_test(context):
             store = dags_test_store(store, spec.dag_id)
             self.env_vars = {**self.env_vars, **store.env()}
             self.log.info("Falkirk: `airflow dags test` run: using the store %s (%s=real to use the DAG's own "
                           "store)", store.durable_uri, DAGS_TEST_STORE_ENV)
-        refuse_rerun_of_completed_epoch(store, spec)
         if self.name == "arrow-spark":  # the provider's default application name
             self.name = f"falkirk:{spec.dag_id}.{spec.task_id}:epoch-{spec.epoch}"
         conn = self._spark_connection()
         if conn.conn_type == "spark_connect":
-            self._run_connect_client(context)
-        else:
+            self._job_hook = FalkirkJobHook(self._conn_id, on_line=lambda line: self.log.info("%s", line))
+            code = self._job_hook.run_connect(self.application, self.application_args, self.env_vars, self.conf)
+            if code == REFUSED_EXIT_CODE:
+                raise _refused(self._job_hook.refusal, spec)
+            if code != 0:
+                raise RuntimeError(f"{self.task_id}: the job exited with code {code}; its output is above")
+            return
+        try:
             super().execute(context)
-        record_completion(store, spec)
+        except Exception:
+            submitted = getattr(getattr(self, "_hook", None), "_submit_sp", None)
+            if submitted is not None and submitted.returncode == REFUSED_EXIT_CODE:
+                raise _refused(None, spec) from None
+            raise
 
     def _spark_connection(self) -> Any:
         """The Spark connection; ``spark_default`` runs on ``local[2]`` when it is not defined."""
@@ -306,30 +319,22 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         os.environ[f"AIRFLOW_CONN_{DEFAULT_SPARK_CONN_ID.upper()}"] = json.dumps(DEFAULT_SPARK_CONN)
         return BaseHook.get_connection(self._conn_id)
 
-    def _run_connect_client(self, context: Any) -> None:
-        """Run the job file with this interpreter as a Spark Connect client of the connection's server."""
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-
-        url = SparkConnectHook(conn_id=self._conn_id).get_connection_url()
-        confs = ",".join(f"{k}={v}" for k, v in sorted((self.conf or {}).items()))
-        env = {**os.environ, **self.env_vars, "SPARK_REMOTE": url, "FALKIRK_SPARK_CONF": confs}
-        argv = [sys.executable, self.application, *self.application_args]
-        self.log.info("Spark Connect client of %s: %s", url, " ".join(argv))
-        self._connect_proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                              text=True)
-        assert self._connect_proc.stdout is not None
-        for line in self._connect_proc.stdout:
-            self.log.info("%s", line.rstrip())
-        code = self._connect_proc.wait()
-        if code != 0:
-            raise RuntimeError(f"{self.task_id}: the job exited with code {code}; its output is above")
-
     def on_kill(self) -> None:
-        proc = getattr(self, "_connect_proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        job = getattr(self, "_job_hook", None)
+        if job is not None:
+            job.on_kill()
             return
         super().on_kill()
+
+
+def _refused(refusal: str | None, spec: JobSpec) -> Exception:
+    """The task instance's failure, without retries, when its job refused a completed epoch."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    return AirflowFailException(refusal or f"{spec.processor} epoch {spec.epoch} already completed and no recovery "
+                                           f"has rolled it back (the job's output above says more): plan a recovery "
+                                           f"to redo it: falkirk plan --dag {spec.dag_id} --bad-epoch "
+                                           f"{spec.processor}:{spec.epoch}, then falkirk replay PLAN_ID")
 
 
 DAGS_TEST_STORE_ENV = "FALKIRK_DAGS_TEST_STORE"
@@ -399,36 +404,6 @@ def replay_warnings(task: Any, regime: Regime) -> list[str]:
                      f"start before a manual or replayed previous epoch finished; set catchup=False (backfills "
                      f"still create past epochs)")
     return found
-
-
-def refuse_rerun_of_completed_epoch(store: StoreConfig, spec: JobSpec) -> None:
-    """Refuse (without retries) an Airflow re-run of a task instance whose epoch completed and
-    was not rolled back by a recovery: Airflow's Clear, a backfill that reprocesses completed
-    runs. Running it would find the epoch committed and change nothing, so a result that
-    depends on a corrected input would stay stale behind a green task instance. A planned
-    recovery redoes the epoch and everything built on it; a retry of an attempt that died after
-    its commit is not refused (its epoch never completed) and is an idempotent no-op.
-    """
-    row = Ledger(store).find(spec.dag_id, spec.task_id, spec.epoch, spec.map_index)
-    if row is None or not Completions(store).completed(row):
-        return
-    from airflow.sdk.exceptions import AirflowFailException
-
-    raise AirflowFailException(
-        f"{spec.task_id} epoch {spec.epoch} already completed (committed by run {row.run_id}, try "
-        f"{row.try_number}) and no recovery has rolled it back, so running it again would change nothing: its "
-        f"result, and every result built on it, would stay as they are. To redo the epoch (after correcting its "
-        f"input, say), plan a recovery and replay it: falkirk plan --dag {spec.dag_id} --bad-epoch "
-        f"{spec.task_id}:{spec.epoch}, then falkirk replay PLAN_ID (or preview and replay it in the Falkirk view). "
-        f"To keep the result as it is, mark this task instance success.")
-
-
-def record_completion(store: StoreConfig, spec: JobSpec) -> None:
-    """Record that this task instance's job returned after committing its epoch (see
-    :class:`falkirk.policies.store.control.Completions`)."""
-    row = Ledger(store).find(spec.dag_id, spec.task_id, spec.epoch, spec.map_index)
-    if row is not None:
-        Completions(store).record(row)
 
 
 def regime_of(task: Any) -> Regime | None:

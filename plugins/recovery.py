@@ -353,7 +353,7 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
     """Mark success the failed task instances of the plan's epochs that the plan keeps: their
     epoch is committed, current and completed, yet Airflow shows them failed because it re-ran
     them and the operator refused (a Clear or a backfill of a completed epoch, see
-    :func:`falkirk.plugins.operators.refuse_rerun_of_completed_epoch`), failing what is
+    :func:`falkirk.spark_jobs.runtime.already_committed`), failing what is
     downstream too. Left failed, the re-runs downstream of them would wait on them for ever.
 
     Airflow clears the failed instances downstream of one marked success; so the downstream

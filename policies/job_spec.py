@@ -14,6 +14,8 @@ True
 True
 >>> JobSpec.parse(JobSpec("s", "draw", 1, EagerCheckpoint(), "epoch-1", deterministic=False).argv()).deterministic
 False
+>>> JobSpec.parse(JobSpec("s", "draw", 1, EagerCheckpoint(), "epoch-1", task_instance=True).argv()).task_instance
+True
 """
 
 from __future__ import annotations
@@ -24,6 +26,28 @@ from typing import Sequence
 
 from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Regime, RegimeError
+
+
+# The exit code of a job that refused to re-run an epoch whose Airflow task instance completed
+# (the operator fails the task instance without retries); the refusal is the job's last line,
+# after REFUSAL_PREFIX.
+REFUSED_EXIT_CODE = 3
+REFUSAL_PREFIX = "[falkirk] refused: "
+
+
+def completed_epoch_refusal(spec: "JobSpec", run_id: str, try_number: int) -> str:
+    """Why a re-run of a completed epoch is refused, and the plan that redoes it.
+
+    >>> from falkirk.policies.regimes import EagerCheckpoint
+    >>> completed_epoch_refusal(JobSpec("d", "agg", 2, EagerCheckpoint(), "epoch-2"), "epoch-2", 1)[:70]
+    'agg epoch 2 already completed (committed by run epoch-2, try 1) and no'
+    """
+    return (f"{spec.processor} epoch {spec.epoch} already completed (committed by run {run_id}, try {try_number}) "
+            f"and no recovery has rolled it back, so running it again would change nothing: its result, and every "
+            f"result built on it, would stay as they are. To redo the epoch (after correcting its input, say), plan "
+            f"a recovery and replay it: falkirk plan --dag {spec.dag_id} --bad-epoch {spec.processor}:{spec.epoch}, "
+            f"then falkirk replay PLAN_ID (or preview and replay it in the Falkirk view). To keep the result as it "
+            f"is, mark this task instance success.")
 
 
 @dataclass(frozen=True)
@@ -48,6 +72,9 @@ class JobSpec:
     # False: a re-run may compute other results (sampling, wall clock, an external call), so
     # its determinants are saved durably before a sink commits anything derived from them.
     deterministic: bool = True
+    # True: this run is an Airflow task instance. The job then refuses a re-run of an epoch whose
+    # task instance completed (exit code REFUSED_EXIT_CODE) and records its own completion.
+    task_instance: bool = False
 
     @property
     def processor(self) -> str:
@@ -75,6 +102,8 @@ class JobSpec:
                             metavar="TASK=N", help="a partitioned input and its partition count (repeatable)")
         parser.add_argument("--nondeterministic", action="store_true",
                             help="a re-run may compute other results: save the determinants durably")
+        parser.add_argument("--task-instance", action="store_true",
+                            help="run as an Airflow task instance: refuse a re-run of a completed epoch")
         ns = parser.parse_args(argv)
         counts = []
         for item in ns.input_partitions:
@@ -90,7 +119,7 @@ class JobSpec:
             parser.error(f"--regime: {exc}")
         return cls(ns.dag_id, ns.task_id, ns.epoch, regime, ns.run_id, ns.try_number, ns.map_index,
                    ns.incarnation, tuple(ns.inputs), tuple(ns.products), ns.partitions, tuple(counts),
-                   deterministic=not ns.nondeterministic)
+                   deterministic=not ns.nondeterministic, task_instance=ns.task_instance)
 
     def argv(self) -> list[str]:
         """The command line that :meth:`parse` reads back."""
@@ -107,4 +136,6 @@ class JobSpec:
             out += ["--input-partitions", f"{name}={count}"]
         if not self.deterministic:
             out.append("--nondeterministic")
+        if self.task_instance:
+            out.append("--task-instance")
         return out

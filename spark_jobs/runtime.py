@@ -36,12 +36,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.job_spec import REFUSAL_PREFIX, REFUSED_EXIT_CODE, JobSpec, completed_epoch_refusal
 from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, EpochTableError
-from falkirk.policies.store.control import Deliveries
+from falkirk.policies.store.control import Completions, Deliveries
 from falkirk.policies.store.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
 from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
@@ -318,10 +318,9 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     store = StoreConfig.from_env()
     ledger = Ledger(store)
     label = f"{args.dag_id}.{args.processor} epoch {args.epoch}"
-    done = ledger.find(args.dag_id, args.task_id, args.epoch, args.map_index)
-    if done is not None and done.incarnation >= args.incarnation:
-        say(f"{label}: already committed (incarnation {done.incarnation}, run {done.run_id}); nothing to do")
-        return 0
+    finished = already_committed(args, store, ledger)
+    if finished is not None:
+        return finished
     # A recovery that rolled this epoch back invalidated its row: redo it as the next
     # incarnation, the only commit that replaces the rows already in its tables.
     incarnation = max(args.incarnation, ledger.invalidations.next_incarnation(args.dag_id, args.task_id, args.epoch,
@@ -343,9 +342,35 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
                 f"commit deletes them")
     finally:
         spark.stop()
+    if args.task_instance:
+        Completions(store).record(entry)
     say(f"{label}: committed {entry.output_rows} output rows"
         + (f", {entry.state_rows} state rows" if entry.state_uri else "")
         + f" in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def already_committed(args: JobSpec, store: StoreConfig, ledger: Ledger) -> int | None:
+    """The exit code of a run whose epoch is already committed at its incarnation; ``None`` when
+    the epoch has to run.
+
+    Such a run changes nothing. A retry of an attempt that died after its commit is a no-op
+    (exit 0). An Airflow re-run of an epoch whose task instance went on to complete (a Clear, a
+    backfill that reprocesses it) is refused with :data:`REFUSED_EXIT_CODE`: it would leave the
+    epoch's result, and every result built on it, stale behind a green task instance; a planned
+    recovery redoes it (:class:`~falkirk.policies.store.control.Completions`).
+    """
+    done = ledger.find(args.dag_id, args.task_id, args.epoch, args.map_index)
+    if done is None or done.incarnation < args.incarnation:
+        return None
+    completions = Completions(store)
+    if args.task_instance and completions.completed(done):
+        print(REFUSAL_PREFIX + completed_epoch_refusal(args, done.run_id, done.try_number), flush=True)
+        return REFUSED_EXIT_CODE
+    say(f"{args.dag_id}.{args.processor} epoch {args.epoch}: already committed (incarnation {done.incarnation}, "
+        f"run {done.run_id}); nothing to do")
+    if args.task_instance:
+        completions.record(done)
     return 0
 
 

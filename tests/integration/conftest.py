@@ -1,7 +1,7 @@
 """Real components shared by the integration tests, each started once per session when first used:
 one Airflow deployment (api-server, scheduler, dag-processor, triggerer) with the demo
 pipeline run for epochs 1..3 through its scheduler; one local Spark session; one Spark
-Connect server for every deployment whose tasks run as its clients; one ``moto_server``; and
+Connect server for every deployment whose tasks run as its clients (this one's too); one ``moto_server``; and
 a ``store`` fixture that runs a test with the durable tier on a
 local path and on the S3-compatible server."""
 
@@ -31,9 +31,12 @@ def local_store(tmp_path_factory: pytest.TempPathFactory) -> StoreConfig:
 
 
 @pytest.fixture(scope="session")
-def airflow_stack(tmp_path_factory: pytest.TempPathFactory, local_store: StoreConfig):
+def airflow_stack(tmp_path_factory: pytest.TempPathFactory, local_store: StoreConfig,
+                  spark_connect: "SparkConnectServer"):
+    """Its tasks run as clients of the session's Spark Connect server, on the job host."""
     home = tmp_path_factory.mktemp("airflow")  # faults: crash points a test arms while Airflow runs
-    stack = AirflowStack(home=home, store=local_store, extra_env={"FALKIRK_CRASH_AT": f"@{home / 'faults'}"})
+    stack = AirflowStack(home=home, store=local_store, extra_env={
+        **spark_connect.airflow_env(), "FALKIRK_CRASH_AT": f"@{home / 'faults'}"})
     stack.init()
     stack.start()
     yield stack

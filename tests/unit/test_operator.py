@@ -206,36 +206,43 @@ def test_a_partitioned_task_keeps_regime_clock_and_count_through_serialization(m
     assert epoch_clock_of(task) == bag.dags["mapped"].default_args["epoch_clock"]
 
 
-def test_an_airflow_rerun_of_a_completed_epoch_is_refused_and_a_retry_after_a_commit_is_not(tmp_path: Path) -> None:
-    """The rule the operator applies before starting Spark: a committed epoch whose task instance
-    went on to complete is refused (Clear, backfill), naming the plan; one whose attempt died
-    after the commit is not (its retry is the job's idempotent no-op); an epoch a recovery
-    rolled back runs again."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from falkirk.plugins.operators import record_completion, refuse_rerun_of_completed_epoch
+def test_an_airflow_rerun_of_a_completed_epoch_is_refused_and_a_retry_after_a_commit_is_not(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The rule a job applies as an Airflow task instance, before starting Spark: a committed
+    epoch whose task instance went on to complete is refused (Clear, backfill), naming the plan;
+    one whose attempt died after the commit is not (its retry is an idempotent no-op that records
+    the completion); an epoch a recovery rolled back runs again. Outside Airflow (a job run by
+    hand) nothing is refused or recorded."""
     from falkirk.policies import EagerCheckpoint, Ledger, LedgerEntry, StoreConfig
-    from falkirk.policies.job_spec import JobSpec
+    from falkirk.policies.job_spec import REFUSAL_PREFIX, REFUSED_EXIT_CODE, JobSpec
+    from falkirk.policies.store.control import Completions
+    from falkirk.spark_jobs.runtime import already_committed
 
     store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
     ledger = Ledger(store)
-    spec = JobSpec(dag_id="d", task_id="agg", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", try_number=2)
-    refuse_rerun_of_completed_epoch(store, spec)  # nothing committed: runs
+    spec = JobSpec(dag_id="d", task_id="agg", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", try_number=2,
+                   task_instance=True)
+    by_hand = JobSpec(dag_id="d", task_id="agg", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2")
+    assert already_committed(spec, store, ledger) is None  # nothing committed: runs
     row = LedgerEntry("d", "agg", 2, "eager_checkpoint", "epoch-2", 1)
     ledger.append(row)
-    refuse_rerun_of_completed_epoch(store, spec)  # committed, then the attempt died: the retry runs (a no-op)
-    record_completion(store, spec)
-    with pytest.raises(AirflowFailException) as refused:
-        refuse_rerun_of_completed_epoch(store, spec)
-    assert str(refused.value).startswith("agg epoch 2 already completed (committed by run epoch-2, try 1) and no "
-                                         "recovery has rolled it back")
-    assert "falkirk plan --dag d --bad-epoch agg:2, then falkirk replay PLAN_ID" in str(refused.value)
-    assert "mark this task instance success" in str(refused.value)
+    assert already_committed(by_hand, store, ledger) == 0 and not Completions(store).completed(row)
+    # committed, then the attempt died: the retry is a no-op, and its task instance completes
+    assert already_committed(spec, store, ledger) == 0 and Completions(store).completed(row)
+    capsys.readouterr()
+    assert already_committed(spec, store, ledger) == REFUSED_EXIT_CODE
+    [refusal] = [line for line in capsys.readouterr().out.splitlines() if line.startswith(REFUSAL_PREFIX)]
+    refusal = refusal[len(REFUSAL_PREFIX):]
+    assert refusal.startswith("agg epoch 2 already completed (committed by run epoch-2, try 1) and no "
+                              "recovery has rolled it back")
+    assert "falkirk plan --dag d --bad-epoch agg:2, then falkirk replay PLAN_ID" in refusal
+    assert "mark this task instance success" in refusal
+    assert already_committed(by_hand, store, ledger) == 0  # by hand: the no-op it always was
     ledger.invalidations.record([row], "plan-1")  # a recovery rolled it back: it runs again
-    refuse_rerun_of_completed_epoch(store, spec)
+    assert already_committed(spec, store, ledger) is None
     redone = LedgerEntry("d", "agg", 2, "eager_checkpoint", "epoch-2", 3, incarnation=1)
     ledger.append(redone)
-    refuse_rerun_of_completed_epoch(store, spec)  # the redo's attempt died after its commit: still runs
+    assert already_committed(spec, store, ledger) == 0  # the redo's attempt died after its commit: a no-op
 
 
 def _context(epoch_day: int, triggering_user: str | None = None):

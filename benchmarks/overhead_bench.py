@@ -1,0 +1,104 @@
+"""What a Falkirk task instance costs against the same Spark work as a plain Airflow task.
+
+One Airflow (LocalExecutor) and one Spark Connect server run three DAGs
+(``benchmarks/overhead_dags``), one DAG run at a time, epochs interleaved so that drift hits
+all alike:
+
+* ``bench_plain``: a plain ``@task`` that opens its own Spark Connect session, counts the
+  epoch's words (``benchmarks.overhead_job``) and appends them to a Delta table;
+* ``bench_falkirk``: the same job as four Falkirk tasks, one per regime, one after another,
+  each a client of the same server on the worker's job host;
+* ``bench_falkirk_cold``: the same four with ``FALKIRK_JOB_HOST=off``: each job in a fresh
+  interpreter, as every Falkirk task ran before the job host (the "before" figure).
+
+Each row is the median, over its task instances, of Airflow's own start-to-end time of a
+task instance (``start_date`` to ``end_date``), and its ratio to the plain task's.
+
+    make bench-overhead
+    .venv/bin/python -m benchmarks.overhead_bench --epochs 30 --cold-epochs 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from devstack.airflow import AirflowStack
+from devstack.spark import SparkConnectServer
+from falkirk.policies.store import StoreConfig
+
+HERE = Path(__file__).resolve().parent
+REGIMES = ("ephemeral", "batch", "lazy", "eager")
+LABELS = {"ephemeral": "ephemeral", "batch": "batch(log_outputs=true)", "lazy": "lazy_checkpoint(every=10)",
+          "eager": "eager_checkpoint"}
+
+
+def seconds(ti: dict) -> float:
+    start, end = (datetime.fromisoformat(ti[k].replace("Z", "+00:00")) for k in ("start_date", "end_date"))
+    return (end - start).total_seconds()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=30, help="task instances per row (default 30)")
+    parser.add_argument("--cold-epochs", type=int, default=8, help="epochs of the fresh-interpreter baseline")
+    parser.add_argument("--work-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    root = args.work_dir or Path(tempfile.mkdtemp(prefix="falkirk-bench-overhead-"))
+    store = StoreConfig(str(root / "durable"), str(root / "scratch"))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+    times: dict[tuple[str, str], list[float]] = {}
+    with SparkConnectServer(root / "spark") as server:
+        stack = AirflowStack(home=root / "airflow", store=store, dags_folder=HERE / "overhead_dags", extra_env={
+            **server.airflow_env(), "FALKIRK_BENCH_REMOTE": server.url, "FALKIRK_BENCH_PLAIN": str(root / "plain")})
+        stack.init()
+        stack.start()
+        try:
+            client = stack.client()
+            from benchmarks.overhead_dags.bench_overhead import EPOCHS
+
+            dags = ["bench_plain", "bench_falkirk", "bench_falkirk_cold"]
+            for dag in dags:
+                client.wait_for_dag(dag)
+                client.set_paused(dag, False)
+            # Epoch 0 of each warms the server, the host and the tables; it is not counted.
+            for epoch in range(0, args.epochs + 1):
+                for dag in dags:
+                    if dag.endswith("_cold") and epoch > args.cold_epochs:
+                        continue
+                    run_id = f"epoch-{epoch}"
+                    client.trigger(dag, run_id, EPOCHS.logical_date(epoch + 1))
+                    state = client.wait_for_run(dag, run_id, timeout=900)
+                    if state != "success":
+                        raise SystemExit(f"{dag} {run_id} ended {state}; logs in {stack.home / 'logs'}")
+                    if epoch == 0:
+                        continue
+                    for task_id, ti in client.task_instances(dag, run_id).items():
+                        times.setdefault((dag, task_id), []).append(seconds(ti))
+                print(f"epoch {epoch} done", flush=True)
+        finally:
+            stack.stop()
+    plain = statistics.median(times["bench_plain", "plain"])
+    rows = [("plain Airflow task, own Spark Connect session (baseline)", times["bench_plain", "plain"])]
+    rows += [(f"Falkirk {LABELS[r]}, job host", times["bench_falkirk", r]) for r in REGIMES]
+    rows += [(f"Falkirk {LABELS[r]}, fresh interpreter", times["bench_falkirk_cold", r]) for r in REGIMES]
+    print(f"\nper task instance, Airflow's start to end (median); {args.epochs} epochs, "
+          f"{args.cold_epochs} for the fresh interpreter")
+    print(f"{'task instance':<62} {'n':>3} {'median':>8} {'vs plain':>9} {'added':>7}")
+    print("-" * 93)
+    for label, values in rows:
+        median = statistics.median(values)
+        print(f"{label:<62} {len(values):>3} {median:>7.2f}s {median / plain:>9.2f} {median - plain:>+6.2f}s")
+    host = [statistics.median(times["bench_falkirk", r]) for r in REGIMES]
+    cold = [statistics.median(times["bench_falkirk_cold", r]) for r in REGIMES]
+    print(f"\nfour Falkirk task instances: {sum(host):.2f}s on the job host, {sum(cold):.2f}s in fresh interpreters "
+          f"({sum(cold) / sum(host):.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
