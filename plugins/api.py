@@ -196,8 +196,9 @@ class FailureSpec(BaseModel):
 class ReplayRequest(FailureSpec):
     """A replay of the plan for these failures, as previewed at ``ledger_version``."""
 
-    ledger_version: StrictInt | None = Field(ge=0, description="the ledger version the preview showed; the replay is "
-                                                   "refused (409) if the ledger has changed since")
+    ledger_version: StrictInt | None = Field(ge=0, description="the DAG's ledger version the preview showed (its "
+                                                   "rows and rollbacks; other DAGs' commits leave it as it is); the "
+                                                   "replay is refused (409) if it has changed since")
 
 
 class ReleaseRequest(BaseModel):
@@ -356,7 +357,7 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     live = {(processor_id(task, index), run): (str(state.value if hasattr(state, "value") else state) if state else None)
             for task, index, run, state in rows}
     ledger = Ledger(store)
-    version = ledger.version()
+    version = ledger.dag_version(dag_id)
     collected = Collections(store).through(dag_id)
     grid = grid_from_ledger(ledger, dag_id, [p for t in tasks for p in processors(t.task_id, t.partitions)],
                             collected_through=collected)
@@ -414,7 +415,7 @@ def start_recovery(
     since the preview, another recovery of the DAG is running, or the plan already ran."""
     plan = _plan(dag_id, spec, record=False)
     if plan.ledger_version != spec.ledger_version:
-        raise HTTPException(status_code=409, detail=f"the ledger changed since the preview (version "
+        raise HTTPException(status_code=409, detail=f"the DAG's ledger changed since the preview (version "
                                                     f"{spec.ledger_version} then, {plan.ledger_version} now); "
                                                     f"preview again")
     store = _store()

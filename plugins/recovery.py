@@ -135,7 +135,7 @@ def compute_plan(
     """The plan for ``failures`` from the ledger, given the regimes of the DAG's tasks (which
     adds the tasks that have no ledger row yet); records it in the recovery log if ``record``."""
     ledger = Ledger(store)
-    version = ledger.version()
+    version = ledger.dag_version(dag_id)
     entries, rolled_back = ledger.entries_and_invalidated(dag_id)
     if not entries:
         raise PlanError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}; "
@@ -310,6 +310,12 @@ def start_replay(
     resuming = any(r["plan_id"] == plan_id and r["event"] in ("started", "resumed") for r in events)
     _validate(recovery, store, resuming)  # refuse early, before anything is written
     runs = _run_ids(recovery, ledger.entries(recovery.dag_id, include_invalidated=True), client)
+    rerun = recovery.rerun_set()
+    # Airflow checks the caller's rights (changing nothing) before the lease is taken: a caller it
+    # refuses leaves no "started" record behind, which would let the next replay resume the plan
+    # without checking that it is still current.
+    for epoch in sorted({e for _, e in rerun}):
+        client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
     lease = log.begin(recovery, holder)
     running = RunningReplay(recovery, log, lease, client, runs, {}, 0, started, store)
     try:
@@ -317,9 +323,6 @@ def start_replay(
             progress(f"plan {plan_id}: resuming (the lease was {'taken over' if not resuming else 'taken again'})")
         crash_point("replay", 0, "after-lease", dag_id=recovery.dag_id)
         _validate(recovery, store, resuming)  # again under the lease: nothing can change it from here
-        rerun = recovery.rerun_set()
-        for epoch in sorted({e for _, e in rerun}):  # Airflow checks the caller's rights, changing nothing
-            client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
         # One append per plan: a resumed replay whose invalidations were made adds none.
         doomed = [e for e in ledger.entries(recovery.dag_id) if (e.processor, e.epoch) in rerun]
         running.invalidated = ledger.invalidations.record(doomed, plan_id)
@@ -493,10 +496,11 @@ def _validate(recovery: RecoveryPlan, store: StoreConfig, resuming: bool) -> Non
     """Refuse a plan the store can no longer execute (see :func:`start_replay`)."""
     ledger = Ledger(store)
     if not resuming:
-        now = ledger.version()
+        now = ledger.dag_version(recovery.dag_id)
         if now != recovery.ledger_version:
-            raise PlanError(f"plan {recovery.plan_id}: the ledger changed since the plan was computed (version "
-                            f"{recovery.ledger_version} then, {now} now); compute a new plan with `falkirk plan`")
+            raise PlanError(f"plan {recovery.plan_id}: the ledger changed since the plan was computed (DAG "
+                            f"{recovery.dag_id}'s ledger version {recovery.ledger_version} then, {now} now); compute "
+                            f"a new plan with `falkirk plan`")
     entries = ledger.entries(recovery.dag_id, include_invalidated=True)
     readable = StoreReadability(store, entries)
     by_key = {(e.processor, e.epoch): e for e in ledger.entries(recovery.dag_id)}

@@ -172,6 +172,8 @@ class RecoveryPlan:
     dag_id: str
     failures: tuple[Failure, ...]
     last_epoch: int
+    # The DAG's ledger version when the plan was computed (Ledger.dag_version): a replay refuses
+    # the plan once it has moved.
     ledger_version: int | None
     tasks: tuple[TaskPlan, ...]
 

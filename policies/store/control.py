@@ -140,6 +140,11 @@ class Invalidations:
         cols = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pydict()
         return set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
 
+    def count(self, dag_id: str) -> int:
+        """How many rows of ``dag_id`` recoveries have rolled back (each counted once per plan)."""
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        return scan(table, where={"dag_id": dag_id}, columns=["epoch"]).num_rows if table is not None else 0
+
     def recorded_at(self, dag_id: str, plan_id: str) -> datetime | None:
         """When recovery ``plan_id`` rolled back its rows of ``dag_id`` (``None`` if it rolled back none)."""
         table = open_table(self.uri, self.store.options_for(self.uri))

@@ -235,6 +235,28 @@ class Ledger:
         table = open_table(self.uri, self.store.options_for(self.uri))
         return table.version() if table is not None else None
 
+    def dag_version(self, dag_id: str) -> int:
+        """The DAG's ledger version: how many ledger rows and invalidations the store holds for
+        ``dag_id``. Every commit and every rollback of the DAG raises it, and nothing another DAG
+        does changes it (the ledger's own Delta version moves with every DAG's commits), so a plan
+        or a preview computed at one version is current exactly while it holds.
+
+        >>> import tempfile
+        >>> from falkirk.policies.store import StoreConfig
+        >>> root = tempfile.mkdtemp()
+        >>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
+        >>> row = LedgerEntry(dag_id="orders", task_id="ingest", epoch=1, regime="ephemeral", run_id="r1",
+        ...                   try_number=1)
+        >>> before = ledger.dag_version("orders")
+        >>> _ = ledger.append(row), ledger.append(LedgerEntry("clicks", "clean", 1, "ephemeral", "r1", 1))
+        >>> _ = ledger.invalidations.record([row], "plan-1")
+        >>> before, ledger.dag_version("orders"), ledger.dag_version("clicks")
+        (0, 2, 1)
+        """
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        rows = scan(table, where={"dag_id": dag_id}, columns=["epoch"]).num_rows if table is not None else 0
+        return rows + self.invalidations.count(dag_id)
+
     def external_senders(self, dag_id: str) -> dict[str, int]:
         """Per task of ``dag_id`` that sent records to an external system, its last committed epoch."""
         senders: dict[str, int] = {}

@@ -427,7 +427,7 @@ def test_viewer_sees_the_view_but_cannot_replay(view_stack: ViewStack, browser) 
     finally:
         context.close()
     r = call(view_stack, "POST", f"dags/{DAG}/recoveries", "viewer",
-             {"failed_tasks": [{"task_id": "clean", "epoch": 3}], "ledger_version": Ledger(view_stack.store).version()})
+             {"failed_tasks": [{"task_id": "clean", "epoch": 3}], "ledger_version": Ledger(view_stack.store).dag_version(DAG)})
     assert r.status_code == 403
 
 
