@@ -1,9 +1,10 @@
 """Ledger read benchmark: a DAG of 100 tasks x 1,000 epochs (100,000 ledger rows).
 
 Reports the median of several runs for: reading the DAG's ledger as an Arrow table
-(what the control plane queries), as ``LedgerEntry`` objects, and one task's
-``find`` + ``latest`` (what every job does before it runs); each as a ratio to reading
-the same rows from one plain Parquet file with pyarrow (same run).
+(what the control plane queries), as ``LedgerEntry`` objects, one task's ``find`` +
+``latest`` (each a scan of its own), and what a job reads before it runs (one snapshot of the
+DAG, then three lookups in it); each as a ratio to reading the same rows from one plain
+Parquet file with pyarrow (same run).
 
     make bench-ledger
     .venv/bin/python -m benchmarks.ledger_bench --tasks 100 --epochs 1000
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.ledger import Ledger, LedgerEntry, OutputRef, SCHEMA
+from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, OutputRef, SCHEMA
 
 
 def median_seconds(fn, repeat: int) -> float:
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         ("entries(dag) -> LedgerEntry objects", median_seconds(lambda: ledger.entries("big"), args.repeat)),
         ("find + latest (one task)", median_seconds(
             lambda: (ledger.find("big", "t042", middle), ledger.latest("big", "t042", middle)), args.repeat)),
+        ("a job's reads: snapshot, then find x3", median_seconds(lambda: _job_reads(ledger, middle), args.repeat)),
     ]
     print(f"\n{'operation':<38} {'median':>10} {'vs plain Parquet read':>22}")
     print("-" * 72)
@@ -71,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in results:
         print(f"{name:<38} {seconds * 1e3:>8.1f}ms {seconds / baseline:>22.2f}")
     return 0
+
+
+def _job_reads(ledger: Ledger, epoch: int) -> None:
+    """What a job asks before it runs: its own epoch, its input's, its previous checkpoint, from one
+    snapshot of the DAG (:class:`~falkirk.policies.store.ledger.LedgerSnapshot`)."""
+    snapshot = LedgerSnapshot(ledger, "big")
+    snapshot.find("t042", epoch), snapshot.find("t041", epoch), snapshot.find("t042", epoch - 1)
 
 
 if __name__ == "__main__":

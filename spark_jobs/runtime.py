@@ -41,8 +41,9 @@ from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, R
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, EpochTableError
-from falkirk.policies.store.control import Completions, Deliveries
-from falkirk.policies.store.ledger import EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, OutputRef, external_uri
+from falkirk.policies.store.control import Completions, Deliveries, Invalidations
+from falkirk.policies.store.ledger import (EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, LedgerSnapshot, OutputRef,
+                                           external_uri)
 from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
 from falkirk.spark_jobs.job_log import say
@@ -118,7 +119,17 @@ class EpochContext:
     # Whether the job checkpoints inside its epochs (iterate, chunks): only then does the
     # commit look for step checkpoints to delete.
     checkpoints_inside: bool = False
+    # The DAG's ledger rows and rollbacks, read once for the questions the runtime asks (made on
+    # first use when not given); ``ledger`` stays the live table, for appends and for jobs that poll.
+    snapshot: LedgerSnapshot | None = None
     _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
+
+    @property
+    def rows(self) -> LedgerSnapshot:
+        """The snapshot of the DAG's ledger this epoch runs from."""
+        if self.snapshot is None:
+            self.snapshot = LedgerSnapshot(self.ledger, self.args.dag_id)
+        return self.snapshot
 
     @property
     def epoch(self) -> int:
@@ -202,7 +213,7 @@ class EpochContext:
     def _read_partition(self, task_id: str, output: str, epoch: int, map_index: int) -> "DataFrame":
         """One producer partition's (or an unpartitioned producer's) output of ``epoch``."""
         producer = processor_id(task_id, map_index)
-        entry = self.ledger.find(self.args.dag_id, task_id, epoch, map_index)
+        entry = self.rows.find(task_id, epoch, map_index)
         if entry is None:
             raise JobError(
                 f"{self.args.processor}: upstream task {producer!r} has no checkpoint for epoch {epoch}; "
@@ -267,7 +278,7 @@ class EpochContext:
         """
         if self._previous is False:
             a = self.args
-            current, rolled_back = self.ledger.entries_and_invalidated(a.dag_id, a.task_id, a.map_index)
+            current, rolled_back = self.rows.entries_and_invalidated(a.task_id, a.map_index)
             before = [e for e in current if e.epoch < a.epoch]
             previous = max((e for e in before if e.epoch == a.epoch - 1), key=lambda e: e.incarnation, default=None)
             earlier = [e.epoch for e in [*before, *rolled_back] if e.epoch < a.epoch]
@@ -317,21 +328,21 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     args = JobSpec.parse(argv)
     store = StoreConfig.from_env()
     ledger = Ledger(store)
+    snapshot = LedgerSnapshot(ledger, args.dag_id)  # one read of the DAG's rows and rollbacks
     label = f"{args.dag_id}.{args.processor} epoch {args.epoch}"
-    finished = already_committed(args, store, ledger)
+    finished = already_committed(args, store, snapshot)
     if finished is not None:
         return finished
     # A recovery that rolled this epoch back invalidated its row: redo it as the next
     # incarnation, the only commit that replaces the rows already in its tables.
-    incarnation = max(args.incarnation, ledger.invalidations.next_incarnation(args.dag_id, args.task_id, args.epoch,
-                                                               args.map_index))
+    incarnation = max(args.incarnation, snapshot.next_incarnation(args.task_id, args.epoch, args.map_index))
     if incarnation != args.incarnation:
         say(f"{label}: rolled back by a recovery; redoing it as incarnation {incarnation}")
         args = dataclasses.replace(args, incarnation=incarnation)
     started = time.monotonic()
     spark = _spark_session()
     try:
-        ctx = EpochContext(args, store, ledger, spark)
+        ctx = EpochContext(args, store, ledger, spark, snapshot=snapshot)
         result = compute(ctx)
         entry = commit(ctx, result)
         try:
@@ -346,11 +357,12 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
         Completions(store).record(entry)
     say(f"{label}: committed {entry.output_rows} output rows"
         + (f", {entry.state_rows} state rows" if entry.state_uri else "")
-        + f" in {time.monotonic() - started:.1f}s")
+        + f" in {time.monotonic() - started:.1f}s (ledger read {Ledger.reads}x, rollbacks read "
+        f"{Invalidations.reads}x)")
     return 0
 
 
-def already_committed(args: JobSpec, store: StoreConfig, ledger: Ledger) -> int | None:
+def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapshot) -> int | None:
     """The exit code of a run whose epoch is already committed at its incarnation; ``None`` when
     the epoch has to run.
 
@@ -360,7 +372,7 @@ def already_committed(args: JobSpec, store: StoreConfig, ledger: Ledger) -> int 
     epoch's result, and every result built on it, stale behind a green task instance; a planned
     recovery redoes it (:class:`~falkirk.policies.store.control.Completions`).
     """
-    done = ledger.find(args.dag_id, args.task_id, args.epoch, args.map_index)
+    done = snapshot.find(args.task_id, args.epoch, args.map_index)
     if done is None or done.incarnation < args.incarnation:
         return None
     completions = Completions(store)

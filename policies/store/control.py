@@ -111,6 +111,9 @@ class CommittedRow(Protocol):
 class Invalidations:
     """The ledger rows recoveries rolled back (``_falkirk/invalidations``)."""
 
+    # How often this process has read the rollbacks (a job reports it beside the ledger's reads).
+    reads = 0
+
     def __init__(self, store: StoreConfig) -> None:
         self.store = store
         self.uri = store.control_uri("invalidations")
@@ -134,6 +137,7 @@ class Invalidations:
 
     def keys(self, dag_id: str | None = None) -> set[InvalidationKey]:
         """Keys (dag, task, map index, epoch, incarnation) of the rows recoveries rolled back."""
+        Invalidations.reads += 1
         table = open_table(self.uri, self.store.options_for(self.uri))
         if table is None:
             return set()

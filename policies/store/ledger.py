@@ -37,7 +37,7 @@ from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Regime, RegimeError
 from falkirk.policies.store.commits import CommitKey, append_once, compact, compact_every, open_table, scan
 from falkirk.policies.store.config import StoreConfig
-from falkirk.policies.store.control import Invalidations
+from falkirk.policies.store.control import InvalidationKey, Invalidations
 
 # Ledger versions between compactions (each task commit appends one version).
 COMPACT_EVERY = 100
@@ -224,6 +224,9 @@ _DEFAULT_INPUT = {"reads_back": 0, "map_index": -1}
 class Ledger:
     """The ledger table of a store. Reads and appends go through delta-rs; no JVM."""
 
+    # How often this process has read the ledger table (a job reports it: one read per task instance).
+    reads = 0
+
     def __init__(self, store: StoreConfig) -> None:
         self.store = store
         self.uri = store.ledger_uri
@@ -299,6 +302,7 @@ class Ledger:
         >>> Ledger(StoreConfig("/nonexistent/store", "/nonexistent/scratch")).read().num_rows
         0
         """
+        Ledger.reads += 1
         table = open_table(self.uri, self.store.options_for(self.uri))
         if table is None:
             return SCHEMA.empty_table()
@@ -319,21 +323,9 @@ class Ledger:
                                 map_index: int | None = None, read_invalidations: bool = True,
                                 ) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
         """The current rows and the rows recoveries rolled back, from one read of each table."""
-        cols = self.read(dag_id, task_id, map_index).to_pydict()
+        rows = self.read(dag_id, task_id, map_index)
         gone = self.invalidations.keys(dag_id) if read_invalidations else set()
-        names = [n for n in _ENTRY_FIELDS if n in cols]
-        seen: dict[tuple, LedgerEntry] = {}
-        rolled_back: list[LedgerEntry] = []
-        # Two racing attempts may both append before either sees the other: keep the first.
-        for i in sorted(range(len(cols["dag_id"])), key=cols["committed_at"].__getitem__):
-            row = {n: cols[n][i] for n in names}
-            entry = LedgerEntry.from_row(row)
-            if (entry.dag_id, entry.task_id, entry.map_index, entry.epoch, entry.incarnation) in gone:
-                rolled_back.append(entry)
-                continue
-            seen.setdefault((entry.key.app_id, entry.incarnation), entry)
-        order = lambda e: (e.dag_id, e.epoch, e.task_id, e.map_index, e.incarnation)  # noqa: E731
-        return sorted(seen.values(), key=order), sorted(rolled_back, key=order)
+        return entries_of(rows, gone)
 
     def latest(self, dag_id: str, task_id: str, before_epoch: int, map_index: int = -1) -> LedgerEntry | None:
         """The checkpoint of ``task_id`` with the greatest epoch below ``before_epoch``."""
@@ -344,3 +336,86 @@ class Ledger:
         """The (latest incarnation's) checkpoint of ``task_id`` at exactly ``epoch``."""
         matches = [e for e in self.entries(dag_id, task_id, map_index) if e.epoch == epoch]
         return max(matches, key=lambda e: e.incarnation, default=None)
+
+
+def entries_of(rows: pa.Table, gone: set[InvalidationKey]) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
+    """Ledger rows as entries: the current ones and those named in ``gone`` (rolled back), each
+    ordered by epoch, then task and map index."""
+    cols = rows.to_pydict()
+    names = [n for n in _ENTRY_FIELDS if n in cols]
+    seen: dict[tuple, LedgerEntry] = {}
+    rolled_back: list[LedgerEntry] = []
+    # Two racing attempts may both append before either sees the other: keep the first.
+    for i in sorted(range(len(cols.get("dag_id", []))), key=cols["committed_at"].__getitem__):
+        entry = LedgerEntry.from_row({n: cols[n][i] for n in names})
+        if (entry.dag_id, entry.task_id, entry.map_index, entry.epoch, entry.incarnation) in gone:
+            rolled_back.append(entry)
+            continue
+        seen.setdefault((entry.key.app_id, entry.incarnation), entry)
+    order = lambda e: (e.dag_id, e.epoch, e.task_id, e.map_index, e.incarnation)  # noqa: E731
+    return sorted(seen.values(), key=order), sorted(rolled_back, key=order)
+
+
+class LedgerSnapshot:
+    """One DAG's ledger rows and rollbacks, read once (one scan of each table): what a job
+    consults about its own task and its inputs, instead of scanning the ledger for each question.
+
+    Rows only ever get added, so a snapshot is never wrong about what it holds, only behind: a
+    lookup that finds nothing reads again once (an input committed since). Whether a row the job
+    read was rolled back meanwhile is checked against the store itself around the commit
+    (``falkirk.spark_jobs.runtime``). Entries are built only for the rows asked for: a DAG of
+    80,000 rows costs one Arrow scan, not 80,000 objects.
+
+    >>> import tempfile
+    >>> from falkirk.policies.store import StoreConfig
+    >>> root = tempfile.mkdtemp()
+    >>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
+    >>> first = LedgerEntry("orders", "ingest", 1, "ephemeral", "r1", 1)
+    >>> _ = ledger.append(first), ledger.invalidations.record([first], "plan-1")
+    >>> _ = ledger.append(LedgerEntry("orders", "ingest", 1, "ephemeral", "r1", 2, incarnation=1))
+    >>> snap = LedgerSnapshot(ledger, "orders")
+    >>> snap.find("ingest", 1).incarnation, snap.next_incarnation("ingest", 1), snap.scans
+    (1, 1, 2)
+    >>> _ = ledger.append(LedgerEntry("orders", "ingest", 2, "ephemeral", "r2", 1))
+    >>> snap.find("ingest", 2).epoch, snap.scans   # not in the snapshot: read again once
+    (2, 4)
+    """
+
+    def __init__(self, ledger: Ledger, dag_id: str) -> None:
+        self.ledger = ledger
+        self.dag_id = dag_id
+        self.scans = 0
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the DAG's rows and rollbacks again."""
+        self.rows = self.ledger.read(self.dag_id)
+        self.gone = self.ledger.invalidations.keys(self.dag_id)
+        self.scans += 2
+
+    def entries_and_invalidated(self, task_id: str, map_index: int = -1) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
+        """The task's (or partition's) current rows and rolled-back rows, as :meth:`Ledger.entries_and_invalidated`."""
+        import pyarrow.compute as pc
+
+        if self.rows.num_rows == 0:
+            return [], []
+        mask = pc.and_(pc.equal(self.rows.column("task_id"), task_id),
+                       pc.equal(self.rows.column("map_index"), map_index))
+        return entries_of(self.rows.filter(mask), self.gone)
+
+    def find(self, task_id: str, epoch: int, map_index: int = -1) -> LedgerEntry | None:
+        """The current checkpoint of the task at ``epoch`` (its latest incarnation); one more read
+        if the snapshot has none."""
+        for attempt in (0, 1):
+            if attempt:
+                self.refresh()
+            current, _ = self.entries_and_invalidated(task_id, map_index)
+            found = max((e for e in current if e.epoch == epoch), key=lambda e: e.incarnation, default=None)
+            if found is not None:
+                return found
+        return None
+
+    def next_incarnation(self, task_id: str, epoch: int, map_index: int = -1) -> int:
+        """The incarnation the next run of (task, epoch) commits under: one past the last rolled back."""
+        rolled = [inc for _, t, m, e, inc in self.gone if (t, m, e) == (task_id, map_index, epoch)]
+        return max(rolled, default=-1) + 1

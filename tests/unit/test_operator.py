@@ -216,7 +216,11 @@ def test_an_airflow_rerun_of_a_completed_epoch_is_refused_and_a_retry_after_a_co
     from falkirk.policies import EagerCheckpoint, Ledger, LedgerEntry, StoreConfig
     from falkirk.policies.job_spec import REFUSAL_PREFIX, REFUSED_EXIT_CODE, JobSpec
     from falkirk.policies.store.control import Completions
-    from falkirk.spark_jobs.runtime import already_committed
+    from falkirk.policies.store.ledger import LedgerSnapshot
+    from falkirk.spark_jobs.runtime import already_committed as decide
+
+    def already_committed(spec, store, ledger):  # each decision reads the ledger as a job does
+        return decide(spec, store, LedgerSnapshot(ledger, spec.dag_id))
 
     store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
     ledger = Ledger(store)
