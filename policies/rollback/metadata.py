@@ -92,6 +92,13 @@ class Chain:
         chain.domain, chain.checkpoints, chain.out_domains, chain.failed = self.domain, kept, self.out_domains, self.failed
         return chain
 
+    def copy(self) -> "Chain":
+        """The same chain in a list of its own: appending to one leaves the other as it was."""
+        chain = Chain.__new__(Chain)
+        chain.domain, chain.checkpoints, chain.out_domains, chain.failed = (
+            self.domain, list(self.checkpoints), self.out_domains, self.failed)
+        return chain
+
     def append(self, checkpoint: Checkpoint) -> None:
         """Add a new largest checkpoint (before ⊤, if the chain ends with ⊤), checking the invariants."""
         if self.has_top:

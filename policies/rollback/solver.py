@@ -78,7 +78,7 @@ class Solver:
         for p in graph.processors:
             if p.id not in chains:
                 raise SolverError(f"processor {p.id!r} has no checkpoint chain")
-            self.chains[p.id] = chains[p.id]
+            self.chains[p.id] = chains[p.id].copy()  # the caller's chains stay as they are
         self.phi: dict[str, Projection] = {}
         for e in graph.edges:
             src, dst = graph.processor(e.src).domain, graph.processor(e.dst).domain
@@ -121,10 +121,10 @@ class Solver:
     def fail(self, pid: str) -> Solution:
         """``pid`` has failed: it keeps only its persisted checkpoints. Updates the answer incrementally."""
         self._require_solved()
-        chain = self.chains[pid]
-        if chain.has_top:
-            self.chains[pid] = chain = chain.without_top()
+        # A new chain object: a Solution handed out earlier keeps the chain it was solved on.
+        chain = self.chains[pid].without_top() if self.chains[pid].has_top else self.chains[pid].copy()
         chain.failed = True
+        self.chains[pid] = chain
         top = len(chain) - 1
         if self.index[pid] > top:
             self._choose(pid, top)
@@ -136,9 +136,10 @@ class Solver:
     def add_checkpoint(self, pid: str, checkpoint: Checkpoint) -> Solution:
         """``pid`` persisted a new (largest) checkpoint. Updates the answer incrementally."""
         self._require_solved()
-        chain = self.chains[pid]
+        chain = self.chains[pid].copy()  # copy on write: an earlier Solution keeps its chain
         at_top = chain.has_top and self.index[pid] == len(chain) - 1
         chain.append(checkpoint)
+        self.chains[pid] = chain
         if at_top:
             self._choose(pid, self.index[pid] + 1)  # the new checkpoint went in below ⊤
         for e in self._out[pid]:

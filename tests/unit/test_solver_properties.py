@@ -252,8 +252,14 @@ def test_adding_a_checkpoint_never_lowers_a_frontier_and_incremental_equals_full
     solver = problem.solver()
     before = solver.solve()
     old_bounds = {p: before.bound(p) for p in problem.graph.ids()}
-    incremental = solver.add_checkpoint(pid, checkpoint)  # mutates problem.chains[pid]
-    full = Solver(problem.graph, problem.chains, problem.notifications).solve()
+    old_chain = list(problem.chains[pid])
+    incremental = solver.add_checkpoint(pid, checkpoint)
+    # Neither the caller's chains nor the earlier answer change.
+    assert list(problem.chains[pid]) == old_chain and list(before.chains[pid]) == old_chain
+    assert {p: before.bound(p) for p in problem.graph.ids()} == old_bounds
+    chains = {**problem.chains, pid: solver.chains[pid]}
+    assert list(chains[pid]) != old_chain
+    full = Solver(problem.graph, chains, problem.notifications).solve()
     assert (incremental.index, incremental.notification) == (full.index, full.notification)
     for p in problem.graph.ids():
         dom = problem.graph.processor(p).domain
@@ -269,8 +275,12 @@ def test_a_new_failure_updates_incrementally_to_the_full_answer(seed: int) -> No
         return
     victim = rng.choice(live)
     solver = problem.solver()
-    solver.solve()
+    before = solver.solve()
+    given = (list(problem.chains[victim]), problem.chains[victim].failed)
     incremental = solver.fail(victim)
+    # Neither the caller's chain nor the earlier answer's changes.
+    assert (list(problem.chains[victim]), problem.chains[victim].failed) == given
+    assert (list(before.chains[victim]), before.chains[victim].failed) == given
     chains = dict(problem.chains)
     chains[victim] = chains[victim].without_top()
     full = Solver(problem.graph, chains, problem.notifications).solve()
