@@ -62,7 +62,7 @@ from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
-from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
+from falkirk.plugins.task_metadata import epoch_clock_of, partitions_of, regime_of
 from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unrecorded, with_runs
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.store_hook import FalkirkStoreHook

@@ -56,6 +56,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from falkirk.plugins.job_hook import FalkirkJobHook
 from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
+from falkirk.plugins.task_metadata import partitions_of
 from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.job_spec import REFUSED_EXIT_CODE, JobSpec
@@ -218,7 +219,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         self.deterministic = deterministic
         self.concurrent_inputs = tuple(concurrent_inputs)
         # The regime's and the clock's text forms, serialized with the DAG: the API server reads
-        # them from the serialized DAG without importing DAG files (see regime_of, epoch_clock_of).
+        # them from the serialized DAG without importing DAG files (see falkirk.plugins.task_metadata).
         self.falkirk_regime = regime.spec()
         self.falkirk_epoch_clock = epoch_clock.spec()
 
@@ -404,40 +405,6 @@ def replay_warnings(task: Any, regime: Regime) -> list[str]:
                      f"start before a manual or replayed previous epoch finished; set catchup=False (backfills "
                      f"still create past epochs)")
     return found
-
-
-def regime_of(task: Any) -> Regime | None:
-    """The regime of a task, live or deserialized from the DAG table; ``None`` if it has none.
-
-    A partitioned (mapped) task is not constructed where the DAG is parsed: its regime is
-    among its arguments, in the text form when deserialized.
-    """
-    spec = getattr(task, "falkirk_regime", None) or _mapped_argument(task, "regime")
-    return Regime.parse(str(spec)) if spec else None
-
-
-def epoch_clock_of(task: Any) -> EpochClock | None:
-    """The epoch clock of a task, live or deserialized from the DAG table; ``None`` if it has none."""
-    spec = getattr(task, "falkirk_epoch_clock", None) or _mapped_argument(task, "epoch_clock")
-    if not spec and _mapped_argument(task, "regime"):  # a mapped task takes the DAG's clock when it runs
-        dag = getattr(task, "dag", None)
-        timetable = getattr(dag, "timetable", None)
-        spec = (getattr(dag, "default_args", None) or {}).get("epoch_clock") or getattr(timetable, "clock", None)
-    return EpochClock.parse(str(spec)) if spec else None
-
-
-def partitions_of(task: Any) -> int | None:
-    """The partition count of a partitioned task (live, mapped or deserialized); ``None`` if it has none."""
-    count = getattr(task, "partitions", None)
-    if count is None:
-        count = _mapped_argument(task, "partitions")
-    return count if isinstance(count, int) and not isinstance(count, bool) else None
-
-
-def _mapped_argument(task: Any, name: str) -> Any:
-    """An argument of a mapped task (``partial_kwargs``); ``None`` for any other task."""
-    kwargs = getattr(task, "partial_kwargs", None)
-    return kwargs.get(name) if isinstance(kwargs, Mapping) else None
 
 
 def job_file(application: str, task_id: str = "?") -> str:

@@ -20,7 +20,7 @@ def test_regimes_round_trip_through_the_serialized_dag() -> None:
     from airflow.dag_processing.dagbag import DagBag
     from airflow.serialization.serialized_objects import DagSerialization
 
-    from falkirk.plugins.operators import regime_of
+    from falkirk.plugins.task_metadata import regime_of
     from falkirk.policies import Batch, EagerCheckpoint, Ephemeral
 
     bag = DagBag(str(ROOT / "dags"))
@@ -29,7 +29,7 @@ def test_regimes_round_trip_through_the_serialized_dag() -> None:
     assert type(back.get_task("aggregate")).__name__ == "SerializedBaseOperator"  # no DAG code behind it
     assert {t.task_id: regime_of(t) for t in back.tasks} == {
         "ingest": Ephemeral(), "aggregate": EagerCheckpoint(), "publish": Batch(log_outputs=True)}
-    from falkirk.plugins.operators import epoch_clock_of
+    from falkirk.plugins.task_metadata import epoch_clock_of
 
     clock = bag.dags["falkirk_orders"].get_task("aggregate").epoch_clock
     assert {t.task_id: epoch_clock_of(t) for t in back.tasks} == {t: clock for t in ("ingest", "aggregate", "publish")}
@@ -192,7 +192,7 @@ def test_a_partitioned_task_keeps_regime_clock_and_count_through_serialization(m
     from airflow.dag_processing.dagbag import DagBag
     from airflow.serialization.serialized_objects import DagSerialization
 
-    from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
+    from falkirk.plugins.task_metadata import epoch_clock_of, partitions_of, regime_of
     from falkirk.policies import EagerCheckpoint
 
     dags = tmp_path / "dags"
