@@ -47,7 +47,7 @@ from devstack.cluster import Cluster
 from devstack.cluster_demo import DAG_ID, DAGS, QUEUES_ENV, TASKS, _clock, _falkirk
 from devstack.s3 import MotoS3
 from falkirk.plugins.airflow_rest import AirflowClient
-from falkirk.policies.store.recovery_log import RecoveryLog
+from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 
 RESTART = "falkirk_figure1_restart"

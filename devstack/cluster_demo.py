@@ -41,7 +41,7 @@ from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import scan
 from falkirk.policies.store.ledger import Ledger, LedgerEntry
-from falkirk.policies.store.recovery_log import RecoveryLog
+from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.spark_jobs.figure1 import REGIMES
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore

@@ -75,7 +75,7 @@ from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
 from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger, LedgerEntry
-from falkirk.policies.store.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
+from falkirk.policies.planning.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
 from falkirk.policies.store.steps import StepLog
 
 log = logging.getLogger(__name__)

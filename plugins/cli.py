@@ -190,7 +190,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from falkirk.plugins.recovery import replay
-    from falkirk.policies.store.recovery_log import AlreadyReplayed
+    from falkirk.policies.planning.recovery_log import AlreadyReplayed
 
     client = _client(args.airflow_url, required=True)
     try:
@@ -234,7 +234,7 @@ def _gc(args: argparse.Namespace) -> int:
 def _release(args: argparse.Namespace) -> int:
     import getpass
 
-    from falkirk.policies.store.recovery_log import RecoveryLog
+    from falkirk.policies.planning.recovery_log import RecoveryLog
 
     by = os.environ.get("FALKIRK_AIRFLOW_USER") or getpass.getuser()
     held = RecoveryLog(_store()).release(args.dag, by, args.reason)

@@ -68,7 +68,7 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
                                             partitioned_group, scratch_groups)
     from falkirk.policies.store import StoreConfig
     from falkirk.policies.store.ledger import Ledger
-    from falkirk.policies.store.recovery_log import RecoveryLog
+    from falkirk.policies.planning.recovery_log import RecoveryLog
 
     dag = task.dag
     tasks = {t.task_id: (regime_of(t), tuple(t.upstream_task_ids)) for t in dag.tasks}

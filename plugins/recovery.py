@@ -50,7 +50,7 @@ from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry
 from falkirk.policies.store.readability import StoreReadability, under
 from falkirk.policies.store.steps import StepLog
-from falkirk.policies.store.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
+from falkirk.policies.planning.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
 from falkirk.policies.regimes import Regime, Tier
 from falkirk.policies.store import StoreConfig, StoreError

@@ -23,7 +23,7 @@ from falkirk.plugins.grid_status import CheckpointGrid, CheckpointStatus
 from falkirk.policies.partitions import processors, split_processor
 from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.regimes import Regime, RegimeError
-from falkirk.policies.store.recovery_log import GC_PREFIX, lease_seconds
+from falkirk.policies.planning.recovery_log import GC_PREFIX, lease_seconds
 
 # Airflow task-instance states worth showing over a cell; "success" is what the ledger shows.
 LIVE_STATES = ("failed", "upstream_failed", "running", "queued", "scheduled", "up_for_retry", "restarting", "cleared")

@@ -56,7 +56,7 @@ from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, is_external
 from falkirk.policies.store.readability import Readable, StoreReadability, durable_only
-from falkirk.policies.store.recovery_log import RecoveryLog
+from falkirk.policies.planning.recovery_log import RecoveryLog
 
 LivePartitions = Callable[[str], Mapping[int, int]]
 """The epochs a table at a URI holds now, each with its size in bytes (empty: no table)."""

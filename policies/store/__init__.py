@@ -6,7 +6,7 @@
 * :mod:`.ledger`: the ledger table, one row per committed (task, epoch).
 * :mod:`.control`: the control tables beside it: invalidations, collections, deliveries.
 * :mod:`.readability`: what the store can still read, for planning.
-* :mod:`.recovery_log`: every plan and who executed it.
+* :mod:`.steps`: the step log of checkpoints inside an epoch.
 """
 
 from falkirk.policies.store.config import SCRATCH_ENV, STORE_ENV, StoreConfig, StoreError

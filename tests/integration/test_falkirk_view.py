@@ -541,7 +541,7 @@ def test_admin_releases_a_dead_executors_lease_from_the_view(view_stack: ViewSta
     import subprocess
 
     from devstack.processes import VENV_BIN
-    from falkirk.policies.store.recovery_log import RecoveryLog
+    from falkirk.policies.planning.recovery_log import RecoveryLog
 
     vs = view_stack
     env = {**os.environ, **vs.store.env(), "FALKIRK_AIRFLOW_URL": vs.stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",

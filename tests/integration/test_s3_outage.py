@@ -31,7 +31,7 @@ from falkirk.policies import EagerCheckpoint, Ephemeral, Ledger, StoreConfig, Ti
 from falkirk.policies.job_spec import JobSpec
 from falkirk.policies.planning.recovery import FailedTask, RecoveryPlan
 from falkirk.policies.store.commits import scan
-from falkirk.policies.store.recovery_log import RecoveryLog, open_lease
+from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
 from tests.oracle import canonical, expected_tables
 
 pytestmark = pytest.mark.integration

@@ -30,7 +30,7 @@ from falkirk.policies.store.commits import CommitKey, commit_epoch, open_table, 
 from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, OutputRef
 from falkirk.policies.store.readability import StoreReadability
-from falkirk.policies.store.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog, open_lease
+from falkirk.policies.planning.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog, open_lease
 from falkirk.spark_jobs.delta_sink import StagedFiles, publish
 from tests.sentinel import checksum
 

@@ -17,7 +17,7 @@ from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store.ledger import Ledger
-from falkirk.policies.store.recovery_log import LeaseHeld, RecoveryLog
+from falkirk.policies.planning.recovery_log import LeaseHeld, RecoveryLog
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import (A, B, C, DUPLICATED, EPOCHS, REF, SUCCESS, TASKS, Drill,
                                               assert_equals_reference, check_minimal, rows, snapshot, tries,

@@ -18,7 +18,7 @@ from falkirk.plugins.recovery import plan, replay
 from falkirk.plugins.view import recovery_history
 from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.store.ledger import Ledger
-from falkirk.policies.store.recovery_log import RecoveryLog, open_lease
+from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import (EPOCHS, REF, G, K, SUCCESS, Drill, assert_equals_reference, clock,
                                               falkirk, tries, wait_states)

@@ -13,7 +13,7 @@ from falkirk.plugins.airflow_rest import AirflowError
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.store.ledger import Ledger
-from falkirk.policies.store.recovery_log import RecoveryLog
+from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
 from tests.integration.recovery.drill import A, B, REF, Drill, clock, rows, tries
 from falkirk.policies.regimes import Tier

@@ -32,13 +32,13 @@ True
 >>> log.begin(plan, holder="bob")
 Traceback (most recent call last):
 ...
-falkirk.policies.store.recovery_log.LeaseHeld: DAG 'orders' is being recovered by plan ... (alice, since ...); wait until it finishes, ...
+falkirk.policies.planning.recovery_log.LeaseHeld: DAG 'orders' is being recovered by plan ... (alice, since ...); wait until it finishes, ...
 >>> log.end(lease, "finished")
 True
 >>> log.begin(plan, holder="bob")
 Traceback (most recent call last):
 ...
-falkirk.policies.store.recovery_log.AlreadyReplayed: plan ... was already executed (finished ...); nothing to do
+falkirk.policies.planning.recovery_log.AlreadyReplayed: plan ... was already executed (finished ...); nothing to do
 """
 
 from __future__ import annotations
