@@ -115,7 +115,7 @@ def wait_until(
         try:
             if check():
                 return
-        except (httpx.HTTPError, OSError):
+        except (httpx.HTTPError, OSError, ValueError):  # ValueError: a half-started server's non-JSON answer
             pass
         if time.monotonic() > deadline:
             tails = "".join(f"\n--- {s.name} ({s.log_path}) ---\n{s.log_tail()}" for s in services)

@@ -443,9 +443,9 @@ def _affected_later(running: RunningReplay, ledger: Ledger) -> set[str]:
     return stateful | {d for t in redone for d in graph.downstream(t)[1:]}
 
 
-# Ledger rows and invalidations are stamped by different processes (perhaps machines): a later
-# row stamped up to this long after the plan's invalidation is still swept. One swept needlessly
-# only runs again, once.
+# Rows written before jobs recorded the rollbacks they checked (``rollbacks_seen``) are judged by
+# their timestamps, stamped by different processes (perhaps machines): such a row stamped up to
+# this long after the plan's invalidation is still swept. One swept needlessly only runs again, once.
 CLOCK_SKEW = timedelta(seconds=5)
 
 
@@ -453,16 +453,25 @@ def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress
     """Invalidate rows of epochs after the plan's last one that were computed before the plan
     rolled back what they depend on (a DAG run that arrived while the replay started).
 
-    A row computed after the plan's invalidation is current: its job found the rolled-back
-    rows gone (a stateful task waits for its previous epoch's redo), or, if it read them just
-    before, refused or withdrew its own commit (``falkirk.spark_jobs.runtime``)."""
+    "Before" is the order of the store's own commits, never a clock: a job records in its row the
+    version of the invalidations it checked just before appending it (``rollbacks_seen``), and a
+    row whose check came after the plan's invalidation is current: its job found the rolled-back
+    rows gone (a stateful task waits for its previous epoch's redo), or, if it read them before,
+    refused or withdrew its own commit (``falkirk.spark_jobs.runtime``)."""
     recovery = running.plan
     since = ledger.invalidations.recorded_at(recovery.dag_id, recovery.plan_id)
     if since is None:  # the plan rolled nothing back: nothing later was computed from it
         return 0
+    at = ledger.invalidations.version_of(recovery.dag_id, recovery.plan_id)
+
+    def before_the_rollback(e: LedgerEntry) -> bool:
+        if e.rollbacks_seen is not None and at is not None:
+            return e.rollbacks_seen < at
+        return e.committed_at < since + CLOCK_SKEW
+
     affected = _affected_later(running, ledger)
     later = [e for e in ledger.entries(recovery.dag_id) if e.epoch > recovery.last_epoch
-             and e.processor in affected and e.committed_at < since + CLOCK_SKEW]
+             and e.processor in affected and before_the_rollback(e)]
     if not later:
         return 0
     digest = ",".join(sorted(f"{e.processor}:{e.epoch}:{e.incarnation}" for e in later))

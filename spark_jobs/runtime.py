@@ -479,7 +479,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         notified_through=args.epoch,
         worker=worker_name(),
     )
-    _check_still_current(ctx, entry, appended=False)
+    entry = dataclasses.replace(entry, rollbacks_seen=_check_still_current(ctx, entry, appended=False))
     ctx.ledger.append(entry)
     _check_still_current(ctx, entry, appended=True)
     if result.sent and all(s.accepted for s in result.sent.values()):
@@ -506,20 +506,21 @@ def _check_inside(store: StoreConfig, uri: str, entry: LedgerEntry, field_name: 
                        f"The ledger is damaged: repair the row, or plan a recovery that redoes the epoch")
 
 
-def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) -> None:
-    """Refuse a commit computed from a ledger row a recovery has rolled back meanwhile.
+def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) -> int:
+    """Refuse a commit computed from a ledger row a recovery has rolled back meanwhile; returns
+    the version of the rollbacks it checked against (recorded in the row, ``rollbacks_seen``).
 
     Checked just before the ledger append and again just after it: a recovery invalidates
-    before it clears, and sweeps rows appended before its invalidation, so a row built on
-    rolled-back data is either never appended or withdrawn here (invalidated in turn).
+    before it clears, and sweeps the rows whose check did not see its invalidation, so a row
+    built on rolled-back data is either never appended or withdrawn here (invalidated in turn).
     """
-    if not ctx.depends_on:
-        return
-    gone = ctx.ledger.invalidations.keys(ctx.args.dag_id)
+    if not ctx.depends_on:  # computed from nothing a recovery can roll back
+        return ctx.rows.rollbacks_version
+    gone, version = ctx.ledger.invalidations.keys_and_version(ctx.args.dag_id)
     stale = sorted((t, e) for (t, e), row in ctx.depends_on.items()
                    if (row.dag_id, row.task_id, row.map_index, row.epoch, row.incarnation) in gone)
     if not stale:
-        return
+        return version
     if appended:
         ctx.ledger.invalidations.record([entry], f"withdrawn:{entry.processor}:{entry.epoch}:{entry.incarnation}")
     raise RolledBack(f"{entry.processor} epoch {entry.epoch}: {', '.join(f'{t} epoch {e}' for t, e in stale)} "

@@ -137,12 +137,42 @@ class Invalidations:
 
     def keys(self, dag_id: str | None = None) -> set[InvalidationKey]:
         """Keys (dag, task, map index, epoch, incarnation) of the rows recoveries rolled back."""
+        return self.keys_and_version(dag_id)[0]
+
+    def keys_and_version(self, dag_id: str | None = None) -> tuple[set[InvalidationKey], int]:
+        """:meth:`keys`, and the table version they were read at (-1: no rollback yet)."""
         Invalidations.reads += 1
         table = open_table(self.uri, self.store.options_for(self.uri))
         if table is None:
-            return set()
+            return set(), -1
         cols = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pydict()
-        return set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
+        keys = set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
+        return keys, table.version()
+
+    def version_of(self, dag_id: str, plan_id: str) -> int | None:
+        """The table version at which recovery ``plan_id`` rolled back its rows of ``dag_id`` (``None``:
+        it rolled back none, or the log no longer holds that commit). Read from the commits'
+        own records: no clock is involved.
+
+        >>> import tempfile
+        >>> from types import SimpleNamespace
+        >>> from falkirk.policies.store.config import StoreConfig
+        >>> root = tempfile.mkdtemp()
+        >>> inv = Invalidations(StoreConfig(root + "/store", root + "/scratch"))
+        >>> row = SimpleNamespace(dag_id="d", task_id="t", map_index=-1, epoch=2, incarnation=0)
+        >>> inv.record([row], "p1"), inv.record([row], "p2"), inv.version_of("d", "p2"), inv.version_of("d", "p3")
+        (1, 1, 1, None)
+        """
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        if table is None:
+            return None
+        for commit in table.history():
+            app_id = str(commit.get("falkirk.app_id", ""))
+            prefix, _, plan = app_id.rpartition("/")
+            if plan == plan_id and prefix.startswith("falkirk-invalidate/") and \
+                    dag_id in prefix[len("falkirk-invalidate/"):].split(","):
+                return int(commit["version"])
+        return None
 
     def count(self, dag_id: str) -> int:
         """How many rows of ``dag_id`` recoveries have rolled back (each counted once per plan)."""

@@ -72,6 +72,10 @@ SCHEMA = pa.schema(
         # The worker that committed the row, whose local disk holds its scratch tables (null in
         # ledgers written before workers were recorded: the column is added on the next append).
         pa.field("worker", pa.string()),
+        # The version of the invalidations table the job checked just before it appended the row: a
+        # recovery whose rollback committed at a later version may have been missed by it, so the
+        # recovery sweeps the row (null in rows written before it was recorded).
+        pa.field("rollbacks_seen", pa.int64()),
     ]
 )
 
@@ -153,6 +157,7 @@ class LedgerEntry:
     notified_through: int | None = None
     committed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     worker: str | None = None
+    rollbacks_seen: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("dag_id", "task_id", "run_id"):
@@ -390,7 +395,7 @@ class LedgerSnapshot:
     def refresh(self) -> None:
         """Read the DAG's rows and rollbacks again."""
         self.rows = self.ledger.read(self.dag_id)
-        self.gone = self.ledger.invalidations.keys(self.dag_id)
+        self.gone, self.rollbacks_version = self.ledger.invalidations.keys_and_version(self.dag_id)
         self.scans += 2
 
     def entries_and_invalidated(self, task_id: str, map_index: int = -1) -> tuple[list[LedgerEntry], list[LedgerEntry]]:

@@ -357,3 +357,37 @@ def test_a_later_run_is_swept_only_if_computed_before_the_rollback(store: StoreC
     ledger.append(redone)
     assert _sweep_later_rows(running, ledger, print) == 0
     assert [(e.epoch, e.incarnation) for e in ledger.entries("d") if e.epoch == 6] == [(6, 1)]
+
+
+def test_the_sweep_orders_rows_by_the_rollbacks_their_jobs_checked_not_by_clocks(store: StoreConfig) -> None:
+    """A worker whose clock runs 15 s ahead stamps its row of epoch 6 (computed from epoch 5
+    before the rollback) after the plan's invalidation: the sweep still takes it, since its job
+    checked the rollbacks before the plan's. The redo, stamped by a clock 15 s behind, checked
+    after it and stays."""
+    from dataclasses import replace
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from falkirk.plugins.recovery import _sweep_later_rows
+    from falkirk.policies.planning.recovery import TaskPlan
+
+    ledger = Ledger(store)
+    rows = _lazy_rows(store, range(1, 7))
+    for r in rows[:5]:
+        ledger.append(r)
+    _, seen = ledger.invalidations.keys_and_version("d")  # epoch 6's job checks the rollbacks ...
+    ahead = datetime.now(timezone.utc) + timedelta(seconds=15)
+    early = replace(rows[5], committed_at=ahead, rollbacks_seen=seen)
+    ledger.append(early)  # ... and appends its row, stamped 15 s ahead
+    plan = RecoveryPlan("d", (FailedTask("model", 5),), 5, ledger.dag_version("d"), (
+        TaskPlan("model", "lazy_checkpoint(every=3)", 3, 3, (4, 5), None, (), (4, 5)),))
+    running = SimpleNamespace(plan=plan)
+    ledger.invalidations.record([r for r in rows if r.epoch in (4, 5)], plan.plan_id)
+    assert ledger.invalidations.version_of("d", plan.plan_id) == seen + 1
+    assert _sweep_later_rows(running, ledger, print) == 1  # the timestamp would have kept it
+    assert ("d", "model", -1, 6, 0) in ledger.invalidations.keys("d")
+    _, seen = ledger.invalidations.keys_and_version("d")
+    behind = datetime.now(timezone.utc) - timedelta(seconds=15)
+    ledger.append(replace(early, incarnation=1, committed_at=behind, rollbacks_seen=seen))
+    assert _sweep_later_rows(running, ledger, print) == 0  # redone after the rollback: current
+    assert [(e.epoch, e.incarnation) for e in ledger.entries("d") if e.epoch == 6] == [(6, 1)]
