@@ -9,13 +9,16 @@ all alike:
 * ``bench_falkirk``: the same job as four Falkirk tasks, one per regime, one after another,
   each a client of the same server on the worker's job host;
 * ``bench_falkirk_cold``: the same four with ``FALKIRK_JOB_HOST=off``: each job in a fresh
-  interpreter, as every Falkirk task ran before the job host (the "before" figure).
+  interpreter, as every Falkirk task ran before the job host (the "before" figure);
+* ``bench_figure1`` and ``bench_figure1_cold``: the reference application
+  (``dags/falkirk_figure1.py``), an epoch of five task instances, on the job host and in fresh
+  interpreters: one DAG run's start to end.
 
 Each row is the median, over its task instances, of Airflow's own start-to-end time of a
 task instance (``start_date`` to ``end_date``), and its ratio to the plain task's.
 
     make bench-overhead
-    .venv/bin/python -m benchmarks.overhead_bench --epochs 30 --cold-epochs 8
+    .venv/bin/python -m benchmarks.overhead_bench --epochs 30 --cold-epochs 8 --figure1-epochs 5
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=30, help="task instances per row (default 30)")
     parser.add_argument("--cold-epochs", type=int, default=8, help="epochs of the fresh-interpreter baseline")
+    parser.add_argument("--figure1-epochs", type=int, default=5,
+                        help="epochs of the reference application with and without the job host (default 5)")
     parser.add_argument("--work-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     root = args.work_dir or Path(tempfile.mkdtemp(prefix="falkirk-bench-overhead-"))
@@ -80,6 +85,21 @@ def main(argv: list[str] | None = None) -> int:
                     for task_id, ti in client.task_instances(dag, run_id).items():
                         times.setdefault((dag, task_id), []).append(seconds(ti))
                 print(f"epoch {epoch} done", flush=True)
+            # The reference application: one DAG run (five task instances) per epoch, the copy on
+            # the job host and the one in fresh interpreters alternating.
+            for dag in ("bench_figure1", "bench_figure1_cold"):
+                client.wait_for_dag(dag)
+                client.set_paused(dag, False)
+            for epoch in range(1, args.figure1_epochs + 1):
+                for dag in ("bench_figure1", "bench_figure1_cold"):
+                    run_id = f"epoch-{epoch}"
+                    client.trigger(dag, run_id, EPOCHS.logical_date(epoch))
+                    state = client.wait_for_run(dag, run_id, timeout=1800)
+                    if state != "success":
+                        raise SystemExit(f"{dag} {run_id} ended {state}; logs in {stack.home / 'logs'}")
+                    run = client.dag_run(dag, run_id)
+                    times.setdefault((dag, "run"), []).append(seconds(run))
+                print(f"reference application epoch {epoch} done", flush=True)
         finally:
             stack.stop()
     plain = statistics.median(times["bench_plain", "plain"])
@@ -97,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     cold = [statistics.median(times["bench_falkirk_cold", r]) for r in REGIMES]
     print(f"\nfour Falkirk task instances: {sum(host):.2f}s on the job host, {sum(cold):.2f}s in fresh interpreters "
           f"({sum(cold) / sum(host):.2f}x)")
+    if args.figure1_epochs:
+        warm, fresh = times["bench_figure1", "run"], times["bench_figure1_cold", "run"]
+        print(f"\nthe reference application (falkirk_figure1), one epoch = one DAG run of 5 task instances, "
+              f"Airflow's start to end; {len(warm)} epochs each")
+        print(f"{'':<34} {'median':>8} {'epochs':>40}")
+        print(f"{'fresh interpreter per job (before)':<34} {statistics.median(fresh):>7.1f}s "
+              f"{' '.join(f'{t:.1f}' for t in fresh):>40}")
+        print(f"{'job host':<34} {statistics.median(warm):>7.1f}s {' '.join(f'{t:.1f}' for t in warm):>40}")
+        print(f"speed-up: {statistics.median(fresh) / statistics.median(warm):.2f}x")
     return 0
 
 

@@ -38,9 +38,11 @@ JOBS = "falkirk.spark_jobs.figure1"  # the jobs, found by package
 READS_PAST = {"popularity"}
 
 
-def build_dag(dag_id: str = "falkirk_figure1", conn_id: str = "spark_default", queue: str = "default") -> DAG:
+def build_dag(dag_id: str = "falkirk_figure1", conn_id: str = "spark_default", queue: str = "default",
+              env_vars: dict[str, str] | None = None) -> DAG:
     """The pipeline under ``dag_id`` (copies can live side by side, each with its own tables);
-    ``queue``: the Celery queue its tasks ask for (a worker's name pins them to that worker)."""
+    ``queue``: the Celery queue its tasks ask for (a worker's name pins them to that worker);
+    ``env_vars``: added to every job's environment."""
     with DAG(
         dag_id=dag_id,
         description="Clickstream -> popularity (batch) and PageRank (iterative) -> query answers -> statistics",
@@ -53,7 +55,8 @@ def build_dag(dag_id: str = "falkirk_figure1", conn_id: str = "spark_default", q
         doc_md=__doc__,
     ) as dag:
         tasks = {task: RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime,
-                                                 depends_on_past=regime.keeps_state or task in READS_PAST)
+                                                 depends_on_past=regime.keeps_state or task in READS_PAST,
+                                                 env_vars=env_vars)
                  for task, regime in REGIMES.items()}
         for up, down in EDGES:
             tasks[up] >> tasks[down]

@@ -3,8 +3,10 @@ Falkirk task under each regime, on the job host and (``*_cold``) in a fresh inte
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from airflow.sdk import DAG, task
 
@@ -45,3 +47,14 @@ for suffix, env in (("", {}), ("_cold", {"FALKIRK_JOB_HOST": "off"})):
                  for name, regime in REGIMES.items()]
         for before, after in zip(tasks, tasks[1:]):
             before >> after
+
+
+# The reference application (dags/falkirk_figure1.py), an epoch of five task instances, with and
+# without the job host.
+_spec = importlib.util.spec_from_file_location("falkirk_figure1_dag",
+                                               Path(__file__).resolve().parents[2] / "dags" / "falkirk_figure1.py")
+assert _spec is not None and _spec.loader is not None
+_figure1 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_figure1)
+figure1 = _figure1.build_dag("bench_figure1")
+figure1_cold = _figure1.build_dag("bench_figure1_cold", env_vars={"FALKIRK_JOB_HOST": "off"})
