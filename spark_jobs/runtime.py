@@ -372,7 +372,7 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
     epoch's result, and every result built on it, stale behind a green task instance; a planned
     recovery redoes it (:class:`~falkirk.policies.store.control.Completions`).
     """
-    done = snapshot.find(args.task_id, args.epoch, args.map_index)
+    done = snapshot.find(args.task_id, args.epoch, args.map_index, read_again=False)
     if done is None or done.incarnation < args.incarnation:
         return None
     completions = Completions(store)

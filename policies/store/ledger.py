@@ -408,10 +408,10 @@ class LedgerSnapshot:
                        pc.equal(self.rows.column("map_index"), map_index))
         return entries_of(self.rows.filter(mask), self.gone)
 
-    def find(self, task_id: str, epoch: int, map_index: int = -1) -> LedgerEntry | None:
-        """The current checkpoint of the task at ``epoch`` (its latest incarnation); one more read
-        if the snapshot has none."""
-        for attempt in (0, 1):
+    def find(self, task_id: str, epoch: int, map_index: int = -1, *, read_again: bool = True) -> LedgerEntry | None:
+        """The current checkpoint of the task at ``epoch`` (its latest incarnation); if the snapshot
+        has none, one more read (unless ``read_again=False``: the job asking about its own epoch)."""
+        for attempt in (0, 1) if read_again else (0,):
             if attempt:
                 self.refresh()
             current, _ = self.entries_and_invalidated(task_id, map_index)
