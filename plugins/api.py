@@ -62,7 +62,11 @@ from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
-from falkirk.plugins.task_metadata import epoch_clock_of, partitions_of, regime_of
+# Through the operator module, so that the API server (and the scheduler, which loads this plugin)
+# has imported the operator and the Spark provider when it starts: imported later, inside a
+# database transaction (creating a run's task instances), a cold import held SQLite's write lock
+# for a minute and stalled every component. The functions live in task_metadata.
+from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
 from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unrecorded, with_runs
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.store_hook import FalkirkStoreHook

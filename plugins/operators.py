@@ -56,7 +56,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from falkirk.plugins.job_hook import FalkirkJobHook
 from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
-from falkirk.plugins.task_metadata import partitions_of
+from falkirk.plugins.task_metadata import epoch_clock_of, partitions_of, regime_of  # noqa: F401 (re-exported)
 from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.job_spec import REFUSED_EXIT_CODE, JobSpec

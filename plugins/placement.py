@@ -63,7 +63,7 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None
 def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1) -> str | None:
     """The worker ``task``'s instances (partition ``map_index`` of a partitioned task) must run
     on, or ``None`` when any worker will do."""
-    from falkirk.plugins.task_metadata import partitions_of, regime_of
+    from falkirk.plugins.operators import partitions_of, regime_of
     from falkirk.policies.placement import (configured_workers, group_of, home_worker, lost_workers,
                                             partitioned_group, scratch_groups)
     from falkirk.policies.store import StoreConfig
