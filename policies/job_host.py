@@ -203,11 +203,8 @@ class JobHost:
         with sock:
             request = {"argv": list(argv), "env": dict(env), "cwd": cwd or os.getcwd()}
             sock.sendall(json.dumps(request).encode() + b"\n")
-            pending = b""
             with sock.makefile("rb") as stream:
-                for raw in stream:
-                    line = pending + raw if pending else raw
-                    pending = b""
+                for line in stream:
                     control = parse_control(line)
                     if control is None:
                         on_line(line.decode("utf-8", "replace").rstrip("\n"))
