@@ -22,6 +22,9 @@ import httpx
 from falkirk.policies.partitions import processor_id, split_processor
 
 TERMINAL_RUN_STATES = {"success", "failed"}
+# How long a write (a clear, a state change) may take to answer: the API server holds it behind
+# the metadata database and the cluster policy's store reads.
+WRITE_TIMEOUT = 600.0
 
 
 class AirflowError(RuntimeError):
@@ -64,16 +67,25 @@ class AirflowClient:
         return response.json()["access_token"]
 
     def request(self, method: str, path: str, attempts: int = 4, idempotent: bool = False, **kwargs: Any) -> Any:
-        """One REST call. A read (GET), or a write the caller marks ``idempotent``, that times out or
-        meets a server error is retried: on a loaded machine the API server can stall for a while
-        behind the metadata database, or give up on a locked SQLite file and roll back."""
+        """One REST call. A read (GET), or a write the caller marks ``idempotent``, that meets a
+        server error is retried: on a loaded machine the API server can give up on a locked SQLite
+        file and roll back. A read that times out is retried too. A write waits up to
+        :data:`WRITE_TIMEOUT` for its answer and is not sent again after a timeout: the server may
+        still be carrying it out, and two clears of one task instance at once collide in Airflow's
+        task-instance history."""
+        if method != "GET":
+            kwargs.setdefault("timeout", httpx.Timeout(30, read=WRITE_TIMEOUT))
         for attempt in range(1, attempts + 1):
             retry = (method == "GET" or idempotent) and attempt < attempts
             try:
                 response = self.http.request(method, path, **kwargs)
-            except httpx.TimeoutException:
-                if not retry:
+            except httpx.TimeoutException as exc:
+                sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
+                if method == "GET" and not retry:
                     raise
+                if not retry or sent:
+                    raise AirflowError(f"{method} {path}: no answer from {self.base_url} ({exc!r}); "
+                                       "whether it was carried out is unknown") from exc
                 time.sleep(2 * attempt)
                 continue
             if response.status_code >= 500 and retry:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from typing import Any
 
 from airflow.policies import hookimpl
@@ -64,11 +65,8 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
     """The worker ``task``'s instances (partition ``map_index`` of a partitioned task) must run
     on, or ``None`` when any worker will do."""
     from falkirk.plugins.operators import partitions_of, regime_of
-    from falkirk.policies.placement import (configured_workers, group_of, home_worker, lost_workers,
-                                            partitioned_group, scratch_groups)
+    from falkirk.policies.placement import configured_workers, group_of, home_worker, partitioned_group, scratch_groups
     from falkirk.policies.store import StoreConfig
-    from falkirk.policies.store.ledger import Ledger
-    from falkirk.policies.planning.recovery_log import RecoveryLog
 
     dag = task.dag
     tasks = {t.task_id: (regime_of(t), tuple(t.upstream_task_ids)) for t in dag.tasks}
@@ -80,11 +78,39 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
     if map_index is not None and map_index >= 0 and partitioned_group(
             group, {t.task_id: partitions_of(t) for t in dag.tasks}):
         partition = map_index
-    store = StoreConfig.from_env()
-    events = RecoveryLog(store).events(dag.dag_id)
+    entries, lost = _placement_facts(StoreConfig.from_env(), dag.dag_id)
+    return home_worker(dag.dag_id, group, entries, workers, lost=lost, preferred=queue, partition=partition)
+
+
+# dag_id (and store) -> the versions read at, the DAG's current ledger rows, its lost workers
+_FACTS: dict[tuple[str, str], tuple[tuple[Any, ...], list[Any], dict[str, Any]]] = {}
+_FACTS_LOCK = threading.Lock()
+
+
+def _placement_facts(store: Any, dag_id: str) -> tuple[list[Any], dict[str, Any]]:
+    """The DAG's current ledger rows and its lost workers, read again only when the ledger, the
+    rollbacks or the recovery log has a new version since the last call. Airflow calls the hook
+    several times per task instance it creates or clears, and a clear of N instances would
+    otherwise read the store 2N times while holding the metadata database's transaction."""
+    from falkirk.policies.placement import lost_workers
+    from falkirk.policies.planning.recovery_log import RecoveryLog
+    from falkirk.policies.store.commits import latest_version
+    from falkirk.policies.store.ledger import Ledger
+
+    ledger, log = Ledger(store), RecoveryLog(store)
+    versions = tuple(latest_version(t.uri, store.options_for(t.uri)) for t in (ledger, ledger.invalidations, log))
+    key = (store.durable_uri, dag_id)
+    with _FACTS_LOCK:
+        held = _FACTS.get(key)
+        if held is not None and held[0] == versions:
+            return held[1], held[2]
+    # Read after the versions: a commit landing in between only makes the next call read again.
+    events = log.events(dag_id)
     plans = {e["plan_id"]: json.loads(e["detail"]) for e in events if e["event"] == "planned"}
-    return home_worker(dag.dag_id, group, Ledger(store).entries(dag.dag_id), workers,
-                       lost=lost_workers(events, plans), preferred=queue, partition=partition)
+    entries, lost = ledger.entries(dag_id), lost_workers(events, plans)
+    with _FACTS_LOCK:
+        _FACTS[key] = (versions, entries, lost)
+    return entries, lost
 
 
 def _is_partitioned_falkirk(task: Any) -> bool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence, TypeVar
@@ -449,6 +450,49 @@ def open_table(uri: str, storage_options: dict[str, str] | None = None) -> Delta
         return None
     except (DeltaError, OSError) as exc:  # a gap in _delta_log, a torn commit file, storage gone
         raise UnreadableTable(uri, exc) from exc
+
+
+# Handles kept by latest_version: (uri, options) -> (table, when it was opened).
+_WATCHED: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[DeltaTable, float]] = {}
+_WATCHED_LOCK = threading.Lock()
+REOPEN_SECONDS = 60.0
+
+
+def latest_version(uri: str, storage_options: dict[str, str] | None = None) -> int | None:
+    """The table's latest Delta version (``None`` when there is no table), cheaply for a
+    long-lived process such as the scheduler or the API server.
+
+    The first call opens the table; a later one reads only the commits made since (delta-rs's
+    ``update_incremental``, one listing of ``_delta_log``) instead of loading the log again. A
+    handle is opened anew after :data:`REOPEN_SECONDS`, so a table deleted and created again is
+    seen within that time.
+
+    >>> import tempfile, pyarrow as pa
+    >>> uri = tempfile.mkdtemp() + "/t"
+    >>> latest_version(uri) is None
+    True
+    >>> commit_epoch(uri, pa.table({"epoch": [1], "x": [1]}), CommitKey("d", "t", epoch=1)).version
+    0
+    >>> latest_version(uri)
+    0
+    >>> commit_epoch(uri, pa.table({"epoch": [2], "x": [2]}), CommitKey("d", "t", epoch=2)).version, latest_version(uri)
+    (1, 1)
+    """
+    key = (uri, tuple(sorted((storage_options or {}).items())))
+    with _WATCHED_LOCK:
+        held = _WATCHED.get(key)
+        if held is not None and time.monotonic() - held[1] < REOPEN_SECONDS:
+            try:
+                held[0].update_incremental()
+                return held[0].version()
+            except (DeltaError, OSError):
+                pass  # opened anew below, which names the problem
+        table = open_table(uri, storage_options)
+        if table is None:
+            _WATCHED.pop(key, None)
+            return None
+        _WATCHED[key] = (table, time.monotonic())
+        return table.version()
 
 
 def count_epoch(table: DeltaTable, epoch: int) -> int:

@@ -254,3 +254,32 @@ def test_the_hook_places_partitions_as_airflow_creates_a_runs_task_instances(
             settings.task_instance_mutation_hook(ti)  # as DagRun._create_tasks does
             queues[f"{task_id}[{i}]"] = ti.queue
     assert queues == {f"{t}[{i}]": ("worker-a", "worker-b")[i % 2] for t in ("totals", "leaders") for i in range(4)}
+
+
+def test_the_hook_reads_the_store_again_only_when_the_ledger_or_the_recovery_log_moved(tmp_path) -> None:
+    """Airflow calls the hook several times per task instance it creates or clears: the facts it
+    places by are read once per version of the ledger, the rollbacks and the recovery log."""
+    from falkirk.plugins.placement import _placement_facts
+    from falkirk.policies.planning.recovery_log import RecoveryLog
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.ledger import Ledger
+
+    store = StoreConfig(durable_uri=str(tmp_path / "store"), scratch_uri=str(tmp_path / "scratch"))
+    ledger = Ledger(store)
+    rows = on_workers(history(2, None), dict.fromkeys(REGIMES, "worker-a"))
+    ledger.append(rows[0])
+    before = Ledger.reads
+    first = _placement_facts(store, rows[0].dag_id)
+    assert [e.key for e in first[0]] == [rows[0].key] and first[1] == {}
+    assert [_placement_facts(store, rows[0].dag_id) for _ in range(5)] == [first] * 5
+    assert Ledger.reads - before == 1  # five more calls, no read
+    ledger.append(rows[1])
+    assert {e.key for e in _placement_facts(store, rows[0].dag_id)[0]} == {r.key for r in rows[:2]}
+    assert Ledger.reads - before == 2
+    # a recovery of the lost worker-a is seen at the next call, once it has started
+    plan = plan_recovery(rows[0].dag_id, GRAPH, rows[:2], [LostWorker("worker-a")], 1, readable_when(False),
+                         REGIMES)
+    log = RecoveryLog(store)
+    log.record(plan)
+    log.begin(plan, "test")
+    assert list(_placement_facts(store, rows[0].dag_id)[1]) == ["worker-a"] and Ledger.reads - before == 3
