@@ -10,9 +10,14 @@ which Airflow's scheduler and API server need to read a DAG scheduled on epochs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.plugins_manager import AirflowPlugin
 
-from falkirk.plugins.api import app
+# The scheduler and the API server import the operator (and the Spark provider) here, when they
+# start: imported later, inside a database transaction that creates a run's task instances, a
+# cold import held SQLite's write lock for a minute.
+import falkirk.plugins.operators  # noqa: F401
 from falkirk.plugins.timetable import EpochTimetable
 
 BUNDLE = "falkirk/ui/falkirk.js"
@@ -23,9 +28,17 @@ class FalkirkPlugin(AirflowPlugin):
 
     name = "falkirk"
     timetables = [EpochTimetable]
-    fastapi_apps = [{"app": app, "url_prefix": "/falkirk", "name": "Falkirk"}]
     react_apps = [
         {"name": "Falkirk", "bundle_url": f"{BUNDLE}?mount=dag", "destination": "dag", "url_route": "falkirk"},
         {"name": "Falkirk recovery", "bundle_url": f"{BUNDLE}?mount=task_instance",
          "destination": "task_instance", "url_route": "falkirk-task"},
     ]
+
+    @property
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The API, imported only by the process that serves it: every task process loads the
+        plugins too, and the API's modules (FastAPI, Airflow's API app, the planner) would add
+        seconds to each task instance."""
+        from falkirk.plugins.api import app
+
+        return [{"app": app, "url_prefix": "/falkirk", "name": "Falkirk"}]

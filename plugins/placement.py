@@ -24,6 +24,8 @@ from typing import Any
 
 from airflow.policies import hookimpl
 
+from falkirk.policies.workers import configured_workers
+
 # Airflow loads this module while it initializes, in every process: the store's modules
 # (delta-rs, pyarrow) are imported only when a Falkirk task instance is placed.
 
@@ -47,6 +49,8 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None
     task = getattr(task_instance, "task", None)
     if task is None or not (getattr(task, "falkirk_regime", None) or _is_partitioned_falkirk(task)):
         return
+    if not configured_workers(os.environ):  # one machine: nothing to choose, nothing to import or read
+        return
     try:
         # The DAG's queue, not the instance's: Airflow calls the hook again on an instance it has
         # already placed (TaskInstance() calls it, then DagRun creating the run's instances does).
@@ -65,7 +69,7 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
     """The worker ``task``'s instances (partition ``map_index`` of a partitioned task) must run
     on, or ``None`` when any worker will do."""
     from falkirk.plugins.operators import partitions_of, regime_of
-    from falkirk.policies.placement import configured_workers, group_of, home_worker, partitioned_group, scratch_groups
+    from falkirk.policies.placement import group_of, home_worker, partitioned_group, scratch_groups
     from falkirk.policies.store import StoreConfig
 
     dag = task.dag

@@ -47,8 +47,7 @@ from typing import Iterable, Mapping, Sequence
 
 from falkirk.policies.regimes import Regime, Tier
 from falkirk.policies.store.ledger import LedgerEntry
-
-WORKERS_ENV = "FALKIRK_WORKERS"
+from falkirk.policies.workers import WORKERS_ENV, configured_workers  # noqa: F401 - part of this module's API
 
 
 def keeps_scratch_state(regime: Regime) -> bool:
@@ -167,10 +166,3 @@ def lost_workers(events: Iterable[Mapping], plans: Mapping[str, Mapping]) -> dic
     return lost
 
 
-def configured_workers(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """``FALKIRK_WORKERS``: the workers (and queue names) placement may choose from, comma-separated.
-
-    >>> configured_workers({"FALKIRK_WORKERS": "worker-a, worker-b"})
-    ('worker-a', 'worker-b')
-    """
-    return tuple(w.strip() for w in environ.get(WORKERS_ENV, "").split(",") if w.strip())

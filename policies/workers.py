@@ -18,9 +18,19 @@ import socket
 from typing import Mapping
 
 WORKER_ENV = "FALKIRK_WORKER"
+WORKERS_ENV = "FALKIRK_WORKERS"
 
 
 def worker_name(environ: Mapping[str, str] | None = None) -> str:
     """The name of the worker this process runs on."""
     env = os.environ if environ is None else environ
     return env.get(WORKER_ENV, "").strip() or socket.getfqdn()
+
+
+def configured_workers(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """``FALKIRK_WORKERS``: the workers (and queue names) placement may choose from, comma-separated.
+
+    >>> configured_workers({"FALKIRK_WORKERS": "worker-a, worker-b"})
+    ('worker-a', 'worker-b')
+    """
+    return tuple(w.strip() for w in environ.get(WORKERS_ENV, "").split(",") if w.strip())
