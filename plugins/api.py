@@ -78,7 +78,7 @@ from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
 from falkirk.policies.store.control import Collections
-from falkirk.policies.store.ledger import Ledger, LedgerEntry
+from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot
 from falkirk.policies.planning.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
 from falkirk.policies.store.steps import StepLog
 
@@ -360,10 +360,10 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
             TaskInstance.dag_id == dag_id, (TaskInstance.state != "success") | TaskInstance.state.is_(None))).all()
     live = {(processor_id(task, index), run): (str(state.value if hasattr(state, "value") else state) if state else None)
             for task, index, run, state in rows}
-    ledger = Ledger(store)
-    version = ledger.dag_version(dag_id)
+    snapshot = LedgerSnapshot(Ledger(store), dag_id)  # one read of the ledger and one of its rollbacks
+    version = snapshot.dag_version
     collected = Collections(store).through(dag_id)
-    grid = grid_from_ledger(ledger, dag_id, [p for t in tasks for p in processors(t.task_id, t.partitions)],
+    grid = grid_from_ledger(snapshot, dag_id, [p for t in tasks for p in processors(t.task_id, t.partitions)],
                             collected_through=collected)
     # Runs with no ledger row at all (each of their task instances failed or has not run yet).
     grid = with_runs(grid, _runs_at_epochs(dag_id, tasks, {run for _, run in live} - set(grid.runs.values())))
@@ -373,7 +373,7 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
                                                             collected)
     can_replay = get_auth_manager().is_authorized_dag(
         method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
-    workers = {e.worker for e in ledger.entries(dag_id) if e.worker and e.scratch_uris()}
+    workers = {e.worker for e in snapshot.entries() if e.worker and e.scratch_uris()}
     body = dag_view(dag_id, tasks, grid, live, events, store.scratch_uri, version,
                     can_replay, unrecorded=lost, workers=sorted(workers),
                     progress=epoch_progress(StepLog(store).of_dag(dag_id)))

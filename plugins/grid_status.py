@@ -40,7 +40,7 @@ from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
 from falkirk.policies.partitions import processor_id
-from falkirk.policies.store.ledger import Ledger
+from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
 
 
 class CheckpointStatus(Enum):
@@ -142,12 +142,14 @@ def grid_from_rows(
     return CheckpointGrid({t: "".join(c) for t, c in cells.items()}, dict(sorted(runs.items())), last)
 
 
-def grid_from_ledger(ledger: Ledger, dag_id: str, tasks: Sequence[str],
+def grid_from_ledger(ledger: Ledger | LedgerSnapshot, dag_id: str, tasks: Sequence[str],
                      collected_through: Mapping[str, int] | None = None) -> CheckpointGrid:
-    """The grid of ``dag_id`` from one read of the ledger and one of its invalidations."""
-    cols = ledger.read(dag_id).select(["task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier",
-                                       "outputs"]).to_pydict()
-    gone = {(t, m, e, i) for _, t, m, e, i in ledger.invalidations.keys(dag_id)}
+    """The grid of ``dag_id`` from one read of the ledger and one of its invalidations (none
+    when given a snapshot of the DAG)."""
+    snapshot = ledger if isinstance(ledger, LedgerSnapshot) else LedgerSnapshot(ledger, dag_id)
+    cols = snapshot.rows.select(["task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier",
+                                 "outputs"]).to_pydict()
+    gone = {(t, m, e, i) for _, t, m, e, i in snapshot.gone}
     return grid_from_rows(tasks, cols, gone, collected_through=collected_through)
 
 

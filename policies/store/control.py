@@ -141,13 +141,17 @@ class Invalidations:
 
     def keys_and_version(self, dag_id: str | None = None) -> tuple[set[InvalidationKey], int]:
         """:meth:`keys`, and the table version they were read at (-1: no rollback yet)."""
+        rows, version = self.rows(dag_id)
+        return keys_of(rows), version
+
+    def rows(self, dag_id: str | None = None) -> tuple[pa.Table, int]:
+        """The rollback rows (of ``dag_id`` if given), and the table version they were read at
+        (-1: no rollback yet)."""
         Invalidations.reads += 1
         table = open_table(self.uri, self.store.options_for(self.uri))
         if table is None:
-            return set(), -1
-        cols = scan(table, where={"dag_id": dag_id} if dag_id else None).to_pydict()
-        keys = set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
-        return keys, table.version()
+            return INVALIDATION_SCHEMA.empty_table(), -1
+        return scan(table, where={"dag_id": dag_id} if dag_id else None), table.version()
 
     def version_of(self, dag_id: str, plan_id: str) -> int | None:
         """The table version at which recovery ``plan_id`` rolled back its rows of ``dag_id`` (``None``:
@@ -191,6 +195,12 @@ class Invalidations:
         """The incarnation a new run of (task, epoch) commits under: one past the last rolled back."""
         gone = [inc for d, t, m, e, inc in self.keys(dag_id) if (t, m, e) == (task_id, map_index, epoch)]
         return max(gone, default=-1) + 1
+
+
+def keys_of(rows: pa.Table) -> set[InvalidationKey]:
+    """The keys (dag, task, map index, epoch, incarnation) of rollback rows."""
+    cols = rows.select(["dag_id", "task_id", "map_index", "epoch", "incarnation"]).to_pydict()
+    return set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
 
 
 class Collections:

@@ -37,7 +37,7 @@ from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Regime, RegimeError
 from falkirk.policies.store.commits import CommitKey, append_once, compact, compact_every, open_table, scan
 from falkirk.policies.store.config import StoreConfig
-from falkirk.policies.store.control import InvalidationKey, Invalidations
+from falkirk.policies.store.control import InvalidationKey, Invalidations, keys_of
 
 # Ledger versions between compactions (each task commit appends one version).
 COMPACT_EVERY = 100
@@ -395,8 +395,18 @@ class LedgerSnapshot:
     def refresh(self) -> None:
         """Read the DAG's rows and rollbacks again."""
         self.rows = self.ledger.read(self.dag_id)
-        self.gone, self.rollbacks_version = self.ledger.invalidations.keys_and_version(self.dag_id)
+        rollbacks, self.rollbacks_version = self.ledger.invalidations.rows(self.dag_id)
+        self.gone, self.rollback_rows = keys_of(rollbacks), rollbacks.num_rows
         self.scans += 2
+
+    @property
+    def dag_version(self) -> int:
+        """:meth:`Ledger.dag_version` as of this snapshot."""
+        return self.rows.num_rows + self.rollback_rows
+
+    def entries(self) -> list[LedgerEntry]:
+        """The DAG's current rows, as :meth:`Ledger.entries`."""
+        return entries_of(self.rows, self.gone)[0]
 
     def entries_and_invalidated(self, task_id: str, map_index: int = -1) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
         """The task's (or partition's) current rows and rolled-back rows, as :meth:`Ledger.entries_and_invalidated`."""
