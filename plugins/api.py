@@ -373,7 +373,7 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
                                                             collected)
     can_replay = get_auth_manager().is_authorized_dag(
         method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
-    workers = {e.worker for e in snapshot.entries() if e.worker and e.scratch_uris()}
+    workers = snapshot.workers_holding_scratch()
     body = dag_view(dag_id, tasks, grid, live, events, store.scratch_uri, version,
                     can_replay, unrecorded=lost, workers=sorted(workers),
                     progress=epoch_progress(StepLog(store).of_dag(dag_id)))

@@ -408,6 +408,52 @@ class LedgerSnapshot:
         """The DAG's current rows, as :meth:`Ledger.entries`."""
         return entries_of(self.rows, self.gone)[0]
 
+    def workers_holding_scratch(self) -> set[str]:
+        """The workers whose disks hold a scratch table of one of the DAG's current rows: what
+        ``{e.worker for e in self.entries() if e.worker and e.scratch_uris()}`` gives, from the
+        columns, without building an entry per row (25,000 rows: well under a second instead of 2 s).
+
+        >>> import tempfile
+        >>> from falkirk.policies.store import StoreConfig
+        >>> root = tempfile.mkdtemp()
+        >>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
+        >>> on_a = LedgerEntry("d", "rank", 1, "lazy_checkpoint(every=2)", "r1", 1, worker="worker-a",
+        ...                    state_uri=root + "/scratch/worker-a/d/rank/state", state_tier="scratch")
+        >>> on_b = LedgerEntry("d", "events", 1, "ephemeral", "r1", 1, worker="worker-b", outputs=(
+        ...     OutputRef("output", root + "/scratch/worker-b/d/events/output", "scratch", 1, 10, None),))
+        >>> durable = LedgerEntry("d", "stats", 1, "eager_checkpoint", "r1", 1, worker="worker-c")
+        >>> _ = [ledger.append(e) for e in (on_a, on_b, durable)]
+        >>> _ = ledger.invalidations.record([on_b], "plan-1")
+        >>> sorted(LedgerSnapshot(ledger, "d").workers_holding_scratch())  # events' row was rolled back
+        ['worker-a']
+        """
+        import pyarrow.compute as pc
+
+        names = ["task_id", "map_index", "epoch", "incarnation", "committed_at", "worker", "state_uri", "state_tier",
+                 "outputs"]
+        if "worker" not in self.rows.column_names:
+            return set()
+        # Rows without a worker hold nothing a worker could lose, and a racing duplicate of a row
+        # has the same key: both are left out before any Python object is made.
+        rows = self.rows.filter(pc.is_valid(self.rows.column("worker")))
+        if rows.num_rows == 0:
+            return set()
+        cols = rows.select(names).to_pydict()
+        first: dict[tuple, int] = {}  # racing attempts of one (task, epoch, incarnation): the first appended
+        for i in sorted(range(len(cols["task_id"])), key=cols["committed_at"].__getitem__):
+            key = (cols["task_id"][i], cols["map_index"][i], cols["epoch"][i], cols["incarnation"][i])
+            if (self.dag_id, *key) not in self.gone:
+                first.setdefault(key, i)
+        held = set()
+        for i in first.values():
+            worker = cols["worker"][i]
+            if not worker or worker in held:
+                continue
+            if (cols["state_uri"][i] and cols["state_tier"][i] == "scratch") or any(
+                    o.get("tier") == "scratch" for o in json.loads(cols["outputs"][i] or "[]")):
+                held.add(worker)
+        return held
+
     def entries_and_invalidated(self, task_id: str, map_index: int = -1) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
         """The task's (or partition's) current rows and rolled-back rows, as :meth:`Ledger.entries_and_invalidated`."""
         import pyarrow.compute as pc
