@@ -47,7 +47,7 @@ from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, L
     plan_recovery)
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
 from falkirk.policies.store.control import Collections, Completions
-from falkirk.policies.store.ledger import Ledger, LedgerEntry
+from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
 from falkirk.policies.store.readability import StoreReadability, under
 from falkirk.policies.store.steps import StepLog
 from falkirk.policies.planning.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
@@ -91,10 +91,10 @@ def plan(
                         "give --airflow-url and credentials, or write TASK:EPOCH")
     regimes, clock = _regimes(dag_id, client) if client is not None else ({}, None)
     if failed_tasks:
-        ledger = Ledger(store)
-        every = ledger.entries(dag_id, include_invalidated=True)
+        snapshot = LedgerSnapshot(Ledger(store), dag_id)
+        every = entries_of(snapshot.rows, set())[0]  # rolled-back rows too
         lost = [] if live_lease(RecoveryLog(store).events(dag_id), dag_id) else _unrecorded_from_airflow(
-            dag_id, client, ledger.entries(dag_id), every, regimes, Collections(store).through(dag_id))
+            dag_id, client, snapshot.entries(), every, regimes, Collections(store).through(dag_id))
         found = _failed_from_airflow(dag_id, client, failed_tasks, every, lost, clock)
         newest = max((e.epoch for e in every), default=0)
         if last_epoch is None and any(f.epoch > newest for f in found):  # a run that committed nothing
@@ -119,7 +119,7 @@ def _latest_run_epoch(dag_id: str, client: AirflowClient, clock: EpochClock, led
         epoch = clock.epoch_of(latest)
     except EpochError:
         return None
-    newest = max((e.epoch for e in ledger.entries(dag_id, include_invalidated=True)), default=0)
+    newest = max(ledger.read(dag_id).column("epoch").to_pylist(), default=0)  # rolled-back rows too
     return epoch if epoch > newest else None
 
 
@@ -135,8 +135,9 @@ def compute_plan(
     """The plan for ``failures`` from the ledger, given the regimes of the DAG's tasks (which
     adds the tasks that have no ledger row yet); records it in the recovery log if ``record``."""
     ledger = Ledger(store)
-    version = ledger.dag_version(dag_id)
-    entries, rolled_back = ledger.entries_and_invalidated(dag_id)
+    snapshot = LedgerSnapshot(ledger, dag_id)  # one read of the DAG's rows and one of its rollbacks
+    version = snapshot.dag_version
+    entries, rolled_back = entries_of(snapshot.rows, snapshot.gone)
     if not entries:
         raise PlanError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}; "
                         f"has it run with Falkirk's operator?")
@@ -163,7 +164,7 @@ def compute_plan(
     last = last_epoch if last_epoch is not None else max(e.epoch for e in [*entries, *rolled_back])
     # Checkpoints inside epochs, of the incarnation each epoch's next run commits under (an
     # older incarnation's were computed before a recovery rolled the epoch back).
-    gone = ledger.invalidations.keys(dag_id)
+    gone = snapshot.gone
     next_incarnation: dict[tuple[str, int, int], int] = {}
     for _, t, m, e, inc in gone:
         next_incarnation[t, m, e] = max(next_incarnation.get((t, m, e), 0), inc + 1)
