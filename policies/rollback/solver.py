@@ -201,18 +201,20 @@ class Solver:
         return proofs[q]
 
     def _blockers(self, pid: str, g: Checkpoint) -> Iterator[str]:
-        """The neighbours against which candidate ``g`` of ``pid`` fails a constraint (lazily)."""
+        """The neighbours against which candidate ``g`` of ``pid`` fails a constraint (lazily):
+        the one place the constraints are written."""
         f, fn = self.f, self.fn
-        for eid, dst, subset in self._c2[pid]:
+        for eid, dst, subset in self._c2[pid]:  # C2: D̄(e, g) ⊆ f(dst e)
             bar = g.D.get(eid)
             if bar is not None and not subset(bar, f[dst]):
                 yield dst
         subset = self._domain[pid].subset
+        n_bar = g.N if self.notifications else None
         for eid, src, phi in self._c34[pid]:
             bar = g.M.get(eid)
-            if bar is not None and not subset(bar, f[src] if phi is None else phi(f[src])):
+            if bar is not None and not subset(bar, f[src] if phi is None else phi(f[src])):  # C3
                 yield src
-            elif self.notifications and g.N is not None and not subset(g.N, fn[src] if phi is None else phi(fn[src])):
+            elif n_bar is not None and not subset(n_bar, fn[src] if phi is None else phi(fn[src])):  # C4
                 yield src
 
     def _can_rise(self, pid: str) -> bool:
@@ -295,23 +297,9 @@ class Solver:
         return f_changed, fn_changed
 
     def _consistent(self, pid: str, g: Checkpoint) -> bool:
-        """C2, C3 and the necessary part of C4 for candidate ``g`` of ``pid``."""
-        f = self.f
-        bars = g.D
-        for eid, dst, subset in self._c2[pid]:  # C2: D̄(e, g) ⊆ f(dst e)
-            bar = bars.get(eid)
-            if bar is not None and not subset(bar, f[dst]):
-                return False
-        subset = self._domain[pid].subset
-        bars = g.M
-        n_bar = g.N if self.notifications else None
-        fn = self.fn
-        for eid, src, phi in self._c34[pid]:
-            bar = bars.get(eid)
-            if bar is not None and not subset(bar, f[src] if phi is None else phi(f[src])):  # C3
-                return False
-            if n_bar is not None and not subset(n_bar, fn[src] if phi is None else phi(fn[src])):  # C4
-                return False
+        """C2, C3 and the necessary part of C4 for candidate ``g`` of ``pid``: no neighbour blocks it."""
+        for _ in self._blockers(pid, g):
+            return False
         return True
 
 
