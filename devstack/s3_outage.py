@@ -73,6 +73,12 @@ class S3Outage:
         first if ``applied`` (its answer is lost either way)."""
         self._post("down_at", {"method": method, "contains": contains, "applied": applied})
 
+    def hang_at(self, method: str, contains: str) -> None:
+        """Hang at the next ``method`` request whose path contains ``contains``: that request and
+        every later one are accepted and never answered (a server that stopped responding but
+        kept its port open), until :meth:`up`."""
+        self._post("down_at", {"method": method, "contains": contains, "applied": False, "hang": True})
+
     def down(self) -> None:
         """Stop answering now: the port refuses connections."""
         self._post("down", {})
@@ -122,8 +128,10 @@ class _Front:
         self.tripped = False
         self.dropped: list[list[str]] = []
         self.stopping: threading.Thread | None = None
+        self.hanging = threading.Event()
 
     def up(self) -> None:
+        self.hanging.clear()
         if self.stopping is not None:
             self.stopping.join()
         with self.lock:
@@ -139,9 +147,9 @@ class _Front:
             self.stopping = threading.Thread(target=lambda: (server.shutdown(), server.server_close()), daemon=True)
             self.stopping.start()
 
-    def arm(self, method: str, contains: str, applied: bool) -> None:
+    def arm(self, method: str, contains: str, applied: bool, hang: bool = False) -> None:
         with self.lock:
-            self.trip = {"method": method.upper(), "contains": contains, "applied": bool(applied)}
+            self.trip = {"method": method.upper(), "contains": contains, "applied": bool(applied), "hang": hang}
             self.tripped, self.dropped = False, []
 
     def take_trip(self, method: str, path: str) -> dict | None:
@@ -197,12 +205,26 @@ class _Forward(BaseHTTPRequestHandler):
         front.tripped = True
         self._reset()
 
+    def _hang(self) -> None:
+        """Hold the connection without a word until the server is brought up, then reset it."""
+        front = self.server.front
+        front.dropped.append([self.command, self.path])
+        front.hanging.set()
+        front.tripped = True
+        while front.hanging.is_set():
+            time.sleep(0.2)
+        self._reset()
+
     def _forward(self) -> None:
         front = self.server.front
         body = self._body()
         if self.server is not front.server:  # down, or a connection from before a restart
             return self._reset()
+        if front.hanging.is_set():
+            return self._hang()
         trip = front.take_trip(self.command, self.path)
+        if trip is not None and trip.get("hang"):
+            return self._hang()
         if trip is not None and not trip["applied"]:
             return self._went_down()
         conn = http.client.HTTPConnection(front.target.hostname, front.target.port, timeout=60)
@@ -253,7 +275,7 @@ class _Control(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         action = self.path.strip("/")
         if action == "down_at":
-            self.front.arm(body["method"], body["contains"], body["applied"])
+            self.front.arm(body["method"], body["contains"], body["applied"], bool(body.get("hang")))
         elif action == "down":
             self.front.down()
         elif action == "up":

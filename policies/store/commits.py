@@ -41,6 +41,8 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from falkirk.policies.store.config import STORE_RETRY_ENV, store_retry_seconds  # noqa: F401 - part of this module's API
+
 EPOCH = "epoch"
 
 
@@ -75,26 +77,6 @@ class StoreUnreachable(Exception):
             f"({type(cause).__name__}: {reason[:300]}). The commit may or may not have been applied; nothing is "
             f"half-visible. Run the task (or the command) again once the store is back: it finds what landed and "
             f"never applies it twice")
-
-
-STORE_RETRY_ENV = "FALKIRK_STORE_RETRY_SECONDS"
-
-
-def store_retry_seconds(environ: Mapping[str, str] | None = None) -> float:
-    """How long a commit keeps asking a store that does not answer (``FALKIRK_STORE_RETRY_SECONDS``,
-    default 60, at most 3600).
-
-    >>> store_retry_seconds({}), store_retry_seconds({"FALKIRK_STORE_RETRY_SECONDS": "5"})
-    (60.0, 5.0)
-    """
-    raw = (os.environ if environ is None else environ).get(STORE_RETRY_ENV, "").strip()
-    try:
-        seconds = float(raw) if raw else 60.0
-    except ValueError:
-        raise ValueError(f"{STORE_RETRY_ENV}={raw!r:.40}: give seconds, from 0 to 3600") from None
-    if not 0 <= seconds <= 3600:
-        raise ValueError(f"{STORE_RETRY_ENV}={raw!r:.40}: give seconds, from 0 to 3600")
-    return seconds
 
 
 def unanswered(exc: BaseException) -> bool:

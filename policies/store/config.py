@@ -34,6 +34,8 @@ from typing import Mapping
 from falkirk.policies.regimes import Tier
 from falkirk.policies.workers import WORKER_ENV
 
+STORE_RETRY_ENV = "FALKIRK_STORE_RETRY_SECONDS"
+
 STORE_ENV = "FALKIRK_STORE_URI"
 SCRATCH_ENV = "FALKIRK_SCRATCH_URI"
 _S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ALLOW_HTTP")
@@ -176,8 +178,49 @@ class StoreConfig:
         return normal
 
     def options_for(self, uri: str) -> dict[str, str] | None:
-        """delta-rs ``storage_options`` for ``uri`` (``None`` for local paths)."""
-        return dict(self.storage_options) if _is_remote(uri) and self.storage_options else None
+        """delta-rs ``storage_options`` for ``uri`` (``None`` for local paths): the configured
+        ones, and :func:`request_limits` unless they set those keys themselves.
+
+        >>> StoreConfig("s3://b/store", "/tmp/scratch").options_for("s3://b/store/t")
+        {'timeout': '30s', 'retry_timeout': '60s'}
+        >>> StoreConfig("/tmp/store", "/tmp/scratch").options_for("/tmp/store/t") is None
+        True
+        """
+        if not _is_remote(uri):
+            return None
+        return {**request_limits(), **self.storage_options}
+
+
+def store_retry_seconds(environ: Mapping[str, str] | None = None) -> float:
+    """How long a commit keeps asking a store that does not answer (``FALKIRK_STORE_RETRY_SECONDS``,
+    default 60, at most 3600).
+
+    >>> store_retry_seconds({}), store_retry_seconds({"FALKIRK_STORE_RETRY_SECONDS": "5"})
+    (60.0, 5.0)
+    """
+    raw = (os.environ if environ is None else environ).get(STORE_RETRY_ENV, "").strip()
+    try:
+        seconds = float(raw) if raw else 60.0
+    except ValueError:
+        raise ValueError(f"{STORE_RETRY_ENV}={raw!r:.40}: give seconds, from 0 to 3600") from None
+    if not 0 <= seconds <= 3600:
+        raise ValueError(f"{STORE_RETRY_ENV}={raw!r:.40}: give seconds, from 0 to 3600")
+    return seconds
+
+
+def request_limits(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The object store client's limits that keep a store which accepts connections and never
+    answers from blocking a job: each request gives up after ``timeout`` (30 s, less when the
+    retry budget is shorter, never under 5 s) and the client's own retries stop
+    ``FALKIRK_STORE_RETRY_SECONDS`` after the first try (its default would retry for 3 minutes).
+    Then the commit's own retry (:func:`falkirk.policies.store.commits.retry_lost_races`) asks
+    again within the same budget and names the store that did not answer.
+
+    >>> request_limits({"FALKIRK_STORE_RETRY_SECONDS": "4"})
+    {'timeout': '5s', 'retry_timeout': '4s'}
+    """
+    budget = store_retry_seconds(environ)
+    return {"timeout": f"{int(min(30, max(5, budget)))}s", "retry_timeout": f"{int(max(1, budget))}s"}
 
 
 def _is_remote(uri: str) -> bool:

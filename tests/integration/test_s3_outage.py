@@ -148,6 +148,40 @@ def test_a_store_down_past_the_retry_budget_fails_the_task_clearly_and_a_rerun_c
         ("aggregate", 1), ("aggregate", 2)]
 
 
+def test_a_store_that_hangs_fails_the_job_within_its_retry_budget(outage) -> None:
+    """The server keeps its port open and stops answering as aggregate appends its ledger row:
+    the job fails naming the ledger within FALKIRK_STORE_RETRY_SECONDS and one request's timeout
+    (5 s for a budget of 4 s), not after the object store client's default three minutes of
+    retries per request. Back up, the same job commits the epoch once."""
+    front, store, _, spark = outage
+    dag = "hang_orders"
+    ingest = JobSpec(dag, "ingest", epoch=1, regime=Ephemeral(), run_id="epoch-1")
+    aggregate = JobSpec(dag, "aggregate", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", inputs=("ingest",))
+    assert spark.submit(JOBS / "ingest.py", ingest.argv(), store.env()).returncode == 0
+
+    front.hang_at("PUT", "/store/_falkirk/ledger/_delta_log/")
+    result: list = []
+    runner = threading.Thread(target=lambda: result.append(spark.submit(
+        JOBS / "aggregate.py", aggregate.argv(), {**store.env(), "FALKIRK_STORE_RETRY_SECONDS": "4"})))
+    runner.start()
+    tripped = front.wait_tripped(timeout=300)
+    hung_at = time.monotonic()
+    runner.join(timeout=170)  # the client's defaults alone would retry one request for 180 s
+    took = time.monotonic() - hung_at
+    front.up()
+    runner.join()
+    failed = result[0]
+    assert failed.returncode != 0 and took < 60, (took, failed.stdout[-3000:])
+    assert "StoreUnreachable: the store did not answer a commit to s3://falkirk-outage/store/_falkirk/ledger" \
+        in failed.stdout
+    assert [m for m, _ in tripped["dropped"]][:1] == ["PUT"]
+    assert Ledger(store).find(dag, "aggregate", 1) is None
+
+    rerun = spark.submit(JOBS / "aggregate.py", aggregate.argv(), store.env())
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert sorted((e.task_id, e.epoch) for e in Ledger(store).entries(dag)) == [("aggregate", 1), ("ingest", 1)]
+
+
 def test_a_replay_whose_invalidations_the_store_never_answered_resumes_to_the_failure_free_tables(outage) -> None:
     """falkirk_orders runs epochs 1-3 through Airflow; aggregate's epoch 2 is then declared
     failed. The replay takes its lease; the server applies its invalidations and stops before
