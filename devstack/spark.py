@@ -131,14 +131,17 @@ class SparkConnectServer:
         self.url = f"sc://127.0.0.1:{self.port}"
         self.venv_bin = venv_bin
         env = {**os.environ, **local_spark_env(venv_bin), "SPARK_SUBMIT_OPTS": "-XX:+UseSerialGC"}
+        # The Connect service as a driver plugin, its sessions sharing the executors' Python
+        # workers (devstack/connect_server.py says why).
         self.service = Service(
             "spark-connect",
-            [str(venv_bin / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-             "--master", master or f"local[{cores}]", "--name", "falkirk-connect",
+            [str(venv_bin / "spark-submit"), "--master", master or f"local[{cores}]", "--name", "falkirk-connect",
+             "--conf", "spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin",
+             "--conf", "spark.sql.artifact.isolation.enabled=false",
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
-             "spark-internal"],
+             str(Path(__file__).resolve().parent / "connect_server.py")],
             env, work_dir / "spark-connect.log",
         )
 
