@@ -10,15 +10,35 @@ which Airflow's scheduler and API server need to read a DAG scheduled on epochs.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-# The scheduler and the API server import the operator (and the Spark provider) here, when they
-# start: imported later, inside a database transaction that creates a run's task instances, a
-# cold import held SQLite's write lock for a minute.
+# Every process imports the operator (and the Spark provider) here, when it loads the plugin:
+# imported later, inside a database transaction that creates a run's task instances, a cold
+# import held SQLite's write lock for a minute.
 import falkirk.plugins.operators  # noqa: F401
 from falkirk.plugins.timetable import EpochTimetable
+
+
+def _celery_worker(argv: list[str]) -> bool:
+    """Whether this process is a Celery worker or one of its task processes (they share its argv).
+
+    >>> _celery_worker(["airflow", "celery", "worker", "--queues", "default"]), _celery_worker(["airflow", "scheduler"])
+    (True, False)
+    """
+    return "celery" in argv[1:3]
+
+
+# The scheduler, the API server, the DAG processor and the triggerer import the API's modules
+# (delta-rs, pyarrow, the planner) here too, as they did before the API became lazy: a test
+# drill's trigger then held SQLite's write lock for 60 s without them, and which late import did
+# it is not pinned down. A LocalExecutor's task processes are forked from the scheduler with
+# these already imported. A Celery worker's task processes skip them: they never serve the API,
+# and the import added 3.5 s to each task instance's start.
+if not _celery_worker(sys.argv):
+    import falkirk.plugins.api  # noqa: F401,E402
 
 BUNDLE = "falkirk/ui/falkirk.js"
 
@@ -36,9 +56,8 @@ class FalkirkPlugin(AirflowPlugin):
 
     @property
     def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """The API, imported only by the process that serves it: every task process loads the
-        plugins too, and the API's modules (FastAPI, Airflow's API app, the planner) would add
-        seconds to each task instance."""
+        """The API, read by the API server when it starts (a Celery worker's task processes,
+        which load the plugins too, never import it)."""
         from falkirk.plugins.api import app
 
         return [{"app": app, "url_prefix": "/falkirk", "name": "Falkirk"}]
