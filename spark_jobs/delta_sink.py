@@ -37,8 +37,9 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from falkirk.policies.store.commits import (EPOCH, CommitKey, CommitResult, EpochTableError, already_committed,
-                                            commit_once, count_epoch, missing_commit, open_table, scan)
+from falkirk.policies.store.commits import (EPOCH, TABLE_PROPERTIES, CommitKey, CommitResult, EpochTableError,
+                                            already_committed, commit_once, count_epoch, missing_commit, open_table,
+                                            scan)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -143,7 +144,8 @@ def publish(staged: StagedFiles, attempts: int | None = None) -> CommitResult:
     def write(table: "DeltaTable | None", properties: CommitProperties) -> None:
         if table is None:
             create_table_with_add_actions(staged.uri, Schema.from_arrow(staged.schema), actions, mode="error",
-                                          partition_by=[EPOCH], storage_options=options,
+                                          partition_by=[EPOCH], configuration=TABLE_PROPERTIES,
+                                          storage_options=options,
                                           commit_properties=properties)
         else:
             table.create_write_transaction(actions, mode="overwrite", schema=staged.schema, partition_by=[EPOCH],

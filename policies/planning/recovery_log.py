@@ -55,7 +55,7 @@ from deltalake.exceptions import CommitFailedError
 
 from falkirk.policies.planning.recovery import PlanError, RecoveryPlan
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.commits import StoreUnreachable, open_table, retry_lost_races, scan, unanswered
+from falkirk.policies.store.commits import TABLE_PROPERTIES, StoreUnreachable, open_table, retry_lost_races, scan, unanswered
 
 SCHEMA = pa.schema(
     [
@@ -283,6 +283,7 @@ class RecoveryLog:
     def _write(self, rows: list[dict], *, table, retries: int | None) -> None:
         write_deltalake(table if table is not None else self.uri, pa.Table.from_pylist(rows, schema=SCHEMA),
                         mode="append", storage_options=self._options,
+                        configuration=TABLE_PROPERTIES if table is None else None,
                         commit_properties=CommitProperties(max_commit_retries=retries))
 
 

@@ -39,8 +39,10 @@ from falkirk.policies.store.commits import CommitKey, append_once, compact, comp
 from falkirk.policies.store.config import StoreConfig
 from falkirk.policies.store.control import InvalidationKey, Invalidations, keys_of
 
-# Ledger versions between compactions (each task commit appends one version).
-COMPACT_EVERY = 100
+# Ledger versions between compactions (each task commit appends one version, one small file).
+# Every read of the ledger opens each file added since the last compaction, a few requests
+# apiece on S3; a compaction rewrites the rows (a few MB at 100,000 rows) into one file.
+COMPACT_EVERY = 20
 
 SCHEMA = pa.schema(
     [

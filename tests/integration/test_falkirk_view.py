@@ -614,6 +614,10 @@ def test_a_lost_ledger_commit_shows_as_success_without_a_row_and_replays_to_the_
     log = Path(ledger.uri) / "_delta_log"
     for newest in sorted(log.glob("*.json"), reverse=True)[:2]:  # a compaction (no row of its own) may be newest
         newest.unlink()
+        # A checkpoint of that version (one every ten commits) holds the commit too, and goes
+        # with it; readers then find the checkpoint before it without the hint.
+        for summary in [*log.glob(f"{newest.stem}.checkpoint*.parquet"), log / "_last_checkpoint"]:
+            summary.unlink(missing_ok=True)
         if current() != before:
             break
     (task, epoch), = before - current()
