@@ -17,12 +17,14 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from typing import Any, Callable, Mapping
 
 import httpx
 
-from devstack.processes import VENV_BIN, Service, ServiceError, free_port, local_spark_env, wait_until
+from devstack.processes import VENV_BIN, Service, ServiceError, free_port, local_spark_env, stop_all, wait_until
 from falkirk.plugins.airflow_rest import AirflowClient
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.job_host import hosts_dir, stop_hosts
@@ -43,6 +45,31 @@ SQLITE_MODULE = "falkirk_devstack_sqlite"
 USERS = {"admin": ("admin", "admin"), "viewer": ("viewer", "viewer")}  # name: (role, password)
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 TERMINAL_RUN_STATES = {"success", "failed"}
+
+
+# A freshly migrated SQLite database per Airflow installation, copied into every new home this
+# process initialises: `airflow db migrate` costs about 10 s of CPU per home, and the file it
+# leaves is the same each time (the schema, its version and the default pool). The
+# airflow.cfg that the first command wrote goes with it, its paths moved to the new home:
+# the four components, started together, would otherwise race to write one.
+_SQLITE_SCHEMAS: dict[str, tuple[Path, Path]] = {}  # venv -> (its migrated home's copy, that home)
+
+
+def _keep_schema(home: Path) -> tuple[Path, Path]:
+    folder = Path(tempfile.mkdtemp(prefix="falkirk-airflow-schema-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    for name in ("airflow.db", "airflow.cfg"):
+        shutil.copyfile(home / name, folder / name)
+    return folder, home
+
+
+def _copy_schema(kept: tuple[Path, Path], home: Path) -> bool:
+    folder, origin = kept
+    if not (folder / "airflow.db").exists():
+        return False
+    shutil.copyfile(folder / "airflow.db", home / "airflow.db")
+    (home / "airflow.cfg").write_text((folder / "airflow.cfg").read_text().replace(str(origin), str(home)))
+    return True
 
 
 @dataclass(frozen=True)
@@ -177,11 +204,21 @@ class AirflowStack:
         self.home.mkdir(parents=True, exist_ok=True)
         passwords = {user: password for user, (_, password) in USERS.items()}
         (self.home / "passwords.json").write_text(json.dumps(passwords))
+        if self.database_url is not None:
+            self.airflow("db", "migrate")
+            return
+        database = self.home / "airflow.db"
+        if database.exists():
+            self.airflow("db", "migrate")  # an existing home: bring it up to this Airflow's schema
+            return
+        kept = _SQLITE_SCHEMAS.get(str(self.venv_bin))
+        if kept is not None and not (self.home / "airflow.cfg").exists() and _copy_schema(kept, self.home):
+            return
         self.airflow("db", "migrate")
-        if self.database_url is None:
-            # Write-ahead logging lets the UI and the REST API read while a task commits (persists in the file).
-            with closing(sqlite3.connect(self.home / "airflow.db", timeout=60)) as db:
-                db.execute("PRAGMA journal_mode=WAL")
+        # Write-ahead logging lets the UI and the REST API read while a task commits (persists in the file).
+        with closing(sqlite3.connect(database, timeout=60)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+        _SQLITE_SCHEMAS.setdefault(str(self.venv_bin), _keep_schema(self.home))
 
     def airflow(self, *args: str, timeout: float = 600, env: Mapping[str, str | None] | None = None,
                 check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -242,8 +279,7 @@ class AirflowStack:
         return health.get("scheduler", {}).get("status") == "healthy"
 
     def stop(self) -> None:
-        for service in reversed(self.services):
-            service.stop()
+        stop_all(self.services)
         self.services.clear()
         stop_hosts(hosts_dir(self.env()))  # the job hosts its tasks started
 

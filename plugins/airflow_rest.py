@@ -146,6 +146,21 @@ class AirflowClient:
                             params={"limit": 1000})
         return {processor_id(ti["task_id"], ti.get("map_index", -1)): ti for ti in data["task_instances"]}
 
+    def task_instances_by_run(self, dag_id: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """Every task instance of the DAG, by run id and then as :meth:`task_instances` keys
+        them: one request per page of 100 for all runs, where one per run would ask again for
+        each."""
+        runs: dict[str, dict[str, dict[str, Any]]] = {}
+        offset = 0
+        while True:
+            data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/~/taskInstances",
+                                params={"limit": 100, "offset": offset, "order_by": "id"})
+            for ti in data["task_instances"]:
+                runs.setdefault(ti["dag_run_id"], {})[processor_id(ti["task_id"], ti.get("map_index", -1))] = ti
+            offset += len(data["task_instances"])
+            if not data["task_instances"] or offset >= data["total_entries"]:
+                return runs
+
     def wait_for_run(
         self,
         dag_id: str,

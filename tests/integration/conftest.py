@@ -61,6 +61,16 @@ def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCon
 
 
 @pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory):
+    """One PostgreSQL server (Debian's, ``initdb`` here) for every test that wants one: each makes
+    its own database with ``create_database``."""
+    from devstack.servers import PostgresServer
+
+    with PostgresServer(tmp_path_factory.mktemp("postgres")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One in-process local Spark session (2 cores): the executors write files, the driver commits."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -1,5 +1,5 @@
 """The reference applications' SQL tables on both backends: a file (SQLite) and a real PostgreSQL
-server (Debian's, started here). A delivery replaces its epoch in one transaction (the query
+server (Debian's, the session's). A delivery replaces its epoch in one transaction (the query
 statistics) or its rows by key in transactions of a few rows (the sampled rows), so retries
 and re-runs after a rollback never add rows, and the DAGs' tables stay apart."""
 
@@ -22,10 +22,9 @@ def stats(epoch: int, n: int, marker: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def postgres_url(tmp_path_factory: pytest.TempPathFactory):
-    with PostgresServer(tmp_path_factory.mktemp("postgres")) as server:
-        server.create_database("queries")
-        yield server.url("queries", driver="postgresql")
+def postgres_url(postgres: PostgresServer) -> str:
+    postgres.create_database("queries")
+    return postgres.url("queries", driver="postgresql")
 
 
 def test_deliveries_replace_their_epoch_on_sqlite_and_postgres(tmp_path: Path, monkeypatch, postgres_url) -> None:

@@ -1,5 +1,10 @@
-"""One Airflow (LocalExecutor, SQLite), its tasks clients of the session's Spark Connect server, for
-every recovery drill.
+"""One Airflow (LocalExecutor, PostgreSQL), its tasks clients of the session's Spark Connect server,
+for every recovery drill.
+
+PostgreSQL rather than SQLite: the drills trigger and clear while tasks report their state, and
+on SQLite a trigger (Airflow logs the action and commits in the API server's event loop) can
+wait a minute for the write lock held by a request that needs that same loop to finish, stalling
+every component's heartbeat.
 
 Six copies of ``falkirk_clicks`` (source Ephemeral -> clean Batch(log) -> model
 LazyCheckpoint(every=3) -> sink EagerCheckpoint) run side by side:
@@ -25,6 +30,7 @@ import pytest
 
 from devstack.airflow import AirflowStack
 from devstack.demo import run_id_of
+from devstack.servers import PostgresServer
 from devstack.spark import SparkConnectServer
 from falkirk.policies.store import StoreConfig
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
@@ -36,8 +42,9 @@ STATE_LOST = {"source": {"success"}, "clean": {"success"}, "model": {"failed"}, 
 
 
 @pytest.fixture(scope="package")
-def drill(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
+def drill(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer, postgres: PostgresServer):
     root = tmp_path_factory.mktemp("drill")
+    postgres.create_database("drill")
     store = StoreConfig(str(root / "durable"), str(root / "scratch"))
     inbox, faults = root / "inbox", root / "faults"
     for dag in (REF, A, B, C, K, G):
@@ -45,14 +52,17 @@ def drill(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectS
             deliver(inbox, dag, e, clicks_for_epoch(e))
     deliver(inbox, C, 4, clicks_for_epoch(4) + DUPLICATED)
     faults.write_text(f"{A}/clean:4:before-commit\n")
-    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=DAGS, extra_env={
-        **spark_connect.airflow_env(),
-        "FALKIRK_INBOX": str(inbox), "FALKIRK_CRASH_AT": f"@{faults}",
-        # Short enough for the fault drills: a replay thread's lease, the time the scheduler
-        # gives a killed task instance before it fails it, and how often a new scheduler
-        # resets the task instances a dead one had queued or was running.
-        "FALKIRK_LEASE_SECONDS": "30", "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
-        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15"})
+    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=DAGS, database_url=postgres.url("drill"),
+                         extra_env={
+                             **spark_connect.airflow_env(),
+                             "FALKIRK_INBOX": str(inbox), "FALKIRK_CRASH_AT": f"@{faults}",
+                             # Short enough for the fault drills: a replay thread's lease, the time
+                             # the scheduler gives a killed task instance before it fails it, and how
+                             # often a new scheduler resets the task instances a dead one had queued
+                             # or was running.
+                             "FALKIRK_LEASE_SECONDS": "30",
+                             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+                             "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15"})
     stack.init()
     stack.start()
     try:

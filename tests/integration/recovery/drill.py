@@ -50,7 +50,8 @@ def wait_states(client: AirflowClient, dag: str, expected: dict[int, dict[str, s
     deadline = time.monotonic() + timeout
     while True:
         client.on_poll()
-        now = {e: {t: ti["state"] for t, ti in client.task_instances(dag, run_id_of(e)).items()} for e in expected}
+        runs = client.task_instances_by_run(dag)
+        now = {e: {t: ti["state"] for t, ti in runs.get(run_id_of(e), {}).items()} for e in expected}
         if all(now[e].get(t) in ok for e, want in expected.items() for t, ok in want.items()):
             return
         bad = [(e, t) for e in now for t, s in now[e].items() if s == "failed" and "failed" not in expected[e].get(t, ())]
