@@ -44,6 +44,9 @@ SQLITE_MODULE = "falkirk_devstack_sqlite"
 # Fixed credentials for the embedded default; change them for anything shared.
 USERS = {"admin": ("admin", "admin"), "viewer": ("viewer", "viewer")}  # name: (role, password)
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+# "0" starts no triggerer: it runs only deferred tasks, and no Falkirk task defers. The test
+# suite sets it (tests/conftest.py), saving each of its deployments the triggerer's start-up.
+TRIGGERER_ENV = "FALKIRK_DEVSTACK_TRIGGERER"
 TERMINAL_RUN_STATES = {"success", "failed"}
 
 
@@ -234,9 +237,9 @@ class AirflowStack:
         return proc
 
     def start(self, timeout: float = 120) -> "AirflowStack":
-        """Start the four components and wait until the API server and the scheduler are healthy."""
+        """Start the components and wait until the API server and the scheduler are healthy."""
         env = self.env()
-        for name in COMPONENTS:
+        for name in self.components():
             argv = [str(self.venv_bin / "airflow"), name]
             if name == "api-server":
                 argv += ["--host", "127.0.0.1", "--port", str(self.port)]
@@ -245,6 +248,13 @@ class AirflowStack:
             self.services.append(self._worker_service(worker, env).start())
         wait_until("the Airflow API server and scheduler", self._healthy, timeout, self.services)
         return self
+
+    @staticmethod
+    def components() -> tuple[str, ...]:
+        """The components :meth:`start` runs: all four, or without the triggerer (:data:`TRIGGERER_ENV`)."""
+        if os.environ.get(TRIGGERER_ENV, "1") == "0":
+            return tuple(c for c in COMPONENTS if c != "triggerer")
+        return COMPONENTS
 
     def _worker_service(self, worker: Worker, env: Mapping[str, str]) -> Service:
         argv = [str(self.venv_bin / "airflow"), "celery", "worker", "--celery-hostname", f"{worker.name}@%h",

@@ -1,9 +1,9 @@
 """Real components shared by the integration tests, each started once per session when first used:
-one Airflow deployment (api-server, scheduler, dag-processor, triggerer) with the demo
-pipeline run for epochs 1..3 through its scheduler; one local Spark session; one Spark
-Connect server for every deployment whose tasks run as its clients (this one's too); one ``moto_server``; and
-a ``store`` fixture that runs a test with the durable tier on a
-local path and on the S3-compatible server."""
+one local Spark session; one Spark Connect server for every deployment whose tasks run as
+its clients; one ``moto_server``; one PostgreSQL server; and a ``store`` fixture that runs a
+test with the durable tier on a local path and on the S3-compatible server. Also the demo
+pipeline's Airflow deployment with epochs 1..3 run through its scheduler, for the module
+that uses it (kept for the session, its idle scheduler would only take CPU from the rest)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def local_store(tmp_path_factory: pytest.TempPathFactory) -> StoreConfig:
     return StoreConfig(durable_uri=str(root / "durable"), scratch_uri=str(root / "scratch"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def airflow_stack(tmp_path_factory: pytest.TempPathFactory, local_store: StoreConfig,
                   spark_connect: "SparkConnectServer"):
     """Its tasks run as clients of the session's Spark Connect server, on the job host."""
@@ -43,7 +43,7 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory, local_store: StoreCo
     stack.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def three_epochs(airflow_stack: AirflowStack) -> dict[int, str]:
     """Epochs 1, 2, 3 of falkirk_orders, each one DAG run through the real scheduler."""
     states = run_epochs(airflow_stack.client(), dag_epoch_clock(), EPOCHS, progress=print)

@@ -2,8 +2,10 @@
 commits each table exactly once: nothing lost, nothing doubled. The durable tier is a
 local path and an S3-compatible server (``moto_server``).
 
-Real Spark (``spark-submit``, local) and real Delta tables; the kill is injected with
-``FALKIRK_CRASH_AT`` and is a SIGKILL of the driver, as a lost worker would be.
+Real Spark (each job a client of the session's Spark Connect server, as the operator runs
+it on a ``spark_connect`` connection) and real Delta tables; the kill is injected with
+``FALKIRK_CRASH_AT`` and is a SIGKILL of the job's process, which makes the commits, as a
+lost worker would be.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from devstack.airflow import PROJECT_ROOT
-from devstack.spark import spark_submit
+from devstack.spark import SparkConnectServer
 from falkirk.policies import EagerCheckpoint, Ephemeral, Ledger, StoreConfig, Tier
 from falkirk.policies.job_spec import JobSpec
 from falkirk.policies.store.commits import open_table
@@ -37,8 +39,10 @@ def committed_files(store: StoreConfig, uri: str) -> set[str]:
     return set(DeltaTable(uri, storage_options=store.options_for(uri)).file_uris())
 
 
-def test_killed_attempts_leave_no_partial_data_and_a_rerun_commits_once(store: StoreConfig, request) -> None:
+def test_killed_attempts_leave_no_partial_data_and_a_rerun_commits_once(store: StoreConfig, request,
+                                                                         spark_connect: SparkConnectServer) -> None:
     s3 = request.getfixturevalue("s3") if store.durable_uri.startswith("s3://") else None
+    spark_submit = spark_connect.submit
     ingest = JobSpec(DAG_ID, "ingest", epoch=1, regime=Ephemeral(), run_id="epoch-1")
     aggregate = JobSpec(DAG_ID, "aggregate", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", inputs=("ingest",))
     output_uri = store.table_uri(Tier.DURABLE, DAG_ID, "aggregate", "output")
@@ -51,7 +55,7 @@ def test_killed_attempts_leave_no_partial_data_and_a_rerun_commits_once(store: S
     # 1. Killed after the executors wrote the data files, before the Delta commits.
     killed = spark_submit(JOBS / "aggregate.py", aggregate.argv(),
                           {**store.env(), "FALKIRK_CRASH_AT": "aggregate:1:after-files"})
-    assert killed.returncode != 0, killed.stdout[-3000:]  # spark-submit reports the dead driver
+    assert killed.returncode != 0, killed.stdout[-3000:]  # the job died
     assert "injected crash: aggregate epoch 1 at after-files" in killed.stdout
     orphans = data_files(store, output_uri, s3)
     assert orphans and data_files(store, state_uri, s3), "the executors should have written files before the kill"

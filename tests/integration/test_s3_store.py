@@ -1,5 +1,7 @@
 """(c) The same pipeline with its durable Delta tables on an S3-compatible server
-(``moto_server`` as a subprocess), run by Airflow (``airflow dags test``) and real Spark."""
+(``moto_server`` as a subprocess), run by Airflow (``airflow dags test``) and real Spark: its
+epochs as clients of the session's Spark Connect server, then a trial run without a
+``spark_default`` connection, on ``spark-submit`` and ``local[2]``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from pathlib import Path
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock
 from devstack.s3 import MotoS3
+from devstack.spark import SparkConnectServer
+from falkirk.policies.job_host import hosts_dir, stop_hosts
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import Ledger
 from tests.oracle import canonical, expected_tables
@@ -16,16 +20,21 @@ from tests.tables import TABLES, snapshot, table_rows
 EPOCHS = [1, 2, 3]
 
 
-def test_pipeline_on_s3_produces_the_same_tables(s3: MotoS3, tmp_path: Path) -> None:
+def test_pipeline_on_s3_produces_the_same_tables(s3: MotoS3, spark_connect: SparkConnectServer,
+                                                  tmp_path: Path) -> None:
     s3.create_bucket("falkirk")
     store = StoreConfig("s3://falkirk/store", str(tmp_path / "scratch"), s3.storage_options())
     # The executors write every epoch's files (not the driver, as it does for small epochs).
     stack = AirflowStack(home=tmp_path / "airflow", store=store,
-                         extra_env={"FALKIRK_DRIVER_WRITE_MAX_ROWS": "0", "FALKIRK_DAGS_TEST_STORE": "real"})
+                         extra_env={**spark_connect.airflow_env(), "FALKIRK_DRIVER_WRITE_MAX_ROWS": "0",
+                                    "FALKIRK_DAGS_TEST_STORE": "real"})
     stack.init()
     clock = dag_epoch_clock()
-    for epoch in EPOCHS:
-        stack.airflow("dags", "test", DAG_ID, clock.logical_date(epoch).isoformat())
+    try:
+        for epoch in EPOCHS:
+            stack.airflow("dags", "test", DAG_ID, clock.logical_date(epoch).isoformat())
+    finally:
+        stop_hosts(hosts_dir(stack.env()))  # the job host the tasks started
 
     expected = expected_tables(EPOCHS)
     for name in TABLES:
