@@ -85,19 +85,8 @@ class Service:
         self.proc.wait(30)
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.proc.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # Children that left the group (e.g. task runners) are ended by the group kill above.
+        """SIGTERM the process group, SIGKILL it after ``timeout`` (see :func:`stop_all`)."""
+        stop_all([self], timeout)
 
 
 def stop_all(services: Sequence["Service"], timeout: float = 20.0) -> None:
@@ -119,6 +108,7 @@ def stop_all(services: Sequence["Service"], timeout: float = 20.0) -> None:
         running = [s for s in running if s.proc.poll() is None]  # type: ignore[union-attr]
         if not running:
             return
+    # Children that left a group (e.g. task runners) are ended by the group kill above.
 
 
 def wait_until(

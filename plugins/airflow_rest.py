@@ -144,22 +144,22 @@ class AirflowClient:
         """The run's task instances by processor: ``task``, or ``task[i]`` for a mapped one."""
         data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
                             params={"limit": 1000})
-        return {processor_id(ti["task_id"], ti.get("map_index", -1)): ti for ti in data["task_instances"]}
+        return _by_processor(data["task_instances"])
 
     def task_instances_by_run(self, dag_id: str) -> dict[str, dict[str, dict[str, Any]]]:
         """Every task instance of the DAG, by run id and then as :meth:`task_instances` keys
         them: one request per page of 100 for all runs, where one per run would ask again for
         each."""
-        runs: dict[str, dict[str, dict[str, Any]]] = {}
+        by_run: dict[str, list[dict[str, Any]]] = {}
         offset = 0
         while True:
             data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/~/taskInstances",
                                 params={"limit": 100, "offset": offset, "order_by": "id"})
             for ti in data["task_instances"]:
-                runs.setdefault(ti["dag_run_id"], {})[processor_id(ti["task_id"], ti.get("map_index", -1))] = ti
+                by_run.setdefault(ti["dag_run_id"], []).append(ti)
             offset += len(data["task_instances"])
             if not data["task_instances"] or offset >= data["total_entries"]:
-                return runs
+                return {run: _by_processor(tis) for run, tis in by_run.items()}
 
     def wait_for_run(
         self,
@@ -262,3 +262,8 @@ class AirflowClient:
 
     def dag_exists(self, dag_id: str) -> bool:
         return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
+
+
+def _by_processor(task_instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Task instances keyed ``task``, or ``task[i]`` for a mapped one."""
+    return {processor_id(ti["task_id"], ti.get("map_index", -1)): ti for ti in task_instances}

@@ -55,7 +55,8 @@ from deltalake.exceptions import CommitFailedError
 
 from falkirk.policies.planning.recovery import PlanError, RecoveryPlan
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.commits import TABLE_PROPERTIES, StoreUnreachable, open_table, retry_lost_races, scan, unanswered
+from falkirk.policies.store.commits import (TABLE_PROPERTIES, StoreUnreachable, open_table, retry_lost_races, scan,
+                                            unanswered)
 
 SCHEMA = pa.schema(
     [
