@@ -11,7 +11,6 @@ from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock
 from devstack.s3 import MotoS3
 from devstack.spark import SparkConnectServer
-from falkirk.policies.job_host import hosts_dir, stop_hosts
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import Ledger
 from tests.oracle import canonical, expected_tables
@@ -34,7 +33,7 @@ def test_pipeline_on_s3_produces_the_same_tables(s3: MotoS3, spark_connect: Spar
         for epoch in EPOCHS:
             stack.airflow("dags", "test", DAG_ID, clock.logical_date(epoch).isoformat())
     finally:
-        stop_hosts(hosts_dir(stack.env()))  # the job host the tasks started
+        stack.stop()  # no component was started: this stops the job host the tasks started
 
     expected = expected_tables(EPOCHS)
     for name in TABLES:
