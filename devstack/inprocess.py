@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
+from devstack.spark import SMALL_EPOCHS_SQL_CONF
 from falkirk.policies.job_spec import JobSpec
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig
@@ -57,8 +58,8 @@ def run_in_process(
     order = list(regimes)  # the caller lists tasks upstream first
     upstream = {t: tuple(sorted(u for u, d in edges if d == t)) for t in order}
     jobs = {t: importlib.import_module(f"{package}.{t}").compute for t in order}
-    # The operator's defaults for a small cluster (see plugins/operators.py): few shuffle partitions.
-    conf = {"FALKIRK_SPARK_CONF": "spark.sql.shuffle.partitions=2"}
+    # Few shuffle partitions, no generated code, no adaptive re-planning: see devstack.spark.
+    conf = {"FALKIRK_SPARK_CONF": ",".join(f"{k}={v}" for k, v in SMALL_EPOCHS_SQL_CONF.items())}
     with _environ({**conf, **store.env(), **(env or {})}):
         for epoch in epochs:
             for task in order:

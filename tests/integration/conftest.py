@@ -18,7 +18,7 @@ import pytest
 
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs
-from devstack.spark import SparkConnectServer
+from devstack.spark import SMALL_EPOCHS_SQL_CONF, SparkConnectServer
 from falkirk.policies.store import StoreConfig
 
 EPOCHS = [1, 2, 3]
@@ -77,8 +77,10 @@ def spark():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("falkirk-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    builder = SparkSession.builder.master("local[2]").appName("falkirk-tests").config("spark.ui.enabled", "false")
+    for key, value in {**SMALL_EPOCHS_SQL_CONF, "spark.sql.shuffle.partitions": "2"}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
