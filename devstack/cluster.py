@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Mapping
@@ -61,22 +62,19 @@ class Cluster:
         try:
             self.postgres = self._stack.enter_context(PostgresServer(self.root / "postgres"))
             self.postgres.create_database("airflow")
-            self.redis = self._stack.enter_context(RedisServer(self.root / "redis"))
-            self.s3 = self._stack.enter_context(MotoS3(self._dir("s3")))
-            self.s3.create_bucket(BUCKET)
-            # The Spark workers stand for other hosts: the Celery workers' disks are not theirs to see.
-            self.spark = self._stack.enter_context(
-                StandaloneSpark(self._dir("spark"), cores=1, memory="1g", workers=self.spark_workers,
-                                hidden_dir=self._dir("scratch")))
             # The reference application's query statistics go to PostgreSQL; its clickstream's
             # acknowledgement point (the source system's own state) to a file every worker reaches.
             self.postgres.create_database("queries")
             self.query_db = self.postgres.url("queries", driver="postgresql")
+            self.redis = RedisServer(self.root / "redis")
+            self.s3 = MotoS3(self._dir("s3"))
+            # The Spark workers stand for other hosts: the Celery workers' disks are not theirs to see.
+            self.spark = StandaloneSpark(self._dir("spark"), cores=1, memory="1g", workers=self.spark_workers,
+                                         hidden_dir=self._dir("scratch"))
             extra = {"FALKIRK_QUERY_DB": self.query_db,
                      "FALKIRK_CLICKSTREAM_ACKS": str(self._dir("sources") / "{dag_id}.json"), **self.extra_env}
             if self.spark_connect:  # one driver on the cluster; each task a light client of it
-                self.connect = self._stack.enter_context(
-                    SparkConnectServer(self._dir("connect"), master=self.spark.master_url))
+                self.connect = SparkConnectServer(self._dir("connect"), master=self.spark.master_url)
                 extra = {**self.connect.airflow_env(), **extra}
             # The store as the scheduler and the CLI see it; each worker keeps its scratch tables in
             # <scratch>/<its name>/ (FALKIRK_WORKER), standing for its own local disk.
@@ -86,7 +84,14 @@ class Cluster:
                 spark_master=self.spark.master_url, database_url=self.postgres.url("airflow"),
                 broker_url=self.redis.url, extra_env=extra,
                 workers=tuple(Worker(name) for name in self.worker_names))
-            self.airflow.init()
+            # Airflow's schema migration (half a minute) runs while the other servers start.
+            with ThreadPoolExecutor(1) as pool:
+                migrated = pool.submit(self.airflow.init)
+                for server in (self.redis, self.s3, self.spark, self.connect):
+                    if server is not None:
+                        self._stack.enter_context(server)
+                self.s3.create_bucket(BUCKET)
+                migrated.result()
             self._stack.callback(self.airflow.stop)  # what started, even if the start fails half-way
             self.airflow.start(timeout=180)
         except BaseException:

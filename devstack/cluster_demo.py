@@ -97,8 +97,7 @@ def run_cluster_demo(root: Path, *, epochs: int = 8, move_at: int = 2, lose_at: 
     root.mkdir(parents=True)
     queues = root / "queues.json"
     queues.write_text(json.dumps({DAG_ID: "worker-a", REFERENCE: "worker-b"}))
-    env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(records),
-           "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5", **(extra_env or {})}
+    env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(records), **(extra_env or {})}
     started = time.monotonic()
     with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True) as cluster:
         progress(f"the shape is up after {time.monotonic() - started:.0f}s: Airflow at {cluster.airflow.base_url} "
@@ -247,7 +246,10 @@ def _epochs(first: int, last: int) -> str:
 
 
 def _wait_for_queue(client: AirflowClient, dag_id: str, task_id: str, queue: str, timeout: float = 180) -> None:
-    """Wait until the DAG processor has parsed the DAG with ``task_id`` asking for ``queue``."""
+    """Ask the DAG processor to parse the DAG's file again (it would otherwise wait for its
+    ``min_file_process_interval``) and wait until ``task_id`` asks for ``queue``."""
+    token = client.request("GET", f"/api/v2/dags/{dag_id}/details")["file_token"]
+    client.request("PUT", f"/api/v2/parseDagFile/{token}")
     deadline = time.monotonic() + timeout
     while client.request("GET", f"/api/v2/dags/{dag_id}/tasks/{task_id}")["queue"] != queue:
         if time.monotonic() > deadline:

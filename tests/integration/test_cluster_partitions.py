@@ -63,8 +63,7 @@ def lost(tmp_path_factory: pytest.TempPathFactory):
     dags = root / "dags"
     dags.mkdir()
     (dags / "shards.py").write_text(DAG_FILE.format(path=str(ROOT / "dags" / "falkirk_shards.py")))
-    with Cluster(root / "shape", dags_folder=dags, spark_connect=True,
-                 extra_env={"AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5"}) as cluster:
+    with Cluster(root / "shape", dags_folder=dags, spark_connect=True) as cluster:
         client, store = cluster.airflow.client(), cluster.store
         client.wait_for_dag(DAG)
         client.set_paused(DAG, False)
