@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -163,8 +164,9 @@ def compare_tables(store: StoreConfig, lost: str) -> list[tuple[str, bool, str]]
 
 
 def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DEFAULT_RECORDS, port: int = 0,
-             progress: Callable[[str], None] = say) -> DemoOutcome:
-    """Run the whole job under ``root`` (emptied first); see the module docstring."""
+             progress: Callable[[str], None] = say, connect: SparkConnectServer | None = None) -> DemoOutcome:
+    """Run the whole job under ``root`` (emptied first); see the module docstring. The jobs are
+    clients of ``connect``, or of a Spark Connect server started for the run."""
     if not 2 <= lose_at <= epochs:
         raise ValueError(f"--lose-at {lose_at}: give an epoch between 2 and --epochs ({epochs})")
     started = time.monotonic()
@@ -180,7 +182,7 @@ def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DE
     acknowledged: dict[int, int] = {}
     progress(f"falkirk_figure1: {epochs} epochs of {records:,} events; rank's scratch tier is lost before epoch "
              f"{lose_at}; everything under {root}")
-    with SparkConnectServer(root) as connect:
+    with nullcontext(connect) if connect is not None else SparkConnectServer(root) as connect:
         progress(f"Spark Connect server at {connect.url}")
         stack = AirflowStack(home=root / "airflow", store=store, port=port or None, extra_env={
             **connect.airflow_env(), **env})

@@ -2,8 +2,8 @@
 Airflow and Spark (Connect), rank's scratch tier lost before epoch 6, the frontier
 recovery, and a failure-free run of the same jobs to compare with.
 
-The job runs once (8 epochs of 5,000 events; the README's command uses 40,000). The tests
-then check, each on its own evidence:
+The job runs once (8 epochs of 5,000 events; the README's command uses 40,000), its jobs clients
+of the session's Spark Connect server. The tests then check, each on its own evidence:
 
 * the report renders in Chromium with both charts loaded and non-empty;
 * every output and state table, and the SQL query-statistics table, equal the
@@ -24,6 +24,7 @@ import pytest
 from PIL import Image
 
 from devstack.figure1_demo import DAG_ID, REFERENCE, DemoOutcome, run_demo
+from devstack.spark import SparkConnectServer
 from falkirk.policies.store.commits import open_table, scan
 from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.figure1.data import QUERIES_PER_EPOCH
@@ -41,7 +42,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-b
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoOutcome, list[str]]:
+def job(tmp_path_factory: pytest.TempPathFactory,
+        spark_connect: SparkConnectServer) -> tuple[DemoOutcome, list[str]]:
     printed: list[str] = []
 
     def progress(message: str) -> None:
@@ -49,7 +51,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoOutcome, list[str
         print(message, flush=True)
 
     outcome = run_demo(tmp_path_factory.mktemp("figure1") / "run", epochs=8, lose_at=LOSE_AT, records=5_000,
-                       progress=progress)
+                       progress=progress, connect=spark_connect)
     return outcome, printed
 
 
