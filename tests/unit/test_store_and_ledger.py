@@ -170,3 +170,29 @@ def test_a_ledger_append_that_loses_the_commit_race_is_retried_once_applied(tmp_
     assert ledger.append(loser) is True
     assert [(e.task_id, e.epoch) for e in ledger.entries("d")] == [("a", 1), ("b", 1)]
     assert ledger.append(loser) is False and len(ledger.entries("d")) == 2
+
+
+def test_the_dag_version_of_a_snapshot_equals_the_ledgers_whatever_the_other_dags_do(tmp_path: Path) -> None:
+    """Plans record ``Ledger.dag_version`` and the API compares it with ``LedgerSnapshot.dag_version``:
+    the two count the same rows (the DAG's ledger rows and its rollbacks), however commits,
+    re-runs and rollbacks of this DAG and another interleave."""
+    import random
+
+    from falkirk.policies.store.ledger import LedgerSnapshot
+
+    ledger = Ledger(StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch")))
+    rng = random.Random(35)
+    rows: dict[str, list[LedgerEntry]] = {"a": [], "b": []}
+    seen, rollbacks = [], 0
+    for step in range(12):
+        dag = rng.choice("ab")
+        if rows[dag] and rng.random() < 0.3:
+            rollbacks += ledger.invalidations.record(rng.sample(rows[dag], 1), f"plan-{step}")
+        else:
+            entry = LedgerEntry(dag, rng.choice(["t", "u"]), step, "ephemeral", f"r{step}", 1)
+            ledger.append(entry)
+            rows[dag].append(entry)
+        versions = {d: (ledger.dag_version(d), LedgerSnapshot(ledger, d).dag_version) for d in "ab"}
+        assert all(mine == snapped for mine, snapped in versions.values()), (step, versions)
+        seen.append(versions["a"][0])
+    assert rollbacks > 0 and seen == sorted(seen) and seen[-1] > 0  # rollbacks happened; it only grows
