@@ -259,8 +259,9 @@ def commit_once(uri: str, key: CommitKey, write: Write, rows: int,
             return CommitResult(uri, current.version(), existing, applied=False)
         write(current, commit_properties(key))
         if current is None:  # created just now
-            return CommitResult(uri, DeltaTable(uri, storage_options=storage_options).version(), rows, applied=True)
-        current.update_incremental()  # reads only the log since the check, not the whole table again
+            current = DeltaTable(uri, storage_options=storage_options)
+        else:  # reads only the log since the check, not the whole table again
+            current.update_incremental()
         return CommitResult(uri, current.version(), rows, applied=True)
 
     return retry_lost_races(attempt, uri=uri, **({} if attempts is None else {"attempts": attempts}))
