@@ -403,6 +403,15 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     """
     recovery = running.plan
     wanted = set(recovery.rerun_set() if wanted is None else wanted)
+    # Airflow's states first, the ledger after: a task commits before Airflow marks it success,
+    # so one seen settled here has its row in the read below. (Read the other way round, an
+    # instance that commits between the two reads looks settled without a row, and is cleared
+    # again: its re-run is then refused as a re-run of a completed epoch.)
+    states = {}
+    for epoch in sorted({e for _, e in wanted}):
+        run = running.runs[epoch]
+        states[epoch] = (running.client.task_instances(recovery.dag_id, run),
+                         running.client.dag_run(recovery.dag_id, run).get("state"))
     rows = {(e.processor, e.epoch): e for e in ledger.entries(recovery.dag_id)}  # current rows only
     completed = {(e.processor, e.epoch) for e in (Completions(running.store).completed_among(
         [rows[k] for k in wanted if k in rows]) if running.store is not None else [])}
@@ -410,10 +419,7 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     # to a live worker (and a resumed replay finds them on that worker's queue).
     lost = {f.worker for f in recovery.failures if isinstance(f, LostWorker)}
     todo = set()
-    for epoch in sorted({e for _, e in wanted}):
-        run = running.runs[epoch]
-        tis = running.client.task_instances(recovery.dag_id, run)
-        run_state = running.client.dag_run(recovery.dag_id, run).get("state")
+    for epoch, (tis, run_state) in states.items():
         for task in sorted(t for t, e in wanted if e == epoch):
             state = tis.get(task, {}).get("state")
             if (task, epoch) in rows and state not in _FAILED:

@@ -7,7 +7,8 @@ real on Delta tables on local disk (no Airflow, no Spark: those drills are in
 * a partition deleted under a ledger row (garbage collection) is no longer "readable";
 * leases expire, are taken over (recorded), released by hand, and exclude collections;
 * garbage collection never deletes outside the store, whatever a ledger row says;
-* bounded inputs on the command line; lost scratch locations confined to the scratch root.
+* bounded inputs on the command line; lost scratch locations confined to the scratch root;
+* a resumed replay never clears again an instance that commits while it reads Airflow's states.
 """
 
 from __future__ import annotations
@@ -391,3 +392,40 @@ def test_the_sweep_orders_rows_by_the_rollbacks_their_jobs_checked_not_by_clocks
     ledger.append(replace(early, incarnation=1, committed_at=behind, rollbacks_seen=seen))
     assert _sweep_later_rows(running, ledger, print) == 0  # redone after the rollback: current
     assert [(e.epoch, e.incarnation) for e in ledger.entries("d") if e.epoch == 6] == [(6, 1)]
+
+
+class AirflowStatesDouble:
+    """In-memory stand-in for the two reads ``_to_clear`` makes of Airflow's REST API (a real
+    scheduler cannot be paused between them). Reading a run's task instances is the moment
+    ``finishing`` commits its epoch to the ledger and Airflow marks it success."""
+
+    def __init__(self, ledger: Ledger, states: dict[str, str], finishing: LedgerEntry) -> None:
+        self.ledger, self.states, self.finishing = ledger, states, finishing
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, str]]:
+        if self.states[self.finishing.task_id] != "success":
+            self.ledger.append(self.finishing)
+            self.states[self.finishing.task_id] = "success"
+        return {t: {"state": s, "queue": "default"} for t, s in self.states.items()}
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict[str, str]:
+        return {"state": "running"}
+
+
+def test_a_resumed_replay_never_clears_an_instance_that_commits_while_it_looks(store: StoreConfig) -> None:
+    """model's re-run of epoch 2 commits and succeeds between the resumed replay's reads. Read
+    ledger-first, it looked settled without a row and was cleared again, and that re-run was
+    refused as a re-run of a completed epoch; read Airflow-first, its row is seen. The failed
+    sink (no row) is cleared, the running stats (no row yet) is left to finish."""
+    from types import SimpleNamespace
+
+    from falkirk.plugins.recovery import RunningReplay, _to_clear
+
+    ledger = Ledger(store)
+    model_2 = _lazy_rows(store, range(2, 3))[0]
+    rerun = {("model", 2), ("sink", 2), ("stats", 2)}
+    plan = SimpleNamespace(dag_id="d", failures=(), rerun_set=lambda: set(rerun))
+    airflow = AirflowStatesDouble(ledger, {"model": "running", "sink": "failed", "stats": "running"}, model_2)
+    running = RunningReplay(plan, None, None, airflow, {2: "epoch-2"}, {}, 0, 0.0, store)
+    assert _to_clear(running, ledger) == {("sink", 2)}
+    assert [(e.task_id, e.epoch) for e in ledger.entries("d")] == [("model", 2)]
