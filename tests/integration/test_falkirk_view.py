@@ -230,7 +230,7 @@ def test_every_credential_and_hostile_input_is_refused_naming_the_field(view_sta
     now = int(time.time())
     credentials = {
         "anonymous": ({}, 401),
-        "another secret": ({"Authorization": f"Bearer {_forged(vs, 'admin', 'not-the-secret-' * 4)}"}, 401),
+        "another secret": ({"Authorization": f"Bearer {_forged(vs, 'admin', 'not-the-secret-' * 5)}"}, 401),
         "expired": ({"Authorization": "Bearer " + _forged(vs, "admin", vs.stack.jwt_secret, iat=now - 7200,
                                                           nbf=now - 7200, exp=now - 3600)}, 401),
         "garbage": ({"Authorization": "Bearer not.a.jwt"}, 401),
