@@ -67,7 +67,7 @@ bench-travellers: install
 
 # Python compiles each module it imports unless a .pyc is on disk. uv installs none, and where
 # PYTHONDONTWRITEBYTECODE is set nothing writes them later: every Airflow, Spark and job process
-# would compile Airflow's modules again (about a third of an API server's start-up CPU). Compiled
+# would compile Airflow's modules again (about a quarter of an API server's start-up CPU). Compiled
 # once here, for the packages and for the project's own modules (up to date in about a second).
 SOURCES := plugins policies spark_jobs devstack dags benchmarks tests
 
