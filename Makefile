@@ -8,6 +8,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+# Most integration tests wait on schedulers, heartbeats and JVMs more than they compute: two
+# workers keep two cores busy. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: demo cluster-demo test test-faults test-unit bench bench-overhead bench-ledger bench-regimes bench-recovery bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
@@ -21,9 +24,10 @@ demo: install
 cluster-demo: install cluster-tools
 	$(VENV)/bin/python -m devstack.cluster_demo $(DEMO_ARGS)
 
-## test: the whole suite (unit, property, integration against real components)
+## test: the whole suite (unit, property, integration against real components) on TEST_WORKERS
+## pytest-xdist workers; tests sharing a started component run on one worker (tests/conftest.py)
 test: install test-tools cluster-tools
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## test-faults: the fault drills of the recovery itself (a replay killed and resumed, a collection
 ## between plan and replay) through real Airflow, Spark and Delta
