@@ -16,20 +16,24 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(TRIGGERER_ENV, "0")
 
 
-# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`). Tests that share a
-# started component stay on one worker, as one group: a module with its module-scoped
-# deployment, the recovery drills with their package's Airflow, and the two cluster modules one
-# after the other (each starts a whole distributed shape; two at once on two cores only slow
-# both). Groups are handed out longest first, so the last to start are short: these are the
-# groups of over two minutes, longest first; the rest follow in collection order.
+# `make test` runs the suite on two pytest-xdist workers. Tests that share a started component
+# stay on one worker, as one group: a module with its module-scoped deployment, the recovery
+# drills with their package's Airflow, and the two cluster modules one after the other (each
+# starts a whole distributed shape; two at once on two cores only slow both). Groups are handed
+# out longest first, so the last to start are short: these are the groups of over two minutes,
+# longest first; the rest follow in collection order.
 LONGEST_FIRST = ("cluster", "recovery", "test_steps", "test_falkirk_view", "test_collector", "test_packaging",
                  "test_s3_outage", "test_s3_store", "test_figure1", "test_partitions", "test_loop_rollback",
                  "test_pipeline_airflow", "test_standalone_spark")
 
 
 def worker_group(path: Path) -> str:
-    """The xdist group of a test module: what it shares a started component with (the unit tests
-    start none, and go as one group)."""
+    """The group of a test module: what it shares a started component with (the unit tests start
+    none, and go as one group).
+
+    >>> worker_group(Path("tests/integration/recovery/test_staleness.py")), worker_group(Path("tests/unit/test_view.py"))
+    ('recovery', 'unit')
+    """
     if "integration" not in path.parts:
         return "unit"
     if "recovery" in path.parts:
@@ -39,17 +43,26 @@ def worker_group(path: Path) -> str:
     return path.stem
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 (xdist's own types)
+    """With ``--dist loadgroup``, xdist's scope-by-scope scheduler with :func:`worker_group` as the
+    scope (xdist's own ``xdist_group`` marks do not reach its scheduler under this pytest)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(Path(nodeid.split("::")[0]))
+
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        path = Path(str(item.fspath))
-        if "integration" in path.parts:
+        if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
-        item.add_marker(pytest.mark.xdist_group(worker_group(path)))
-    first_seen = {group: i for i, group in reversed(list(enumerate(worker_group(Path(str(item.fspath)))
-                                                                     for item in items)))}
-
-    def rank(item: pytest.Item) -> tuple[int, int]:
-        group = worker_group(Path(str(item.fspath)))
-        return (LONGEST_FIRST.index(group), 0) if group in LONGEST_FIRST else (len(LONGEST_FIRST), first_seen[group])
-
-    items.sort(key=rank)  # stable: a group's tests keep their order
+    groups = [worker_group(Path(str(item.fspath))) for item in items]
+    first_seen = {group: i for i, group in reversed(list(enumerate(groups)))}
+    rank = {id(item): (LONGEST_FIRST.index(g), 0) if g in LONGEST_FIRST else (len(LONGEST_FIRST), first_seen[g])
+            for item, g in zip(items, groups)}
+    items.sort(key=lambda item: rank[id(item)])  # stable: a group's tests keep their order

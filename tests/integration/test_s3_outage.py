@@ -16,6 +16,7 @@ import os
 import subprocess
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -182,7 +183,21 @@ def test_a_store_that_hangs_fails_the_job_within_its_retry_budget(outage) -> Non
     assert sorted((e.task_id, e.epoch) for e in Ledger(store).entries(dag)) == [("aggregate", 1), ("ingest", 1)]
 
 
-def test_a_replay_whose_invalidations_the_store_never_answered_resumes_to_the_failure_free_tables(outage) -> None:
+@pytest.fixture(scope="module")
+def orders_airflow(outage):
+    """``falkirk_orders`` in a real Airflow (scheduler and API server, LocalExecutor) on the
+    outage front: its tasks give up on a store that does not answer after 4 s."""
+    front, store, work, spark = outage
+    stack = AirflowStack(home=work / "airflow", store=store, extra_env={
+        "FALKIRK_LEASE_SECONDS": "60", "FALKIRK_STORE_RETRY_SECONDS": "4", **spark.airflow_env()})
+    stack.init()
+    stack.start()
+    yield stack
+    stack.stop()
+
+
+def test_a_replay_whose_invalidations_the_store_never_answered_resumes_to_the_failure_free_tables(
+        outage, orders_airflow: AirflowStack) -> None:
     """falkirk_orders runs epochs 1-3 through Airflow; aggregate's epoch 2 is then declared
     failed. The replay takes its lease; the server applies its invalidations and stops before
     answering, and stays down past the retry budget: ``falkirk replay`` exits 3 naming the
@@ -190,53 +205,89 @@ def test_a_replay_whose_invalidations_the_store_never_answered_resumes_to_the_fa
     the lease is released by the documented command and the replay resumes: it adds no
     invalidation, clears the four instances, and every table equals the failure-free run."""
     front, store, work, spark = outage
-    stack = AirflowStack(home=work / "airflow", store=store,
-                         extra_env={"FALKIRK_LEASE_SECONDS": "60", **spark.airflow_env()})
-    stack.init()
-    stack.start()
-    try:
-        client = stack.client()
-        assert run_epochs(client, dag_epoch_clock(), [1, 2, 3]) == {1: "success", 2: "success", 3: "success"}
-        runs = {e.epoch: e.run_id for e in Ledger(store).entries(DAG_ID)}
-        tries = lambda: {(t, e): (ti["state"], ti["try_number"])  # noqa: E731
-                         for e in (1, 2, 3) for t, ti in client.task_instances(DAG_ID, runs[e]).items()}
-        before = tries()
-        assert {s for s, _ in before.values()} == {"success"}
-        env = {**os.environ, **store.env(), "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
-               "FALKIRK_AIRFLOW_PASSWORD": "admin", "FALKIRK_LEASE_SECONDS": "60", "FALKIRK_STORE_RETRY_SECONDS": "4"}
-        falkirk = lambda *args: subprocess.run([str(VENV_BIN / "falkirk"), *args], env=env,  # noqa: E731
-                                               capture_output=True, text=True, timeout=900)
-        planned = falkirk("plan", "--dag", DAG_ID, "--failed-task", "aggregate:2", "--json")
-        assert planned.returncode == 0, planned.stderr
-        plan_id = json.loads(planned.stdout)["plan_id"]
+    stack = orders_airflow
+    client = stack.client()
+    assert run_epochs(client, dag_epoch_clock(), [1, 2, 3]) == {1: "success", 2: "success", 3: "success"}
+    runs = {e.epoch: e.run_id for e in Ledger(store).entries(DAG_ID)}
+    tries = lambda: {(t, e): (ti["state"], ti["try_number"])  # noqa: E731
+                     for e in (1, 2, 3) for t, ti in client.task_instances(DAG_ID, runs[e]).items()}
+    before = tries()
+    assert {s for s, _ in before.values()} == {"success"}
+    env = {**os.environ, **store.env(), "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+           "FALKIRK_AIRFLOW_PASSWORD": "admin", "FALKIRK_LEASE_SECONDS": "60", "FALKIRK_STORE_RETRY_SECONDS": "4"}
+    falkirk = lambda *args: subprocess.run([str(VENV_BIN / "falkirk"), *args], env=env,  # noqa: E731
+                                           capture_output=True, text=True, timeout=900)
+    planned = falkirk("plan", "--dag", DAG_ID, "--failed-task", "aggregate:2", "--json")
+    assert planned.returncode == 0, planned.stderr
+    plan_id = json.loads(planned.stdout)["plan_id"]
 
-        front.down_at("PUT", "/store/_falkirk/invalidations/_delta_log/", applied=True)
-        cut = falkirk("replay", plan_id)
-        assert front.state()["tripped"]
-        assert cut.returncode == 3, cut.stdout + cut.stderr
-        assert "the store did not answer a commit to s3://falkirk-outage/store/_falkirk/invalidations" in cut.stderr
-        assert tries() == before  # nothing cleared
-        front.up()
-        assert len(Ledger(store).invalidations.keys(DAG_ID)) == 4  # applied before the server stopped
+    front.down_at("PUT", "/store/_falkirk/invalidations/_delta_log/", applied=True)
+    cut = falkirk("replay", plan_id)
+    assert front.state()["tripped"]
+    assert cut.returncode == 3, cut.stdout + cut.stderr
+    assert "the store did not answer a commit to s3://falkirk-outage/store/_falkirk/invalidations" in cut.stderr
+    assert tries() == before  # nothing cleared
+    front.up()
+    assert len(Ledger(store).invalidations.keys(DAG_ID)) == 4  # applied before the server stopped
 
-        refused = falkirk("replay", plan_id)
-        assert refused.returncode != 0 and "falkirk release --dag falkirk_orders" in refused.stderr
-        released = falkirk("release", "--dag", DAG_ID, "--reason", "its replay lost the store")
-        assert released.returncode == 0, released.stderr
-        resumed = falkirk("replay", plan_id)
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-        assert "resuming" in resumed.stdout and "invalidated 0 ledger rows" in resumed.stdout
-        after = tries()
-        rerun = {("aggregate", 2), ("aggregate", 3), ("publish", 2), ("publish", 3)}
-        assert {k for k in after if after[k][1] == before[k][1] + 1} == rerun
-        assert all(after[k] == before[k] for k in after if k not in rerun)
-        assert {s for s, _ in after.values()} == {"success"}
-        events = [r["event"] for r in RecoveryLog(store).events(DAG_ID)
-                  if r["plan_id"] == plan_id and r["event"] != "heartbeat"]
-        assert events == ["planned", "started", "released", "resumed", "finished"]
-        want = expected_tables([1, 2, 3])
-        for name in ("aggregate/output", "aggregate/state", "publish/output"):
-            task, table = name.split("/")
-            assert rows(store, DAG_ID, task, table)[1] == canonical(want[name]), name
-    finally:
-        stack.stop()
+    refused = falkirk("replay", plan_id)
+    assert refused.returncode != 0 and "falkirk release --dag falkirk_orders" in refused.stderr
+    released = falkirk("release", "--dag", DAG_ID, "--reason", "its replay lost the store")
+    assert released.returncode == 0, released.stderr
+    resumed = falkirk("replay", plan_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming" in resumed.stdout and "invalidated 0 ledger rows" in resumed.stdout
+    after = tries()
+    rerun = {("aggregate", 2), ("aggregate", 3), ("publish", 2), ("publish", 3)}
+    assert {k for k in after if after[k][1] == before[k][1] + 1} == rerun
+    assert all(after[k] == before[k] for k in after if k not in rerun)
+    assert {s for s, _ in after.values()} == {"success"}
+    events = [r["event"] for r in RecoveryLog(store).events(DAG_ID)
+              if r["plan_id"] == plan_id and r["event"] != "heartbeat"]
+    assert events == ["planned", "started", "released", "resumed", "finished"]
+    want = expected_tables([1, 2, 3])
+    for name in ("aggregate/output", "aggregate/state", "publish/output"):
+        task, table = name.split("/")
+        assert rows(store, DAG_ID, task, table)[1] == canonical(want[name]), name
+
+
+def test_a_store_that_hangs_fails_the_task_instance_within_its_retry_budget_and_a_clear_commits_once(
+        outage, orders_airflow: AirflowStack) -> None:
+    """Through the scheduler: as epoch 4's first task appends its ledger row, the server keeps
+    its port open and stops answering. The task instance fails within its retry budget (4 s) and
+    one request's timeout, naming the ledger, instead of waiting on the store for ever; Airflow
+    fails the run. The store back, a Clear of the failed instances commits the epoch once."""
+    front, store, _, _ = outage
+    client = orders_airflow.client()
+    tables = {"ingest/output": Tier.SCRATCH, "aggregate/output": Tier.DURABLE, "aggregate/state": Tier.DURABLE,
+              "publish/output": Tier.DURABLE}
+    versions = lambda: {name: rows(store, DAG_ID, *name.split("/"), tier)[0]  # noqa: E731
+                        for name, tier in tables.items()}
+    before = versions()
+    front.hang_at("PUT", "/store/_falkirk/ledger/_delta_log/")
+    run: list = []
+    runner = threading.Thread(target=lambda: run.append(run_epochs(client, dag_epoch_clock(), [4])))
+    runner.start()
+    front.wait_tripped(timeout=300)
+    hung_at = datetime.now(timezone.utc)
+    runner.join(timeout=600)
+    front.up()
+    assert run == [{4: "failed"}]
+    ingest = client.task_instances(DAG_ID, "epoch-4")["ingest"]
+    assert ingest["state"] == "failed" and ingest["try_number"] == 1
+    gave_up_after = (datetime.fromisoformat(ingest["end_date"]) - hung_at).total_seconds()
+    assert gave_up_after < 30, gave_up_after  # a budget of 4 s, a request timeout of 5 s, then the failure
+    logged = client.task_log(DAG_ID, "epoch-4", "ingest", 1)
+    assert "the store did not answer a commit to s3://falkirk-outage/store/_falkirk/ledger" in logged
+    assert Ledger(store).find(DAG_ID, "ingest", 4) is None  # no reader sees epoch 4
+
+    client.clear(DAG_ID, "epoch-4", ["ingest", "aggregate", "publish"])
+    assert client.wait_for_run(DAG_ID, "epoch-4") == "success"
+    assert sorted(e.task_id for e in Ledger(store).entries(DAG_ID) if e.epoch == 4) == [
+        "aggregate", "ingest", "publish"]
+    # one commit per table for epoch 4: ingest's output, which landed before the ledger hung, is
+    # found by the re-run and not written again (ingest keeps no state: its output is in scratch)
+    assert versions() == {name: v + 1 for name, v in before.items()}
+    want = expected_tables([1, 2, 3, 4])
+    for name, tier in tables.items():
+        assert rows(store, DAG_ID, *name.split("/"), tier)[1] == canonical(want[name]), name
