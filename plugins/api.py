@@ -69,6 +69,7 @@ from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
 from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unrecorded, with_runs
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
+from falkirk.plugins.shared_computations import SharedComputations
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, recovery_history
 from falkirk.policies.planning.recovery import BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError
@@ -78,7 +79,7 @@ from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
 from falkirk.policies.store.control import Collections
-from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot
+from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
 from falkirk.policies.planning.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
 from falkirk.policies.store.steps import StepLog
 
@@ -275,6 +276,8 @@ def _runs_at_epochs(dag_id: str, tasks: list[DagTask], run_ids: set[str] | None 
     return placed
 
 
+_previews = SharedComputations()
+
 # The newest runs the view places without ledger rows: the ones a person looks at.
 MAX_UNPLACED_RUNS = 1000
 
@@ -307,8 +310,8 @@ def _failures(spec: FailureSpec, tasks: list[DagTask], store: StoreConfig, last_
 def _plan(dag_id: str, spec: FailureSpec, record: bool):
     store = _store()
     tasks = _dag_tasks(dag_id)
-    ledger = Ledger(store)
-    entries, rolled_back = ledger.entries_and_invalidated(dag_id)
+    snapshot = LedgerSnapshot(Ledger(store), dag_id)  # the one read of the DAG's rows and rollbacks
+    entries, rolled_back = entries_of(snapshot.rows, snapshot.gone)
     last = max((e.epoch for e in [*entries, *rolled_back]), default=0)
     if not entries:
         raise HTTPException(status_code=409, detail=f"the ledger has no rows for DAG {dag_id!r} yet; "
@@ -319,7 +322,7 @@ def _plan(dag_id: str, spec: FailureSpec, record: bool):
     last = max([last, *(f.epoch for f in failures if isinstance(f, (FailedTask, BadEpoch)))])
     regimes = {p: Regime.parse(t.regime) for t in tasks if t.regime for p in processors(t.task_id, t.partitions)}
     try:
-        return compute_plan(dag_id, store, failures, regimes, last_epoch=last, record=record)
+        return compute_plan(dag_id, store, failures, regimes, last_epoch=last, record=record, snapshot=snapshot)
     except PlanError as exc:
         raise _invalid([], str(exc)) from exc
 
@@ -399,8 +402,12 @@ def _succeeded_without_row(dag_id: str, tasks: list[DagTask], grid: CheckpointGr
 @app.post("/api/v1/dags/{dag_id}/preview", dependencies=[ReadDag])
 def preview(dag_id: str, spec: FailureSpec) -> dict[str, Any]:
     """The recovery plan for ``spec``, computed and not recorded: each task's frontier, the exact
-    re-run set, and what Airflow's clear-downstream from each failure would re-run."""
-    return plan_view(_plan(dag_id, spec, record=False))
+    re-run set, and what Airflow's clear-downstream from each failure would re-run.
+
+    Previews of the same failures of a DAG asked at once share one computation that starts after
+    each of them arrived (:class:`SharedComputations`): a view opened by many people at once
+    costs one or two plans, not one per request, and no answer is older than its request."""
+    return _previews((dag_id, spec.model_dump_json()), lambda: plan_view(_plan(dag_id, spec, record=False)))
 
 
 @app.post("/api/v1/dags/{dag_id}/recoveries", dependencies=[EditTaskInstances, Depends(_not_cross_site)],

@@ -50,6 +50,7 @@ from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
 from falkirk.policies.store.readability import StoreReadability, under
 from falkirk.policies.store.steps import StepLog
+from falkirk.policies.planning.replay_decisions import FAILED, AirflowRun, clears_needed
 from falkirk.policies.planning.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
 from falkirk.policies.regimes import Regime, Tier
@@ -131,11 +132,14 @@ def compute_plan(
     *,
     last_epoch: int | None = None,
     record: bool = True,
+    snapshot: LedgerSnapshot | None = None,
 ) -> RecoveryPlan:
     """The plan for ``failures`` from the ledger, given the regimes of the DAG's tasks (which
-    adds the tasks that have no ledger row yet); records it in the recovery log if ``record``."""
+    adds the tasks that have no ledger row yet); records it in the recovery log if ``record``.
+    ``snapshot`` is the DAG's ledger as the caller already read it (read here if not given)."""
     ledger = Ledger(store)
-    snapshot = LedgerSnapshot(ledger, dag_id)  # one read of the DAG's rows and one of its rollbacks
+    if snapshot is None:
+        snapshot = LedgerSnapshot(ledger, dag_id)  # one read of the DAG's rows and one of its rollbacks
     version = snapshot.dag_version
     entries, rolled_back = entries_of(snapshot.rows, snapshot.gone)
     if not entries:
@@ -375,7 +379,7 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
     for epoch in sorted({e for _, e in kept}):
         states = running.client.task_instances(recovery.dag_id, running.runs[epoch])
         for task in sorted((t for t, e in kept if e == epoch), key=lambda t: (reach.get(t, 0), t)):
-            if states.get(task, {}).get("state") in _FAILED:
+            if states.get(task, {}).get("state") in FAILED:
                 _mark_completed(running, task, epoch)
                 marked += 1
     if marked:
@@ -384,8 +388,6 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
 
 
 # Airflow states in which a task instance will not run again unless it is cleared.
-_SETTLED = {"success", "failed", "upstream_failed", "skipped", "removed"}
-_FAILED = {"failed", "upstream_failed"}
 
 
 def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str, int]] | None = None
@@ -407,30 +409,23 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     # so one seen settled here has its row in the read below. (Read the other way round, an
     # instance that commits between the two reads looks settled without a row, and is cleared
     # again: its re-run is then refused as a re-run of a completed epoch.)
-    states = {}
+    runs = {}
     for epoch in sorted({e for _, e in wanted}):
         run = running.runs[epoch]
-        states[epoch] = (running.client.task_instances(recovery.dag_id, run),
-                         running.client.dag_run(recovery.dag_id, run).get("state"))
+        tis = running.client.task_instances(recovery.dag_id, run)
+        runs[epoch] = AirflowRun({t: ti.get("state") for t, ti in tis.items()},
+                                 {t: ti.get("queue") for t, ti in tis.items()},
+                                 running.client.dag_run(recovery.dag_id, run).get("state"))
     rows = {(e.processor, e.epoch): e for e in ledger.entries(recovery.dag_id)}  # current rows only
     completed = {(e.processor, e.epoch) for e in (Completions(running.store).completed_among(
         [rows[k] for k in wanted if k in rows]) if running.store is not None else [])}
     # Instances waiting on a lost worker's queue never run there: cleared, placement sends them
     # to a live worker (and a resumed replay finds them on that worker's queue).
     lost = {f.worker for f in recovery.failures if isinstance(f, LostWorker)}
-    todo = set()
-    for epoch, (tis, run_state) in states.items():
-        for task in sorted(t for t, e in wanted if e == epoch):
-            state = tis.get(task, {}).get("state")
-            if (task, epoch) in rows and state not in _FAILED:
-                continue
-            if (task, epoch) in completed:
-                _mark_completed(running, task, epoch)
-                continue
-            stranded = tis.get(task, {}).get("queue") in lost and state not in ("running", "restarting")
-            if state in _SETTLED or (state is None and run_state in ("success", "failed")) or stranded:
-                todo.add((task, epoch))
-    return todo
+    decided = clears_needed(wanted, runs, set(rows), completed, lost)
+    for task, epoch in decided.mark_success:
+        _mark_completed(running, task, epoch)
+    return set(decided.clear)
 
 
 def _mark_completed(running: RunningReplay, task: str, epoch: int) -> None:

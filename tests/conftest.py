@@ -20,11 +20,12 @@ def pytest_configure(config: pytest.Config) -> None:
 # stay on one worker, as one group: a module with its module-scoped deployment, the recovery
 # drills with their package's Airflow, and the two cluster modules one after the other (each
 # starts a whole distributed shape; two at once on two cores only slow both). Groups are handed
-# out longest first, so the last to start are short: these are the groups of over two minutes,
-# longest first; the rest follow in collection order.
-LONGEST_FIRST = ("cluster", "recovery", "test_steps", "test_falkirk_view", "test_collector", "test_packaging",
-                 "test_s3_outage", "test_s3_store", "test_figure1", "test_partitions", "test_loop_rollback",
-                 "test_pipeline_airflow", "test_standalone_spark")
+# out in this order, the rest after them in collection order: the cluster group first, beside
+# the lighter long modules, so that it never runs beside the recovery drills (the two heaviest
+# on CPU: together, each took three times as long), and short groups last.
+LONGEST_FIRST = ("cluster", "test_falkirk_view", "test_steps", "test_packaging", "test_figure1", "recovery",
+                 "test_collector", "test_s3_outage", "test_s3_store", "test_partitions", "test_loop_rollback",
+                 "test_pipeline_airflow", "test_standalone_spark", "test_sampled")
 
 
 def worker_group(path: Path) -> str:

@@ -298,10 +298,12 @@ def test_the_api_schema_and_docs_are_public_and_hold_no_data(view_stack: ViewSta
                                            "/api/v1/dags/{dag_id}/lease/release"}
 
 
-def test_200_concurrent_previews_all_answer_while_airflow_keeps_serving(view_stack: ViewStack) -> None:
-    """200 previews at once: every one answers 200 with the same plan, Airflow's own API keeps
-    answering meanwhile (a preview never holds a metadata-database connection while it plans),
-    and the latencies are reported. Bounded: 200 requests, at most 10 minutes."""
+def test_concurrent_previews_share_their_plans_and_airflow_keeps_serving(view_stack: ViewStack) -> None:
+    """50, then 200 previews at once: every one answers 200 with the same plan (identical
+    previews asked together share one computation that starts after each arrived,
+    ``SharedComputations``), Airflow's own API keeps answering meanwhile (a preview never holds a
+    metadata-database connection while it plans), and the latencies are reported (alone on two
+    cores: 50 with p95 0.93-0.95 s, 200 with p95 1.5 s; before the sharing, 7.3 s and 9.9 s)."""
     from concurrent.futures import ThreadPoolExecutor
 
     vs = view_stack
@@ -309,25 +311,37 @@ def test_200_concurrent_previews_all_answer_while_airflow_keeps_serving(view_sta
     failure = {"failed_tasks": [{"task_id": "clean", "epoch": 3}]}
     url = f"{vs.stack.base_url}/falkirk/api/v1/dags/{DAG}/preview"
 
-    def preview(_: int) -> tuple[int, float, str]:
+    def preview(client: httpx.Client) -> tuple[int, float, str]:
         start = time.monotonic()
-        r = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, json=failure, timeout=600)
+        r = client.post(url, headers={"Authorization": f"Bearer {token}"}, json=failure, timeout=600)
         return r.status_code, time.monotonic() - start, r.json().get("plan_id", r.text[:200])
 
-    started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=200) as pool:
-        answers = pool.map(preview, range(200))
-        airflow = httpx.get(f"{vs.stack.base_url}/api/v2/monitor/health", timeout=120)
-        answers = list(answers)
-    wall = time.monotonic() - started
-    assert airflow.status_code == 200, airflow.text
-    assert [a[0] for a in answers] == [200] * 200, Counter(a[0] for a in answers)
-    assert len({a[2] for a in answers}) == 1  # one plan, however many asked
-    latencies = sorted(a[1] for a in answers)
-    p50, p95 = latencies[99], latencies[189]
-    print(f"200 concurrent previews: {wall:.1f} s in all; latency p50 {p50:.2f} s, p95 {p95:.2f} s, "
-          f"max {latencies[-1]:.2f} s")
-    assert wall < 600
+    def burst(n: int) -> tuple[list[tuple[int, float, str]], int, float]:
+        # one connection per caller, opened before the clock starts: as n browsers already on the page
+        clients = [httpx.Client() for _ in range(n)]
+        try:
+            with ThreadPoolExecutor(max_workers=n) as pool:
+                list(pool.map(lambda c: c.get(f"{vs.stack.base_url}/falkirk/api/v1/health",
+                                              headers={"Authorization": f"Bearer {token}"}), clients))
+                started = time.monotonic()
+                answers = pool.map(preview, clients)
+                airflow = httpx.get(f"{vs.stack.base_url}/api/v2/monitor/health", timeout=120).status_code
+                answers = list(answers)
+            return answers, airflow, time.monotonic() - started
+        finally:
+            for c in clients:
+                c.close()
+
+    for n in (50, 200):
+        answers, airflow, wall = burst(n)
+        assert airflow == 200
+        assert [a[0] for a in answers] == [200] * n, Counter(a[0] for a in answers)
+        assert len({a[2] for a in answers}) == 1  # one plan, however many asked
+        latencies = sorted(a[1] for a in answers)
+        p50, p95 = latencies[n // 2 - 1], latencies[int(n * 0.95) - 1]
+        print(f"{n} concurrent previews: {wall:.1f} s in all; latency p50 {p50:.2f} s, p95 {p95:.2f} s, "
+              f"max {latencies[-1]:.2f} s")
+        assert wall < 600
 
 
 # -- the browser -----------------------------------------------------------------------------
