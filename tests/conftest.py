@@ -16,8 +16,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(TRIGGERER_ENV, "0")
 
 
-# `make test` runs the suite on two pytest-xdist workers. Tests that share a started component
-# stay on one worker, as one group: a module with its module-scoped deployment, the recovery
+# `make test TEST_WORKERS=2` runs the suite on two pytest-xdist workers (one process by default, see
+# the Makefile). Tests that share a started component stay on one worker, as one group: a module with its module-scoped deployment, the recovery
 # drills with their package's Airflow, and the two cluster modules one after the other (each
 # starts a whole distributed shape; two at once on two cores only slow both). Groups are handed
 # out in this order, the rest after them in collection order: the cluster group first, beside
