@@ -387,9 +387,6 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
     return marked
 
 
-# Airflow states in which a task instance will not run again unless it is cleared.
-
-
 def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str, int]] | None = None
               ) -> set[tuple[str, int]]:
     """Of ``wanted`` (the plan's re-run set), the task instances that still need a clear: not

@@ -16,14 +16,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(TRIGGERER_ENV, "0")
 
 
-# `make test TEST_WORKERS=2` runs the suite on two pytest-xdist workers (one process by default, see
-# the Makefile). Tests that share a started component stay on one worker, as one group: a module with its module-scoped deployment, the recovery
-# drills with their package's Airflow, and the two cluster modules one after the other (each
-# starts a whole distributed shape; two at once on two cores only slow both). Groups are handed
-# out in this order, the rest after them in collection order: the cluster group first, beside
-# the lighter long modules, so that it never runs beside the recovery drills (the two heaviest
-# on CPU: together, each took three times as long), and short groups last.
-LONGEST_FIRST = ("cluster", "test_falkirk_view", "test_steps", "test_packaging", "test_figure1", "recovery",
+# `make test TEST_WORKERS=2` runs the suite on two pytest-xdist workers (one process by default,
+# see the Makefile). Tests that share a started component stay on one worker, as one group: a
+# module with its module-scoped deployment, the recovery drills with their package's Airflow,
+# and the two cluster modules one after the other (each starts a whole distributed shape; two
+# at once on two cores only slow both). Groups are handed out in this order, the rest after them
+# in collection order: the cluster group first, beside the lighter long modules, so that it
+# never runs beside the recovery drills (the two heaviest on CPU: together, each took three
+# times as long), and short groups last.
+GROUP_ORDER = ("cluster", "test_falkirk_view", "test_steps", "test_packaging", "test_figure1", "recovery",
                  "test_collector", "test_s3_outage", "test_s3_store", "test_partitions", "test_loop_rollback",
                  "test_pipeline_airflow", "test_standalone_spark", "test_sampled")
 
@@ -64,6 +65,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
     groups = [worker_group(Path(str(item.fspath))) for item in items]
     first_seen = {group: i for i, group in reversed(list(enumerate(groups)))}
-    rank = {id(item): (LONGEST_FIRST.index(g), 0) if g in LONGEST_FIRST else (len(LONGEST_FIRST), first_seen[g])
+    rank = {id(item): (GROUP_ORDER.index(g), 0) if g in GROUP_ORDER else (len(GROUP_ORDER), first_seen[g])
             for item, g in zip(items, groups)}
     items.sort(key=lambda item: rank[id(item)])  # stable: a group's tests keep their order
