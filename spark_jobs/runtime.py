@@ -123,6 +123,7 @@ class EpochContext:
     # first use when not given); ``ledger`` stays the live table, for appends and for jobs that poll.
     snapshot: LedgerSnapshot | None = None
     _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
+    _cached: list["DataFrame"] = field(default_factory=list, repr=False)
 
     @property
     def rows(self) -> LedgerSnapshot:
@@ -144,6 +145,23 @@ class EpochContext:
     def partitions(self) -> int | None:
         """The task's partition count (``None``: not partitioned)."""
         return self.args.partitions
+
+    def cache(self, frame: "DataFrame") -> "DataFrame":
+        """``frame``, kept by the executors once computed (memory, then disk) until this epoch's
+        commit ends, then released: for a frame an iterative job reads many times.
+
+        Unlike ``frame.cache()`` it is released, so a long-lived Spark Connect server does not
+        keep every epoch's copy (whose weight slows every later query); unlike
+        ``localCheckpoint()`` its lineage is kept, so a block lost with an executor is
+        recomputed instead of failing the job.
+        """
+        self._cached.append(frame.persist())
+        return frame
+
+    def release_cached(self) -> None:
+        """Release what :meth:`cache` kept (idempotent)."""
+        while self._cached:
+            self._cached.pop().unpersist()
 
     def read_input(self, task_id: str | None = None, output: str = "output", epoch: int | None = None,
                    routing: Routing | None = None) -> "DataFrame":
@@ -341,6 +359,7 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
         args = dataclasses.replace(args, incarnation=incarnation)
     started = time.monotonic()
     spark = _spark_session()
+    ctx = None
     try:
         ctx = EpochContext(args, store, ledger, spark, snapshot=snapshot)
         result = compute(ctx)
@@ -352,6 +371,8 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
             say(f"{label}: its checkpoints inside the epoch were not deleted ({exc}); the next epoch's "
                 f"commit deletes them")
     finally:
+        if ctx is not None:
+            ctx.release_cached()  # a job that failed before its commit
         spark.stop()
     if args.task_instance:
         Completions(store).record(entry)
@@ -387,8 +408,16 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
 
 
 def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
-    """Write outputs, then state, then the ledger row, each idempotently (see the module docstring)."""
-    args, store = ctx.args, ctx.store
+    """Write outputs, then state, then the ledger row, each idempotently (see the module docstring);
+    then, committed or not, release what the job cached (:meth:`EpochContext.cache`)."""
+    try:
+        return _checked_commit(ctx, result)
+    finally:
+        ctx.release_cached()
+
+
+def _checked_commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
+    args = ctx.args
     regime = args.regime
     if not result.outputs and not result.sent:
         raise JobError(f"{args.processor}: the job returned no outputs; return EpochResult(outputs={{'output': df}}) "

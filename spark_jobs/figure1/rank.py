@@ -42,16 +42,15 @@ def compute(ctx: EpochContext) -> EpochResult:
     ranks = items.join(previous.where(F.col("dst").isNull()).select(F.col("src").alias("item"), "rank"), "item", "left") \
         .select("item", F.coalesce("rank", start).cast("long").alias("rank"))
     out_weight = edges.groupBy("src").agg(F.sum("weight").alias("out"))
-    links = edges.join(out_weight, "src").select("src", "dst", "weight", "out").localCheckpoint()
+    links = ctx.cache(edges.join(out_weight, "src").select("src", "dst", "weight", "out"))
     teleport = F.lit((100 - DAMPING_PERCENT) * SCALE // (100 * ITEMS))
     for _ in range(ITERATIONS):
         flow = (links.join(ranks.withColumnRenamed("item", "src"), "src")
                 .select("dst", F.expr("rank * weight div out").alias("share"))
                 .groupBy("dst").agg(F.sum("share").cast("long").alias("inflow")))
-        ranks = (items.join(flow.withColumnRenamed("dst", "item"), "item", "left")
-                 .select("item", (teleport + F.expr(f"coalesce(inflow, 0) * {DAMPING_PERCENT} div 100"))
-                         .cast("long").alias("rank"))
-                 .localCheckpoint())
+        ranks = ctx.cache(items.join(flow.withColumnRenamed("dst", "item"), "item", "left")
+                          .select("item", (teleport + F.expr(f"coalesce(inflow, 0) * {DAMPING_PERCENT} div 100"))
+                                  .cast("long").alias("rank")))
     state = edges.select("src", "dst", "weight", F.lit(None).cast("long").alias("rank")).unionByName(
         ranks.select(F.col("item").alias("src"), F.lit(None).cast("long").alias("dst"),
                      F.lit(None).cast("long").alias("weight"), "rank"))

@@ -35,7 +35,7 @@ def compute(ctx: EpochContext) -> EpochResult:
     start = (pages.join(previous.where(F.col("dst").isNull()).select(F.col("src").alias("page"), "rank"), "page", "left")
              .select("page", F.coalesce("rank", F.lit(SCALE // PAGES)).cast("long").alias("rank")))
     out = edges.groupBy("src").agg(F.sum("weight").alias("out"))
-    links = edges.join(out, "src").select("src", "dst", "weight", "out").cache()
+    links = ctx.cache(edges.join(out, "src").select("src", "dst", "weight", "out"))
     teleport = F.lit((100 - DAMPING_PERCENT) * SCALE // (100 * PAGES))
 
     def step(ranks: DataFrame, _: int) -> DataFrame:

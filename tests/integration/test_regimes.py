@@ -118,3 +118,23 @@ def test_a_declared_product_is_recorded_and_a_wrong_name_refused_before_any_comm
     entry = commit(ctx, totals_job(ctx))
     assert [(o.name, o.product) for o in entry.outputs] == [("output", True)]
     assert [(o.name, o.product) for e in ledger.entries(DAG, "report") for o in e.outputs] == [("output", True)]
+
+
+def test_what_a_job_caches_is_released_when_its_commit_ends(spark, tmp_path) -> None:
+    """``ctx.cache`` keeps a frame for the epoch only: released after the commit, and after a
+    commit that fails too; a frame cached by ``frame.cache()`` would stay in the executors for
+    the life of the server."""
+    from falkirk.spark_jobs.runtime import JobError
+
+    store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
+    ctx = EpochContext(JobSpec(DAG, "cached", 1, Batch(), "epoch-1"), store, Ledger(store), spark)
+    kept = ctx.cache(spark.range(10).withColumnRenamed("id", "n"))
+    assert kept.is_cached
+    entry = commit(ctx, EpochResult(outputs={"output": kept.selectExpr("n", "1 AS epoch")}))
+    assert entry.output_rows == 10 and not kept.is_cached
+
+    failing = EpochContext(JobSpec(DAG, "cached", 2, Batch(), "epoch-2"), store, Ledger(store), spark)
+    kept = failing.cache(spark.range(3))
+    with pytest.raises(JobError, match="returned no outputs"):
+        commit(failing, EpochResult(outputs={}))
+    assert not kept.is_cached
