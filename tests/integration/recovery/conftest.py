@@ -19,6 +19,9 @@ LazyCheckpoint(every=3) -> sink EagerCheckpoint) run side by side:
   its recovery, whose executor is killed again and again (``test_replay_faults.py``);
 * ``clicks_g``: runs epochs 1-6 cleanly; a collection races its recovery.
 
+A seventh, ``clicks_s``, whose jobs' clock runs a minute ahead, stays paused until its own
+drill runs it (``test_replay_faults.py``).
+
 The fixture is package-scoped: the drills share the roughly 140 task instances it runs.
 """
 

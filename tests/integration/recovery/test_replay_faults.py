@@ -20,8 +20,8 @@ from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.store.ledger import Ledger
 from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
-from tests.integration.recovery.drill import (EPOCHS, REF, G, K, SUCCESS, Drill, assert_equals_reference, clock,
-                                              falkirk, tries, wait_states)
+from tests.integration.recovery.drill import (EPOCHS, REF, TABLES, G, K, SUCCESS, Drill, assert_equals_reference,
+                                              clock, falkirk, rows, tries, wait_states)
 
 pytestmark = pytest.mark.faults
 
@@ -247,3 +247,50 @@ def settle_k(drill: Drill) -> None:
         replay(p.plan_id, drill.store, drill.stack.client(), progress=print)
         wait_states(drill.client, K, {e: SUCCESS for e in EPOCHS})
     assert_equals_reference(drill.store, K, lost_scratch=True)
+
+
+def test_a_later_epoch_stamped_by_a_clock_ahead_is_swept_by_the_order_of_the_stores_commits(drill: Drill) -> None:
+    """clicks_s's jobs run on a worker whose clock is a minute ahead (``clock_ahead/``). Its epoch
+    1 was delivered with eight events twice, and is corrected; the replay of the plan that redoes
+    it is killed just after taking its lease, and epoch 3 commits meanwhile, built on epoch 2's
+    state, which the plan rolls back. Resumed, the replay sweeps epoch 3 too: a row's place is
+    the rollbacks its job checked, not its stamp, which says epoch 3 was computed a minute after
+    the rollback (a sweep by stamps, even allowing seconds of skew, kept it: running totals and a
+    published top 3 built on the duplicated events). Every table then equals the failure-free
+    run's through epoch 3."""
+    s = "clicks_s"
+    client = drill.client
+    client.wait_for_dag(s)
+    client.set_paused(s, False)
+    deliver(drill.inbox, s, 1, clicks_for_epoch(1) + clicks_for_epoch(1)[:8])
+    deliver(drill.inbox, s, 2, clicks_for_epoch(2))
+    for e in (1, 2):
+        client.trigger(s, run_id_of(e), clock().logical_date(e))
+    wait_states(client, s, {e: SUCCESS for e in (1, 2)})
+    deliver(drill.inbox, s, 1, clicks_for_epoch(1))  # the corrected batch
+    p = plan(s, drill.store, client, bad_epochs=[("source", 1)])
+    assert {t.task_id: t.rerun for t in p.tasks if t.rerun} == {
+        "source": (1,), "clean": (1,), "model": (1, 2), "sink": (1, 2)}
+    killed = falkirk(drill, "replay", p.plan_id, crash=f"{s}/replay:0:after-lease")
+    assert killed.returncode == -signal.SIGKILL and "invalidated" not in killed.stdout
+
+    deliver(drill.inbox, s, 3, clicks_for_epoch(3))
+    client.trigger(s, run_id_of(3), clock().logical_date(3))
+    wait_states(client, s, {3: SUCCESS})
+    model_3 = Ledger(drill.store).find(s, "model", 3)
+    assert model_3.committed_at > datetime.now(timezone.utc)  # stamped by the clock a minute ahead
+    before = tries(client, s, [1, 2, 3])
+    released = falkirk(drill, "release", "--dag", s, "--reason", "its executor was killed")
+    assert released.returncode == 0, released.stderr
+    resumed = falkirk(drill, "replay", p.plan_id)
+    assert resumed.returncode == 0, resumed.stderr
+    # Epoch 3 of every task downstream of one the plan redoes, or stateful and redone: model and
+    # sink; and clean, downstream of source (its epoch 3 needed no redo, and is redone once).
+    assert f"plan {p.plan_id}: invalidated 3 rows of later DAG runs computed from rolled-back epochs" in resumed.stdout
+    wait_states(client, s, {e: SUCCESS for e in (1, 2, 3)})
+    after = tries(client, s, [1, 2, 3])
+    assert {(t, e) for (e, t), (_, n) in after.items() if n > before[e, t][1]} == {
+        *p.rerun_set(), ("clean", 3), ("model", 3), ("sink", 3)}
+    for task, table, tier in TABLES:
+        ref = [r for r in rows(drill.store, REF, task, table, tier) if dict(r)["epoch"] <= 3]
+        assert rows(drill.store, s, task, table, tier) == ref, f"{s}: {task}/{table} ({tier.value})"
