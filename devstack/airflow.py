@@ -151,6 +151,11 @@ class AirflowStack:
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
                 "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+                # An idle scheduler loop sleeps this long (Airflow's default: 1 s) before it looks
+                # for the next task to queue, several times between one task's end and the next
+                # one's start: an epoch of three warm task instances took 2.9 s instead of 4.1 s,
+                # for 1.7 s more of the scheduler's CPU per idle minute (4.6 s instead of 2.9 s).
+                "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": self.spark_master}),
                 # Not operator defaults: a cluster's jobs want their own JVM flags and hosts.
