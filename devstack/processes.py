@@ -16,6 +16,10 @@ import httpx
 VENV_BIN = Path(sys.executable).parent
 
 
+SHORT_JOB_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""JVM flags that start short jobs with less CPU: the C1 compiler only, and the serial GC."""
+
+
 def local_spark_env(venv_bin: Path = VENV_BIN) -> dict[str, str]:
     """Environment for Spark processes on this machine: the venv's Python and tools, loopback,
     and JVM flags that start short jobs with less CPU (C1-only JIT, serial GC)."""
@@ -24,7 +28,7 @@ def local_spark_env(venv_bin: Path = VENV_BIN) -> dict[str, str]:
         "PYSPARK_PYTHON": str(venv_bin / "python"),
         "PYSPARK_DRIVER_PYTHON": str(venv_bin / "python"),
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "SPARK_SUBMIT_OPTS": SHORT_JOB_JAVA_OPTIONS,
     }
 
 

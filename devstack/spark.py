@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from devstack.processes import VENV_BIN, Service, free_port, local_spark_env, wait_until
+from devstack.processes import SHORT_JOB_JAVA_OPTIONS, VENV_BIN, Service, free_port, local_spark_env, wait_until
 
 # The SQL settings of every Spark this package starts: its epochs are thousands of rows, where
 # compiling each query's generated code (whole stages, and single expressions too) and
@@ -25,7 +25,6 @@ from devstack.processes import VENV_BIN, Service, free_port, local_spark_env, wa
 # epochs leaves them on.
 SMALL_EPOCHS_SQL_CONF = {"spark.sql.shuffle.partitions": "4", "spark.sql.adaptive.enabled": "false",
                          "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-EXECUTOR_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SMALL_EPOCHS_CONF = [arg for key, value in SMALL_EPOCHS_SQL_CONF.items() for arg in ("--conf", f"{key}={value}")]
 
 
@@ -147,9 +146,9 @@ class SparkConnectServer:
         # interpreted (SMALL_EPOCHS_SQL_CONF), the server used about 15% less CPU over the same
         # tests (tests/integration/test_steps.py), in the same wall time.
         env = {**os.environ, **local_spark_env(venv_bin),
-               "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:MetaspaceSize=256m"}
+               "SPARK_SUBMIT_OPTS": f"{SHORT_JOB_JAVA_OPTIONS} -XX:MetaspaceSize=256m"}
         # On a cluster the executors are JVMs of their own: the same flags.
-        executors = ["--conf", f"spark.executor.extraJavaOptions={EXECUTOR_JAVA_OPTIONS}"] if master else []
+        executors = ["--conf", f"spark.executor.extraJavaOptions={SHORT_JOB_JAVA_OPTIONS}"] if master else []
         # The Connect service as a driver plugin, its sessions sharing the executors' Python
         # workers (devstack/connect_server.py says why).
         self.service = Service(

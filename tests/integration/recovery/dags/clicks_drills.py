@@ -17,7 +17,7 @@ for _name in ("clicks_ref", "clicks_a", "clicks_b", "clicks_c", "clicks_k", "cli
     globals()[_name] = _module.build_dag(_name)  # airflow DAG objects, found by the dag-processor
 
 # Each job of clicks_s runs in a fresh interpreter (a warm job host serves the other DAGs too)
-# that loads ../clock_ahead/sitecustomize.py: the rows it writes are stamped a minute late.
+# that loads ../clock_ahead/sitecustomize.py: the rows it writes are stamped a minute ahead.
 clicks_s = _module.build_dag("clicks_s")
 _clock_ahead = {
     "FALKIRK_JOB_HOST": "off",
