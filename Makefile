@@ -49,7 +49,7 @@ bench: install
 bench-overhead: install
 	$(PY) -m benchmarks.overhead_bench $(BENCH_ARGS)
 
-## bench-ledger: reading the ledger of 100 tasks x 1,000 epochs
+## bench-ledger: reading the ledger of 20 tasks x 4 partitions x 1,000 epochs, local and on moto_server
 bench-ledger: install
 	$(PY) -m benchmarks.ledger_bench
 

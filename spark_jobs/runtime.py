@@ -379,7 +379,7 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     say(f"{label}: committed {entry.output_rows} output rows"
         + (f", {entry.state_rows} state rows" if entry.state_uri else "")
         + f" in {time.monotonic() - started:.1f}s (ledger read {Ledger.reads}x, rollbacks read "
-        f"{Invalidations.reads}x)")
+        f"{Invalidations.reads}x, snapshot brought up to date {snapshot.refreshes}x)")
     return 0
 
 
@@ -545,7 +545,8 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) 
     """
     if not ctx.depends_on:  # computed from nothing a recovery can roll back
         return ctx.rows.rollbacks_version
-    gone, version = ctx.ledger.invalidations.keys_and_version(ctx.args.dag_id)
+    version = ctx.rows.refresh_rollbacks()  # only the rollbacks committed since the snapshot
+    gone = ctx.rows.gone
     stale = sorted((t, e) for (t, e), row in ctx.depends_on.items()
                    if (row.dag_id, row.task_id, row.map_index, row.epoch, row.incarnation) in gone)
     if not stale:

@@ -32,12 +32,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
+from deltalake.exceptions import DeltaError
 
 from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Regime, RegimeError
-from falkirk.policies.store.commits import CommitKey, append_once, compact, compact_every, open_table, scan
+from falkirk.policies.store.commits import (CommitKey, UnreadableTable, append_once, compact, compact_every, open_table,
+                                            scan, scan_since)
 from falkirk.policies.store.config import StoreConfig
-from falkirk.policies.store.control import InvalidationKey, Invalidations, keys_of
+from falkirk.policies.store.control import INVALIDATION_SCHEMA, InvalidationKey, Invalidations, keys_of
 
 # Ledger versions between compactions (each task commit appends one version, one small file).
 # Every read of the ledger opens each file added since the last compaction, a few requests
@@ -363,6 +365,42 @@ def entries_of(rows: pa.Table, gone: set[InvalidationKey]) -> tuple[list[LedgerE
     return sorted(seen.values(), key=order), sorted(rolled_back, key=order)
 
 
+class _PinnedRows:
+    """One DAG's rows of an append-only control table, pinned to the Delta version they were read
+    at, and brought forward by reading only the commits made since (:func:`scan_since`)."""
+
+    def __init__(self, uri: str, options: dict[str, str] | None, dag_id: str, schema: pa.Schema) -> None:
+        self.uri, self.options, self.dag_id, self.schema = uri, options, dag_id, schema
+        self.table = None  # the open handle, loaded at ``version``
+        self.version: int | None = None  # None: never read; -1: no table yet
+        self.rows = schema.empty_table()
+
+    def refresh(self) -> int:
+        """Read what changed since the pinned version; returns 1 if that was a whole read (or the first
+        look, finding no table), 0 if it read only the commits made since."""
+        if self.table is not None:
+            try:
+                self.table.update_incremental()
+            except (DeltaError, OSError) as exc:
+                raise UnreadableTable(self.uri, exc) from exc
+            if self.table.version() == self.version:
+                return 0
+            added = scan_since(self.table, self.version, where={"dag_id": self.dag_id})
+            if added is not None and (added.num_rows == 0 or added.column_names == self.rows.column_names):
+                if added.num_rows:
+                    self.rows = pa.concat_tables([self.rows, added.cast(self.rows.schema)])
+                self.version = self.table.version()
+                return 0
+        else:
+            self.table = open_table(self.uri, self.options)
+            if self.table is None:  # no table yet: the first read found nothing; a later look is a tail
+                first, self.version = self.version is None, -1
+                return int(first)
+        self.rows = scan(self.table, where={"dag_id": self.dag_id})
+        self.version = self.table.version()
+        return 1
+
+
 class LedgerSnapshot:
     """One DAG's ledger rows and rollbacks, read once (one scan of each table): what a job
     consults about its own task and its inputs, instead of scanning the ledger for each question.
@@ -384,22 +422,44 @@ class LedgerSnapshot:
     >>> snap.find("ingest", 1).incarnation, snap.next_incarnation("ingest", 1), snap.scans
     (1, 1, 2)
     >>> _ = ledger.append(LedgerEntry("orders", "ingest", 2, "ephemeral", "r2", 1))
-    >>> snap.find("ingest", 2).epoch, snap.scans   # not in the snapshot: read again once
-    (2, 4)
+    >>> snap.find("ingest", 2).epoch, snap.scans, snap.refreshes   # not in the snapshot: brought up to date
+    (2, 2, 1)
     """
 
     def __init__(self, ledger: Ledger, dag_id: str) -> None:
         self.ledger = ledger
         self.dag_id = dag_id
-        self.scans = 0
+        self.scans = 0  # whole-table reads
+        self.refreshes = 0  # reads of only the commits made since
+        self._ledger = _PinnedRows(ledger.uri, ledger.store.options_for(ledger.uri), dag_id, SCHEMA)
+        self._rollbacks = _PinnedRows(ledger.invalidations.uri, ledger.store.options_for(ledger.invalidations.uri),
+                                      dag_id, INVALIDATION_SCHEMA)
         self.refresh()
 
     def refresh(self) -> None:
-        """Read the DAG's rows and rollbacks again."""
-        self.rows = self.ledger.read(self.dag_id)
-        rollbacks, self.rollbacks_version = self.ledger.invalidations.rows(self.dag_id)
-        self.gone, self.rollback_rows = keys_of(rollbacks), rollbacks.num_rows
-        self.scans += 2
+        """Bring the snapshot up to the store's latest versions. The first call reads the DAG's rows
+        and rollbacks (one scan of each table); a later one reads only the commits made since, or
+        the whole table again if one of those commits was not an append (a rewrite)."""
+        first = self._ledger.version is None
+        ledger_scanned, rollbacks_scanned = self._ledger.refresh(), self._rollbacks.refresh()
+        Ledger.reads += ledger_scanned
+        Invalidations.reads += rollbacks_scanned
+        self.scans += ledger_scanned + rollbacks_scanned
+        self.refreshes += 0 if first else 1
+        self.rows = self._ledger.rows
+        self.gone, self.rollback_rows = keys_of(self._rollbacks.rows), self._rollbacks.rows.num_rows
+        self.rollbacks_version = self._rollbacks.version
+
+    def refresh_rollbacks(self) -> int:
+        """Bring only the rollbacks up to date (what a job checks around its commit point: whether a
+        row it read was rolled back meanwhile); returns the version they are now read at."""
+        scanned = self._rollbacks.refresh()
+        Invalidations.reads += scanned
+        self.scans += scanned
+        self.refreshes += 1
+        self.gone, self.rollback_rows = keys_of(self._rollbacks.rows), self._rollbacks.rows.num_rows
+        self.rollbacks_version = self._rollbacks.version
+        return self.rollbacks_version
 
     @property
     def dag_version(self) -> int:

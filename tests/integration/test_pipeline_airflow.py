@@ -55,14 +55,15 @@ def test_ledger_has_one_row_per_task_and_epoch(three_epochs, local_store: StoreC
 
 def test_a_task_instance_reads_the_ledger_once_on_the_job_host(three_epochs, airflow_stack: AirflowStack) -> None:
     """A job reads its DAG's ledger rows and rollbacks once (a snapshot) and answers every question
-    of its own from it; it reads the rollbacks again only around its commit point, twice, to
-    withdraw a commit built on rows a recovery rolled back meanwhile. It runs on the job host."""
+    of its own from it; around its commit point it brings the snapshot's rollbacks up to date,
+    twice, reading only the commits made since, to withdraw a commit built on rows a recovery
+    rolled back meanwhile. It runs on the job host."""
     client = airflow_stack.client()
     aggregate = client.task_log(DAG_ID, run_id_of(3), "aggregate", 1)  # one input and its own state
     assert "aggregate epoch 3: committed 5 output rows, 5 state rows" in aggregate, aggregate[-3000:]
-    assert "(ledger read 1x, rollbacks read 3x)" in aggregate, aggregate[-3000:]
+    assert "(ledger read 1x, rollbacks read 1x, snapshot brought up to date 2x)" in aggregate, aggregate[-3000:]
     ingest = client.task_log(DAG_ID, run_id_of(3), "ingest", 1)  # reads nothing from the pipeline
-    assert "(ledger read 1x, rollbacks read 1x)" in ingest, ingest[-3000:]
+    assert "(ledger read 1x, rollbacks read 1x, snapshot brought up to date 0x)" in ingest, ingest[-3000:]
     assert "Spark Connect client of sc://127.0.0.1:" in ingest and "on the job host" in ingest, ingest[-3000:]
 
 
