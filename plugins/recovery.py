@@ -50,7 +50,8 @@ from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
 from falkirk.policies.store.readability import StoreReadability, under
 from falkirk.policies.store.steps import StepLog
-from falkirk.policies.planning.replay_decisions import FAILED, AirflowRun, clears_needed
+from falkirk.policies.planning.replay_decisions import (AirflowRun, LaterRow, affected_later, clears_needed,
+                                                        marks_in_order, rows_to_sweep, slots_to_free, wait_verdict)
 from falkirk.policies.planning.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
 from falkirk.policies.regimes import Regime, Tier
@@ -373,15 +374,15 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
             and (e.processor, e.epoch) not in rerun and e.epoch in running.runs]
     kept = {(e.processor, e.epoch) for e in (Completions(running.store).completed_among(rows)
                                            if running.store is not None else [])}
+    if not kept:
+        return 0
     graph = TaskGraph.from_ledger(ledger.entries(recovery.dag_id, include_invalidated=True))
-    reach = {t: len(graph.downstream(t)) for t in graph.tasks}  # fewer for a task further downstream
-    marked = 0
-    for epoch in sorted({e for _, e in kept}):
-        states = running.client.task_instances(recovery.dag_id, running.runs[epoch])
-        for task in sorted((t for t, e in kept if e == epoch), key=lambda t: (reach.get(t, 0), t)):
-            if states.get(task, {}).get("state") in FAILED:
-                _mark_completed(running, task, epoch)
-                marked += 1
+    states = {epoch: {t: ti.get("state") for t, ti in running.client.task_instances(
+        recovery.dag_id, running.runs[epoch]).items()} for epoch in sorted({e for _, e in kept})}
+    marks = marks_in_order(kept, states, reach={t: len(graph.downstream(t)) for t in graph.tasks})
+    for task, epoch in marks:
+        _mark_completed(running, task, epoch)
+    marked = len(marks)
     if marked:
         progress(f"plan {recovery.plan_id}: marked {marked} refused re-runs of kept epochs success")
     return marked
@@ -434,12 +435,10 @@ def _mark_completed(running: RunningReplay, task: str, epoch: int) -> None:
 def _affected_later(running: RunningReplay, ledger: Ledger) -> set[str]:
     """The tasks whose epochs after the plan's last one depend on epochs the plan redoes: the
     stateful tasks it re-runs, and every task downstream of a task it re-runs."""
-    entries = ledger.entries(running.plan.dag_id, include_invalidated=True)
-    graph = TaskGraph.from_ledger(entries)
-    regimes = {t.task_id: Regime.parse(t.regime) for t in running.plan.tasks}
+    graph = TaskGraph.from_ledger(ledger.entries(running.plan.dag_id, include_invalidated=True))
     redone = {t.task_id for t in running.plan.tasks if t.rerun}
-    stateful = {t for t in redone if regimes[t].keeps_state}
-    return stateful | {d for t in redone for d in graph.downstream(t)[1:]}
+    return affected_later({t: graph.downstream(t)[1:] for t in redone}, redone,
+                          keeps_state={t.task_id for t in running.plan.tasks if Regime.parse(t.regime).keeps_state})
 
 
 # Rows written before jobs recorded the rollbacks they checked (``rollbacks_seen``) are judged by
@@ -462,15 +461,10 @@ def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress
     if since is None:  # the plan rolled nothing back: nothing later was computed from it
         return 0
     at = ledger.invalidations.version_of(recovery.dag_id, recovery.plan_id)
-
-    def before_the_rollback(e: LedgerEntry) -> bool:
-        if e.rollbacks_seen is not None and at is not None:
-            return e.rollbacks_seen < at
-        return e.committed_at < since + CLOCK_SKEW
-
-    affected = _affected_later(running, ledger)
-    later = [e for e in ledger.entries(recovery.dag_id) if e.epoch > recovery.last_epoch
-             and e.processor in affected and before_the_rollback(e)]
+    rows = {LaterRow(e.processor, e.epoch, e.incarnation, e.rollbacks_seen, e.committed_at): e
+            for e in ledger.entries(recovery.dag_id) if e.epoch > recovery.last_epoch}
+    swept = rows_to_sweep(rows, recovery.last_epoch, _affected_later(running, ledger), at, since, CLOCK_SKEW)
+    later = [rows[r] for r in swept]
     if not later:
         return 0
     digest = ",".join(sorted(f"{e.processor}:{e.epoch}:{e.incarnation}" for e in later))
@@ -557,58 +551,45 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
         blocked = _let_earlier_epochs_through(running, todo, progress)
         if blocked and time.monotonic() - changed > _stall_seconds():
             raise AirflowError(blocked + f"; resume with: falkirk replay {recovery.plan_id}")
-        done = 0
+        states = {}
         for epoch in sorted({e for _, e in todo}):
             tis = client.task_instances(recovery.dag_id, runs[epoch])
             for task in sorted(t for t, e in todo if e == epoch):
-                state = tis.get(task, {}).get("state")
+                state = states[task, epoch] = tis.get(task, {}).get("state")
                 if seen.get((task, epoch), "-") != state:
                     seen[task, epoch] = state
                     changed = time.monotonic()
                     progress(f"  {time.monotonic() - started:6.1f}s  epoch {epoch}  {task:<12} {state or 'waiting'}")
-                if state in ("failed", "upstream_failed"):
-                    raise AirflowError(f"{task} of epoch {epoch} ({runs[epoch]}) ended {state}; see its log in "
-                                       f"Airflow, fix the cause, then resume with: falkirk replay {recovery.plan_id}")
-                done += state == "success"
-        if done == len(todo):
+        verdict = wait_verdict(todo, states)
+        if verdict.failed is not None:
+            (task, epoch), state = verdict.failed
+            raise AirflowError(f"{task} of epoch {epoch} ({runs[epoch]}) ended {state}; see its log in "
+                               f"Airflow, fix the cause, then resume with: falkirk replay {recovery.plan_id}")
+        if verdict.finished:
             return
         if time.monotonic() > deadline:
-            raise AirflowError(f"timed out after {timeout:.0f}s with {done}/{len(todo)} task instances done; "
-                               f"resume with: falkirk replay {recovery.plan_id}")
+            raise AirflowError(f"timed out after {timeout:.0f}s with {verdict.done}/{verdict.total} task instances "
+                               f"done; resume with: falkirk replay {recovery.plan_id}")
         time.sleep(poll)
 
 
 def _let_earlier_epochs_through(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress) -> str | None:
-    """Free the DAG run slots that later epochs hold while the epochs they wait for stay queued.
-
-    Airflow clears a finished run back to queued but leaves a running one running. Under
-    ``max_active_runs``, a later epoch's run that is still running (its stateful task waiting, by
-    ``depends_on_past``, for an epoch this replay cleared) holds a slot that the cleared epoch's
-    queued run needs: neither ever moves. Such a run is set back to queued; Airflow starts the
-    cleared runs first (clearing resets their last scheduling decision), so the epochs run in
-    order. Returns a diagnosis when the slots are held by runs this cannot free, else ``None``.
-    """
+    """Queue again the later runs that hold the DAG's ``max_active_runs`` slots while the epochs
+    this replay waits for stay queued (:func:`~falkirk.policies.planning.replay_decisions.slots_to_free`);
+    returns a diagnosis when the slots are held by runs this cannot free, else ``None``."""
     client, dag_id = running.client, running.plan.dag_id
     waiting = {running.runs[e] for _, e in todo}
     active = client.active_runs(dag_id)
-    queued = [r for r in active if r["state"] == "queued" and r["dag_run_id"] in waiting]
-    holding = [r for r in active if r["state"] == "running"]
-    limit = client.max_active_runs(dag_id) if queued and holding else None
-    if not limit or len(holding) < limit:
-        return None
-    first = min(r["logical_date"] for r in queued)
-    later = [r for r in holding if (r["logical_date"] or "") > first]
-    for run in later:
-        client.queue_run(dag_id, run["dag_run_id"], note=f"queued again by Falkirk plan {running.plan.plan_id} so "
+    contended = any(r["state"] == "running" for r in active) and any(
+        r["state"] == "queued" and r["dag_run_id"] in waiting for r in active)
+    limit = client.max_active_runs(dag_id) if contended else None
+    slots = slots_to_free(active, waiting, limit)
+    for run_id in slots.requeue:
+        client.queue_run(dag_id, run_id, note=f"queued again by Falkirk plan {running.plan.plan_id} so "
                          f"that the earlier epochs it re-runs can start (max_active_runs={limit})")
-        progress(f"plan {running.plan.plan_id}: {run['dag_run_id']} held one of the DAG's max_active_runs={limit} "
+        progress(f"plan {running.plan.plan_id}: {run_id} held one of the DAG's max_active_runs={limit} "
                  f"slots while waiting (depends_on_past) for an earlier epoch this plan re-runs; queued it again")
-    if later or all(r["dag_run_id"] in waiting for r in holding):
-        return None  # requeued; or the slots are this replay's own earlier runs, which finish by themselves
-    return (f"the re-runs of {', '.join(sorted(r['dag_run_id'] for r in queued))} stay queued: the DAG's "
-            f"max_active_runs={limit} slots are held by {', '.join(sorted(r['dag_run_id'] for r in holding))}, "
-            f"which are not later epochs this replay can queue again; let those runs finish (or mark them failed), or "
-            f"raise max_active_runs")
+    return slots.stuck
 
 
 def _stall_seconds() -> float:

@@ -1,16 +1,25 @@
 """What a replay does next with each task instance of its plan, decided from what it has read.
 
 The replay's executor (``falkirk.plugins.recovery``) reads Airflow's states, the ledger and the
-completions log, asks :func:`clears_needed`, and carries the answer out through Airflow. Kept
-apart, the decision is plain data in, plain data out: it is tested against an in-memory
-Airflow over hundreds of interleavings of kills, commits and new runs
+completions log, asks these functions, and carries the answers out through Airflow:
+
+* :func:`clears_needed`: which of the plan's instances to clear, and which to mark success;
+* :func:`marks_in_order`: which failed instances of the epochs the plan keeps to mark success;
+* :func:`rows_to_sweep` (with :func:`affected_later`): which rows of later DAG runs were
+  computed from rolled-back epochs and are invalidated in turn;
+* :func:`slots_to_free`: which later runs to queue again so that the re-runs can start;
+* :func:`wait_verdict`: whether the re-runs are done, one failed (stop), or to poll again.
+
+Kept apart, each decision is plain data in, plain data out: they are tested against an
+in-memory Airflow over hundreds of interleavings of kills, commits and new runs
 (``tests/unit/test_replay_interleavings.py``) without starting anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 Instance = tuple[str, int]
 """A task instance of the plan: (processor id, epoch)."""
@@ -77,3 +86,140 @@ def clears_needed(wanted: Collection[Instance], runs: Mapping[int, AirflowRun], 
             if state in SETTLED or (state is None and run.state in ("success", "failed")) or stranded:
                 clear.add((task, epoch))
     return Clears(frozenset(clear), tuple(mark))
+
+
+def marks_in_order(kept: Collection[Instance], states: Mapping[int, Mapping[str, str | None]],
+                   reach: Mapping[str, int]) -> list[Instance]:
+    """Of ``kept`` (instances of the plan's epochs that it keeps: committed, current, completed),
+    those Airflow shows failed, in the order to mark them success: by epoch, then the task
+    furthest downstream first (``reach``: how many tasks are downstream of it). Airflow clears
+    the failed instances downstream of one marked success, so marking downstream first leaves
+    Airflow nothing of the kept ones to clear.
+
+    >>> marks_in_order({("clean", 2), ("model", 2), ("sink", 2)},
+    ...                {2: {"clean": "success", "model": "failed", "sink": "upstream_failed"}},
+    ...                reach={"clean": 2, "model": 1, "sink": 0})
+    [('sink', 2), ('model', 2)]
+    """
+    order = sorted(kept, key=lambda k: (k[1], reach.get(k[0], 0), k[0]))
+    return [(t, e) for t, e in order if states.get(e, {}).get(t) in FAILED]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Where waiting for a set of task instances stands: ``done`` (all succeeded), or the first
+    one that ``failed`` (the replay stops there and is resumed once its cause is fixed), or
+    neither (poll again)."""
+
+    done: int
+    total: int
+    failed: tuple[Instance, str] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.failed is None and self.done == self.total
+
+
+def wait_verdict(todo: Collection[Instance], states: Mapping[Instance, str | None]) -> Wait:
+    """How waiting for ``todo`` stands, given each instance's Airflow state.
+
+    >>> wait_verdict([("a", 1), ("b", 1)], {("a", 1): "success", ("b", 1): "running"})
+    Wait(done=1, total=2, failed=None)
+    >>> wait_verdict([("a", 1), ("b", 1)], {("a", 1): "success", ("b", 1): "upstream_failed"}).failed
+    (('b', 1), 'upstream_failed')
+    >>> wait_verdict([("a", 1)], {("a", 1): "success"}).finished
+    True
+    """
+    ordered = sorted(todo, key=lambda k: (k[1], k[0]))
+    failed = next(((k, states[k]) for k in ordered if states.get(k) in FAILED), None)
+    return Wait(sum(states.get(k) == "success" for k in ordered), len(ordered), failed)
+
+
+@dataclass(frozen=True)
+class Slots:
+    """What to do about the DAG's ``max_active_runs`` slots: the later runs to queue again, and a
+    diagnosis when the slots are held by runs the replay cannot free (else ``None``)."""
+
+    requeue: tuple[str, ...] = ()
+    stuck: str | None = None
+
+
+def slots_to_free(active: Sequence[Mapping[str, str | None]], waiting: Collection[str], limit: int | None) -> Slots:
+    """Free the DAG run slots that later epochs hold while the epochs a replay waits for stay queued.
+
+    Airflow clears a finished run back to queued but leaves a running one running. Under
+    ``max_active_runs``, a later epoch's run that is still running (its stateful task waiting, by
+    ``depends_on_past``, for an epoch the replay cleared) holds a slot the cleared epoch's queued
+    run needs: neither ever moves. Such runs are queued again (Airflow then starts the cleared,
+    earlier runs first). ``active``: the DAG's active runs (``dag_run_id``, ``state``,
+    ``logical_date``); ``waiting``: the runs of the instances the replay waits for.
+
+    >>> active = [{"dag_run_id": "e2", "state": "queued", "logical_date": "2"},
+    ...           {"dag_run_id": "e3", "state": "running", "logical_date": "3"}]
+    >>> slots_to_free(active, waiting={"e2"}, limit=1)
+    Slots(requeue=('e3',), stuck=None)
+    >>> slots_to_free(active, waiting={"e2"}, limit=2)   # a slot is free
+    Slots(requeue=(), stuck=None)
+    >>> slots_to_free([active[0], {"dag_run_id": "e1", "state": "running", "logical_date": "1"}], {"e2"}, 1).stuck[:25]
+    'the re-runs of e2 stay qu'
+    """
+    queued = [r for r in active if r["state"] == "queued" and r["dag_run_id"] in waiting]
+    holding = [r for r in active if r["state"] == "running"]
+    if not queued or not holding or not limit or len(holding) < limit:
+        return Slots()
+    first = min(r["logical_date"] or "" for r in queued)
+    later = tuple(str(r["dag_run_id"]) for r in holding if (r["logical_date"] or "") > first)
+    if later or all(r["dag_run_id"] in waiting for r in holding):
+        return Slots(later)  # requeued; or the slots are the replay's own earlier runs, which finish by themselves
+    return Slots(stuck=(
+        f"the re-runs of {', '.join(sorted(str(r['dag_run_id']) for r in queued))} stay queued: the DAG's "
+        f"max_active_runs={limit} slots are held by {', '.join(sorted(str(r['dag_run_id']) for r in holding))}, "
+        f"which are not later epochs this replay can queue again; let those runs finish (or mark them failed), or "
+        f"raise max_active_runs"))
+
+
+def affected_later(downstream: Mapping[str, Collection[str]], redone: Collection[str],
+                   keeps_state: Collection[str]) -> set[str]:
+    """The tasks whose epochs after a plan's last one depend on epochs the plan redoes: the
+    stateful tasks it re-runs, and every task downstream of a task it re-runs (``downstream``:
+    each task's downstream tasks, itself excluded).
+
+    >>> affected_later({"source": {"clean", "model"}, "clean": {"model"}, "model": set()},
+    ...                redone={"clean"}, keeps_state={"model"})
+    {'model'}
+    """
+    return {t for t in redone if t in keeps_state} | {d for t in redone for d in downstream.get(t, ())}
+
+
+@dataclass(frozen=True)
+class LaterRow:
+    """What the sweep reads of a ledger row of an epoch after the plan's last one."""
+
+    processor: str
+    epoch: int
+    incarnation: int
+    rollbacks_seen: int | None  # the rollbacks' version its job checked just before appending it
+    committed_at: datetime
+
+
+def rows_to_sweep(rows: Iterable[LaterRow], last_epoch: int, affected: Collection[str],
+                  rolled_back_at: int | None, rolled_back_since: datetime,
+                  clock_skew: timedelta = timedelta(seconds=5)) -> list[LaterRow]:
+    """The current rows of epochs after ``last_epoch`` of the ``affected`` tasks that were computed
+    before the plan rolled back what they depend on, to be invalidated in turn.
+
+    "Before" is the order of the store's own commits, not a clock: a row whose job checked the
+    rollbacks at a version below the plan's (``rolled_back_at``) did not see them. Only a row
+    written before jobs recorded that version is judged by its stamp, within ``clock_skew``.
+
+    >>> at = datetime(2026, 1, 1)
+    >>> rows = [LaterRow("model", 6, 0, 3, at), LaterRow("model", 7, 0, 4, at), LaterRow("clean", 6, 0, 3, at)]
+    >>> [(r.processor, r.epoch) for r in rows_to_sweep(rows, 5, {"model"}, rolled_back_at=4, rolled_back_since=at)]
+    [('model', 6)]
+    """
+    def before_the_rollback(row: LaterRow) -> bool:
+        if row.rollbacks_seen is not None and rolled_back_at is not None:
+            return row.rollbacks_seen < rolled_back_at
+        return row.committed_at < rolled_back_since + clock_skew
+
+    return [r for r in rows if r.epoch > last_epoch and r.processor in affected and before_the_rollback(r)]
