@@ -50,8 +50,9 @@ from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
 from falkirk.policies.store.readability import StoreReadability, under
 from falkirk.policies.store.steps import StepLog
-from falkirk.policies.planning.replay_decisions import (AirflowRun, LaterRow, affected_later, clears_needed,
-                                                        marks_in_order, rows_to_sweep, slots_to_free, wait_verdict)
+from falkirk.policies.planning.replay_decisions import (AirflowRun, LaterRow, RolledBack, affected_later,
+                                                        clears_needed, marks_in_order, rows_to_sweep, slots_to_free,
+                                                        wait_verdict)
 from falkirk.policies.planning.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
 from falkirk.policies.regimes import Regime, Tier
@@ -448,22 +449,25 @@ CLOCK_SKEW = timedelta(seconds=5)
 
 
 def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress) -> int:
-    """Invalidate rows of epochs after the plan's last one that were computed before the plan
-    rolled back what they depend on (a DAG run that arrived while the replay started).
+    """Invalidate rows of epochs after the plan's last one that may have been computed from a row
+    the plan (or an earlier sweep) rolled back: DAG runs that arrived while the replay started.
 
-    "Before" is the order of the store's own commits, never a clock: a job records in its row the
-    version of the invalidations it checked just before appending it (``rollbacks_seen``), and a
-    row whose check came after the plan's invalidation is current: its job found the rolled-back
-    rows gone (a stateful task waits for its previous epoch's redo), or, if it read them before,
-    refused or withdrew its own commit (``falkirk.spark_jobs.runtime``)."""
+    Decided by :func:`~falkirk.policies.planning.replay_decisions.rows_to_sweep` in the order of
+    the store's own commits, never a clock: a job records in its row the version of the
+    invalidations it checked just before appending it (``rollbacks_seen``), and a row whose check
+    came after a rollback of what it reads is current: its job found the rolled-back rows gone
+    (a stateful task waits for its previous epoch's redo), or, if it read them before, refused or
+    withdrew its own commit (``falkirk.spark_jobs.runtime``)."""
     recovery = running.plan
     since = ledger.invalidations.recorded_at(recovery.dag_id, recovery.plan_id)
     if since is None:  # the plan rolled nothing back: nothing later was computed from it
         return 0
-    at = ledger.invalidations.version_of(recovery.dag_id, recovery.plan_id)
+    rolled = [RolledBack(processor_id(t, m), e, v)
+              for t, m, e, v in ledger.invalidations.rolled_back_by(recovery.dag_id, recovery.plan_id)]
     rows = {LaterRow(e.processor, e.epoch, e.incarnation, e.rollbacks_seen, e.committed_at): e
             for e in ledger.entries(recovery.dag_id) if e.epoch > recovery.last_epoch}
-    swept = rows_to_sweep(rows, recovery.last_epoch, _affected_later(running, ledger), at, since, CLOCK_SKEW)
+    swept = rows_to_sweep(rows, recovery.last_epoch, _affected_later(running, ledger), rolled,
+                          _upstream(running, ledger), since, CLOCK_SKEW)
     later = [rows[r] for r in swept]
     if not later:
         return 0
@@ -472,6 +476,12 @@ def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress
     if n:
         progress(f"plan {recovery.plan_id}: invalidated {n} rows of later DAG runs computed from rolled-back epochs")
     return n
+
+
+def _upstream(running: RunningReplay, ledger: Ledger) -> dict[str, set[str]]:
+    """Each task's upstream tasks in the DAG's ledger graph, itself included."""
+    graph = TaskGraph.from_ledger(ledger.entries(running.plan.dag_id, include_invalidated=True))
+    return {t: {u for u in graph.tasks if t in graph.downstream(u)} | {t} for t in graph.tasks}
 
 
 def _later_runs(running: RunningReplay, progress: Progress) -> set[tuple[str, int]]:

@@ -202,24 +202,66 @@ class LaterRow:
     committed_at: datetime
 
 
-def rows_to_sweep(rows: Iterable[LaterRow], last_epoch: int, affected: Collection[str],
-                  rolled_back_at: int | None, rolled_back_since: datetime,
-                  clock_skew: timedelta = timedelta(seconds=5)) -> list[LaterRow]:
-    """The current rows of epochs after ``last_epoch`` of the ``affected`` tasks that were computed
-    before the plan rolled back what they depend on, to be invalidated in turn.
+SWEPT_HERE = -2  # the version of a rollback this sweep is about to record: after every check so far
 
-    "Before" is the order of the store's own commits, not a clock: a row whose job checked the
-    rollbacks at a version below the plan's (``rolled_back_at``) did not see them. Only a row
-    written before jobs recorded that version is judged by its stamp, within ``clock_skew``.
+
+@dataclass(frozen=True)
+class RolledBack:
+    """A row the plan (or its sweep) rolled back, and the rollbacks' version that recorded it
+    (``None``: the log no longer holds that commit)."""
+
+    processor: str
+    epoch: int
+    version: int | None
+
+
+def rows_to_sweep(rows: Iterable[LaterRow], last_epoch: int, affected: Collection[str],
+                  rolled_back: Iterable[RolledBack], upstream: Mapping[str, Collection[str]],
+                  since: datetime | None = None, clock_skew: timedelta = timedelta(seconds=5)) -> list[LaterRow]:
+    """The current rows of epochs after ``last_epoch`` of the ``affected`` tasks that may have been
+    computed from a row the plan rolled back, to be invalidated in turn.
+
+    A row may have read a rolled-back row of a task upstream of it (``upstream[task]``, the task
+    itself included) at its own epoch or an earlier one, unless its job checked the rollbacks
+    after that row was rolled back: "after" is the order of the store's own commits, never a
+    clock (``rollbacks_seen`` against the ``version`` that recorded the rollback), and a job that
+    finds a row it read rolled back refuses or withdraws its own commit. The sweep is transitive:
+    a row computed from a row swept here is swept too, since it read it while it was current.
+
+    Only a row written before jobs recorded ``rollbacks_seen`` (or a rollback whose commit the log
+    no longer holds) is judged by stamps: computed before ``since`` (when the plan rolled back),
+    within ``clock_skew``.
 
     >>> at = datetime(2026, 1, 1)
-    >>> rows = [LaterRow("model", 6, 0, 3, at), LaterRow("model", 7, 0, 4, at), LaterRow("clean", 6, 0, 3, at)]
-    >>> [(r.processor, r.epoch) for r in rows_to_sweep(rows, 5, {"model"}, rolled_back_at=4, rolled_back_since=at)]
-    [('model', 6)]
-    """
-    def before_the_rollback(row: LaterRow) -> bool:
-        if row.rollbacks_seen is not None and rolled_back_at is not None:
-            return row.rollbacks_seen < rolled_back_at
-        return row.committed_at < rolled_back_since + clock_skew
+    >>> up = {"source": {"source"}, "model": {"source", "model"}, "sink": {"source", "model", "sink"}}
+    >>> rows = [LaterRow("model", 6, 0, 3, at), LaterRow("model", 7, 0, 4, at), LaterRow("sink", 7, 0, 4, at)]
+    >>> plan = [RolledBack("model", 5, version=4)]
+    >>> [(r.processor, r.epoch) for r in rows_to_sweep(rows, 5, {"model", "sink"}, plan, up)]
+    [('model', 6), ('model', 7), ('sink', 7)]
 
-    return [r for r in rows if r.epoch > last_epoch and r.processor in affected and before_the_rollback(r)]
+    (model 6 checked the rollbacks before model 5 was rolled back; model 7 and sink 7 checked them
+    after, but read model 6, which is swept.)
+    """
+    rolled = list(rolled_back)
+    later = sorted((r for r in rows if r.epoch > last_epoch and r.processor in affected),
+                   key=lambda r: (r.epoch, r.processor))
+
+    def read_before(row: LaterRow, gone: RolledBack) -> bool:
+        if gone.processor not in upstream.get(row.processor, (row.processor,)) or gone.epoch > row.epoch:
+            return False
+        if gone.version == SWEPT_HERE:
+            return True
+        if row.rollbacks_seen is not None and gone.version is not None:
+            return row.rollbacks_seen < gone.version
+        return since is None or row.committed_at < since + clock_skew
+
+    swept: list[LaterRow] = []
+    changed = True
+    while changed:  # to a fixpoint: what is swept here counts as rolled back after every check
+        changed = False
+        for row in later:
+            if row not in swept and any(read_before(row, g) for g in rolled):
+                swept.append(row)
+                rolled.append(RolledBack(row.processor, row.epoch, version=SWEPT_HERE))
+                changed = True
+    return sorted(swept, key=lambda r: (r.epoch, r.processor))

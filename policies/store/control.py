@@ -178,6 +178,36 @@ class Invalidations:
                 return int(commit["version"])
         return None
 
+    def rolled_back_by(self, dag_id: str, plan_id: str) -> list[tuple[str, int, int, int | None]]:
+        """The rows of ``dag_id`` that recovery ``plan_id`` and its sweeps of later DAG runs (records
+        named ``<plan_id>+later:...``) rolled back: (task, map index, epoch, the table version that
+        recorded it, ``None`` if the log no longer holds that commit).
+
+        >>> import tempfile
+        >>> from types import SimpleNamespace
+        >>> from falkirk.policies.store.config import StoreConfig
+        >>> root = tempfile.mkdtemp()
+        >>> inv = Invalidations(StoreConfig(root + "/store", root + "/scratch"))
+        >>> row = lambda t, e: SimpleNamespace(dag_id="d", task_id=t, map_index=-1, epoch=e, incarnation=0)
+        >>> inv.record([row("a", 2)], "p1"), inv.record([row("b", 7)], "p1+later:x"), inv.record([row("c", 1)], "p2")
+        (1, 1, 1)
+        >>> inv.rolled_back_by("d", "p1")
+        [('a', -1, 2, 0), ('b', -1, 7, 1)]
+        """
+        rows, _ = self.rows(dag_id)
+        cols = rows.select(["task_id", "map_index", "epoch", "plan_id"]).to_pydict()
+        mine = [i for i, p in enumerate(cols["plan_id"]) if p == plan_id or p.startswith(plan_id + "+later:")]
+        if not mine:
+            return []
+        versions: dict[str, int] = {}
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        for commit in table.history() if table is not None else []:
+            prefix, _, plan = str(commit.get("falkirk.app_id", "")).rpartition("/")
+            if prefix.startswith("falkirk-invalidate/") and dag_id in prefix[len("falkirk-invalidate/"):].split(","):
+                versions.setdefault(plan, int(commit["version"]))
+        return sorted((cols["task_id"][i], cols["map_index"][i], cols["epoch"][i], versions.get(cols["plan_id"][i]))
+                      for i in mine)
+
     def count(self, dag_id: str) -> int:
         """How many rows of ``dag_id`` recoveries have rolled back (each counted once per plan)."""
         table = open_table(self.uri, self.store.options_for(self.uri))
