@@ -1,4 +1,4 @@
-"""Regime overhead benchmark: one Spark job over 7M rows per epoch, with and without fault tolerance.
+"""Regime overhead benchmark: one Spark job over 8.5M rows per epoch, with and without fault tolerance.
 
 Every variant runs the same computation over the same input (``--rows`` click events
 per epoch, pre-generated as Parquet and read by each variant, about 2% of them
@@ -32,7 +32,7 @@ baseline run, and the median of the paired ratios, against the targets in :data:
 epochs measure fixed costs, not the regimes).
 
     make bench-regimes
-    .venv/bin/python -m benchmarks.regime_bench --rows 7000000 --epochs 7 --store local
+    .venv/bin/python -m benchmarks.regime_bench --rows 8500000 --epochs 7 --store local
 """
 
 from __future__ import annotations
@@ -173,8 +173,8 @@ def table(rows: list[list[str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=7_000_000, help="input events per epoch (default 7,000,000: "
-                        "about 5 s of work per epoch on two cores)")
+    parser.add_argument("--rows", type=int, default=8_500_000, help="input events per epoch (default 8,500,000: "
+                        "about 5.5 s of work per epoch on two cores)")
     parser.add_argument("--epochs", type=int, default=7, help="epochs per variant (the first is a warm-up)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--store", choices=("moto", "local"), default="moto",
