@@ -58,7 +58,7 @@ bench-ledger: install
 bench-recovery: install cluster-tools
 	$(PY) -m benchmarks.recovery_bench $(BENCH_ARGS)
 
-## bench-regimes: one Spark job over 1M rows per epoch, each regime's per-epoch time as a ratio to no fault tolerance
+## bench-regimes: one Spark job over 8.5M rows per epoch, durable store on moto_server: each regime's per-epoch time as a ratio to no fault tolerance
 bench-regimes: install
 	$(PY) -m benchmarks.regime_bench $(BENCH_ARGS)
 
