@@ -167,16 +167,18 @@ class Invalidations:
         >>> inv.record([row], "p1"), inv.record([row], "p2"), inv.version_of("d", "p2"), inv.version_of("d", "p3")
         (1, 1, 1, None)
         """
+        return self._versions_by_plan(dag_id).get(plan_id)
+
+    def _versions_by_plan(self, dag_id: str) -> dict[str, int]:
+        """Per recovery (plan id) that rolled back rows of ``dag_id``, the table version of its
+        commit, from the commits' own records (their app transaction ids)."""
         table = open_table(self.uri, self.store.options_for(self.uri))
-        if table is None:
-            return None
-        for commit in table.history():
-            app_id = str(commit.get("falkirk.app_id", ""))
-            prefix, _, plan = app_id.rpartition("/")
-            if plan == plan_id and prefix.startswith("falkirk-invalidate/") and \
-                    dag_id in prefix[len("falkirk-invalidate/"):].split(","):
-                return int(commit["version"])
-        return None
+        versions: dict[str, int] = {}
+        for commit in table.history() if table is not None else []:
+            prefix, _, plan = str(commit.get("falkirk.app_id", "")).rpartition("/")
+            if prefix.startswith("falkirk-invalidate/") and dag_id in prefix[len("falkirk-invalidate/"):].split(","):
+                versions.setdefault(plan, int(commit["version"]))
+        return versions
 
     def rolled_back_by(self, dag_id: str, plan_id: str) -> list[tuple[str, int, int, int | None]]:
         """The rows of ``dag_id`` that recovery ``plan_id`` and its sweeps of later DAG runs (records
@@ -199,12 +201,7 @@ class Invalidations:
         mine = [i for i, p in enumerate(cols["plan_id"]) if p == plan_id or p.startswith(plan_id + "+later:")]
         if not mine:
             return []
-        versions: dict[str, int] = {}
-        table = open_table(self.uri, self.store.options_for(self.uri))
-        for commit in table.history() if table is not None else []:
-            prefix, _, plan = str(commit.get("falkirk.app_id", "")).rpartition("/")
-            if prefix.startswith("falkirk-invalidate/") and dag_id in prefix[len("falkirk-invalidate/"):].split(","):
-                versions.setdefault(plan, int(commit["version"]))
+        versions = self._versions_by_plan(dag_id)
         return sorted((cols["task_id"][i], cols["map_index"][i], cols["epoch"][i], versions.get(cols["plan_id"][i]))
                       for i in mine)
 

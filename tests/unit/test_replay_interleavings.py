@@ -25,8 +25,8 @@ import pytest
 from falkirk.plugins import recovery
 from falkirk.plugins.recovery import RunningReplay, _clear, _to_clear
 
-TASKS = ("source", "model", "sink")
-STATEFUL = {"model", "sink"}  # each epoch waits for the task's previous epoch (depends_on_past)
+from .replay_scheduler import STATEFUL, TASKS, Scheduler
+
 EPOCHS = range(1, 6)
 DAG = "pipe"
 NEVER = 10**9
@@ -45,7 +45,7 @@ class ReplayKilled(Exception):
 
 
 @dataclass
-class World:
+class World(Scheduler):
     """Airflow's task instances, the ledger's current rows and the completions log of one DAG."""
 
     rng: random.Random
@@ -65,30 +65,7 @@ class World:
             self.completed.add(key)
             self.commits[key] = 0
 
-    # -- the scheduler and the jobs -------------------------------------------------------
-
-    def _deps(self, task: str, epoch: int) -> list[str | None]:
-        deps = [self.state[(TASKS[TASKS.index(task) - 1], epoch)]] if task != TASKS[0] else []
-        if task in STATEFUL and epoch > EPOCHS[0]:
-            deps.append(self.state[(task, epoch - 1)])
-        return deps
-
-    def steps(self) -> list:
-        """Every step the scheduler or a job could take now."""
-        possible = []
-        for key, state in self.state.items():
-            if state is None:
-                deps = self._deps(*key)
-                if any(d in ("failed", "upstream_failed") for d in deps):
-                    possible.append((self._set, key, "upstream_failed"))
-                elif all(d == "success" for d in deps):
-                    possible.append((self._set, key, "running"))
-            elif state == "running":
-                possible.append((self._run, key))
-        return possible
-
-    def _set(self, key: tuple[str, int], state: str) -> None:
-        self.state[key] = state
+    # -- the jobs ------------------------------------------------------------------------
 
     def _run(self, key: tuple[str, int]) -> None:
         """One step of a running job: commit, then complete and succeed; or die (a kill)."""
@@ -110,31 +87,7 @@ class World:
             self.completed.add(key)
             self.state[key] = "success"
 
-    def step(self) -> bool:
-        """Take one random step; False if none is possible (everything settled)."""
-        possible = self.steps()
-        if possible:
-            step = self.rng.choice(possible)
-            step[0](*step[1:])
-        return bool(possible)
-
-    def advance(self, most: int = 3) -> None:
-        for _ in range(self.rng.randint(0, most)):
-            self.step()
-
     # -- what the replay reads and writes (Airflow's REST API, the ledger, completions) ---
-
-    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict]:
-        self.advance()
-        epoch = int(run_id.split("-")[1])
-        return {t: {"state": self.state[(t, epoch)], "queue": "default"} for t in TASKS}
-
-    def dag_run(self, dag_id: str, run_id: str) -> dict:
-        self.advance()
-        epoch = int(run_id.split("-")[1])
-        states = [self.state[(t, epoch)] for t in TASKS]
-        done = all(s in ("success", "failed", "upstream_failed") for s in states)
-        return {"state": ("failed" if "failed" in states else "success") if done else "running"}
 
     def clear(self, dag_id: str, run_id: str, task_ids: list[str], dry_run: bool = False) -> list:
         self.advance()

@@ -36,8 +36,8 @@ from falkirk.plugins.airflow_rest import AirflowError
 from falkirk.plugins.recovery import RunningReplay, _clear, _sweep_later_rows, _to_clear
 from falkirk.policies.planning.replay_decisions import affected_later
 
-TASKS = ("source", "model", "sink")
-STATEFUL = {"model", "sink"}
+from .replay_scheduler import STATEFUL, TASKS, Scheduler
+
 DOWNSTREAM = {"source": ("model", "sink"), "model": ("sink",), "sink": ()}
 UPSTREAM = {"source": {"source"}, "model": {"source", "model"}, "sink": {"source", "model", "sink"}}
 LAST = 5  # the plan's last epoch
@@ -72,7 +72,7 @@ class Row:
 
 
 @dataclass
-class World:
+class World(Scheduler):
     """Airflow's task instances, the ledger, its rollbacks and the completions log of one DAG."""
 
     rng: random.Random
@@ -128,29 +128,7 @@ class World:
             self.records += [(t, e, plan_id, self.version) for t, e, _ in sorted(new)]
         return len(new)
 
-    # -- the scheduler and the jobs ----------------------------------------------------------
-
-    def _deps(self, task: str, epoch: int) -> list[str | None]:
-        deps = [self.state[(TASKS[TASKS.index(task) - 1], epoch)]] if task != TASKS[0] else []
-        if task in STATEFUL and epoch > 1:
-            deps.append(self.state[(task, epoch - 1)])
-        return deps
-
-    def steps(self) -> list:
-        possible = []
-        for key, state in self.state.items():
-            if state is None:
-                deps = self._deps(*key)
-                if any(d in ("failed", "upstream_failed") for d in deps):
-                    possible.append((self._set, key, "upstream_failed"))
-                elif all(d == "success" for d in deps):
-                    possible.append((self._start, key))
-            elif state == "running":
-                possible.append((self._run, key))
-        return possible
-
-    def _set(self, key: tuple[str, int], state: str) -> None:
-        self.state[key] = state
+    # -- the jobs ----------------------------------------------------------------------------
 
     def _start(self, key: tuple[str, int]) -> None:
         """The job starts and reads its inputs' current rows (a snapshot)."""
@@ -184,17 +162,6 @@ class World:
                 self.completed.add((*key, row.incarnation))
             self.state[key] = "success"
 
-    def step(self) -> bool:
-        possible = self.steps()
-        if possible:
-            step = self.rng.choice(possible)
-            step[0](*step[1:])
-        return bool(possible)
-
-    def advance(self, most: int = 3) -> None:
-        for _ in range(self.rng.randint(0, most)):
-            self.step()
-
     def _write(self) -> None:
         self.advance()
         if self.killed_after <= 0:
@@ -205,17 +172,6 @@ class World:
 
     def on_poll(self) -> None:
         self.advance()
-
-    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict]:
-        self.advance()
-        epoch = int(run_id.split("-")[1])
-        return {t: {"state": self.state[(t, epoch)], "queue": "default"} for t in TASKS}
-
-    def dag_run(self, dag_id: str, run_id: str) -> dict:
-        self.advance()
-        states = [self.state[(t, int(run_id.split("-")[1]))] for t in TASKS]
-        done = all(s in ("success", "failed", "upstream_failed") for s in states)
-        return {"state": ("failed" if "failed" in states else "success") if done else "running"}
 
     def active_runs(self, dag_id: str) -> list[dict]:
         return []  # no max_active_runs here: slots are tested on their own
