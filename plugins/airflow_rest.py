@@ -260,6 +260,11 @@ class AirflowClient:
         self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", json={"state": "queued", "note": note[:1000]},
                      idempotent=True)
 
+    def set_run_state(self, dag_id: str, run_id: str, state: str, note: str) -> None:
+        """Set a DAG run's state (``success`` or ``failed``) with a note saying why."""
+        self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", json={"state": state, "note": note[:1000]},
+                     idempotent=True)
+
     def dag_exists(self, dag_id: str) -> bool:
         return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
 

@@ -81,6 +81,7 @@ from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
 from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
 from falkirk.policies.planning.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
+from falkirk.policies.store.readability import StoreReadability
 from falkirk.policies.store.steps import StepLog
 
 log = logging.getLogger(__name__)
@@ -366,8 +367,10 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     snapshot = LedgerSnapshot(Ledger(store), dag_id)  # one read of the ledger and one of its rollbacks
     version = snapshot.dag_version
     collected = Collections(store).through(dag_id)
+    # Scratch cells are read as the planner reads them: a deleted directory shows as lost.
+    readable = StoreReadability(store, lambda: entries_of(snapshot.rows, set())[0])
     grid = grid_from_ledger(snapshot, dag_id, [p for t in tasks for p in processors(t.task_id, t.partitions)],
-                            collected_through=collected)
+                            collected_through=collected, readable=readable)
     # Runs with no ledger row at all (each of their task instances failed or has not run yet).
     grid = with_runs(grid, _runs_at_epochs(dag_id, tasks, {run for _, run in live} - set(grid.runs.values())))
     events = RecoveryLog(store).events(dag_id)

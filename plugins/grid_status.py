@@ -6,6 +6,9 @@ its state and outputs went. :func:`grid_from_ledger` reduces each (task, epoch) 
 
 * ``collected``: the checkpoint was garbage-collected (below the task's low-watermark);
 * ``durable``: its state is checkpointed on the durable tier (it can be restored from);
+* ``lost``: it was kept only on scratch, and the scratch files are gone (a deleted directory,
+  a lost worker's disk): read with the same :class:`~falkirk.policies.store.readability.StoreReadability`
+  the planner uses, so the grid shows what a plan will find;
 * ``scratch``: its state, or its output with no state, is kept only on scratch;
 * ``logged``: it keeps no state and its outputs are logged on the durable tier;
 * ``invalidated``: a recovery rolled its row back and no re-run has committed since;
@@ -40,7 +43,10 @@ from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
 from falkirk.policies.partitions import processor_id
+from falkirk.policies.regimes import Tier
+from falkirk.policies.store.commits import CommitKey
 from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
+from falkirk.policies.store.readability import Readable
 
 
 class CheckpointStatus(Enum):
@@ -49,6 +55,7 @@ class CheckpointStatus(Enum):
     COLLECTED = ("G", "garbage-collected")
     DURABLE = ("D", "durable")
     SCRATCH = ("S", "scratch only")
+    LOST = ("X", "lost (scratch files gone)")
     LOGGED = ("L", "logged outputs")
     INVALIDATED = ("I", "invalidated by a recovery")
     MISSING = ("-", "missing")
@@ -110,18 +117,22 @@ def grid_from_rows(
     invalidated: set[tuple[str, int, int, int]] = frozenset(),  # type: ignore[assignment]
     last_epoch: int | None = None,
     collected_through: Mapping[str, int] | None = None,
+    readable: Readable | None = None,
 ) -> CheckpointGrid:
     """The grid from ledger rows (dicts, or columns as from ``pyarrow.Table.to_pydict``).
 
     ``invalidated`` holds the (task, map index, epoch, incarnation) keys recoveries rolled
     back; ``collected_through`` each task's last garbage-collected epoch. ``tasks`` are
-    processors: a partition of a partitioned task has a row of its own, ``task[i]``.
+    processors: a partition of a partitioned task has a row of its own, ``task[i]``. With
+    ``readable`` (and the columns ``dag_id`` and ``state_uri``), a scratch-only cell whose
+    scratch tables no longer hold its commit is ``lost``.
     """
     cols = rows if isinstance(rows, Mapping) else _columns(list(rows))
     n = len(cols.get("task_id", ()))
     runs: dict[int, str] = {}
     # (task, epoch) -> (incarnation, code) of its latest current row; or "I" if only rolled back
     best: dict[tuple[str, int], tuple[int, str]] = {}
+    row_of: dict[tuple[str, int], int] = {}
     for i in range(n):
         task, epoch, inc = processor_id(cols["task_id"][i], cols["map_index"][i]), cols["epoch"][i], cols["incarnation"][i]
         runs[epoch] = cols["run_id"][i]
@@ -130,7 +141,12 @@ def grid_from_rows(
             continue
         if inc >= best.get((task, epoch), (-1, ""))[0]:
             best[task, epoch] = (inc, CheckpointStatus.of_row(cols["state_tier"][i], cols["outputs"][i]).code)
+            row_of[task, epoch] = i
     last = last_epoch if last_epoch is not None else max(runs, default=0)
+    if readable is not None:
+        for cell, (inc, code) in best.items():
+            if code == CheckpointStatus.SCRATCH.code and _scratch_gone(cols, row_of[cell], readable):
+                best[cell] = (inc, CheckpointStatus.LOST.code)
     cells = {t: [CheckpointStatus.MISSING.code] * last for t in tasks}
     for (task, epoch), (_, code) in best.items():
         if task in cells and 1 <= epoch <= last:
@@ -143,14 +159,26 @@ def grid_from_rows(
 
 
 def grid_from_ledger(ledger: Ledger | LedgerSnapshot, dag_id: str, tasks: Sequence[str],
-                     collected_through: Mapping[str, int] | None = None) -> CheckpointGrid:
+                     collected_through: Mapping[str, int] | None = None,
+                     readable: Readable | None = None) -> CheckpointGrid:
     """The grid of ``dag_id`` from one read of the ledger and one of its invalidations (none
-    when given a snapshot of the DAG)."""
+    when given a snapshot of the DAG); with ``readable``, scratch-only cells whose files are
+    gone show as lost."""
     snapshot = ledger if isinstance(ledger, LedgerSnapshot) else LedgerSnapshot(ledger, dag_id)
-    cols = snapshot.rows.select(["task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier",
-                                 "outputs"]).to_pydict()
+    cols = snapshot.rows.select(["dag_id", "task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier",
+                                 "state_uri", "outputs"]).to_pydict()
     gone = {(t, m, e, i) for _, t, m, e, i in snapshot.gone}
-    return grid_from_rows(tasks, cols, gone, collected_through=collected_through)
+    return grid_from_rows(tasks, cols, gone, collected_through=collected_through, readable=readable)
+
+
+def _scratch_gone(cols: Mapping[str, list], i: int, readable: Readable) -> bool:
+    """Whether a scratch table of row ``i`` no longer holds its commit."""
+    key = CommitKey(cols["dag_id"][i], cols["task_id"][i], cols["epoch"][i], cols["map_index"][i],
+                    cols["incarnation"][i])
+    uris = [o["uri"] for o in json.loads(cols["outputs"][i] or "[]") if o["tier"] == Tier.SCRATCH.value]
+    if cols["state_tier"][i] == Tier.SCRATCH.value and cols["state_uri"][i]:
+        uris.append(cols["state_uri"][i])
+    return any(not readable(uri, key) for uri in uris)
 
 
 _NOT_CHECKPOINTED = (CheckpointStatus.MISSING.code, CheckpointStatus.INVALIDATED.code)
@@ -182,8 +210,8 @@ def unrecorded(grid: CheckpointGrid, succeeded: Iterable[tuple[str, str]],
 
 
 def _columns(rows: list[Mapping[str, Any]]) -> dict[str, list]:
-    names = ("task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier", "outputs")
-    return {n: [r[n] for r in rows] for n in names}
+    names = ("dag_id", "task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier", "state_uri", "outputs")
+    return {n: [r.get(n) for r in rows] for n in names}
 
 
 __all__ = ["CheckpointGrid", "CheckpointStatus", "grid_from_ledger", "grid_from_rows", "unrecorded"]

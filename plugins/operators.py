@@ -376,6 +376,10 @@ def _clock_of_dag(task: "RegimeSparkSubmitOperator", clock: EpochClock | None) -
     dag = getattr(task, "_dag", None)
     timetable = getattr(dag, "timetable", None)
     dag_clock = timetable.clock if isinstance(timetable, EpochTimetable) else None
+    if isinstance(timetable, EpochTimetable) and timetable.dag_id != dag.dag_id:
+        # Bound to the DAG (a copy: one timetable may serve several DAGs), so that a trigger
+        # leaving a gap after the DAG's latest run is refused (EpochTimetable.latest_run_epoch).
+        dag.timetable = timetable.for_dag(dag.dag_id)
     if clock is None and dag_clock is None:
         raise TypeError(f"task {task.task_id!r} needs an epoch clock: give the DAG "
                         f"schedule=EpochTimetable(clock) (falkirk.plugins.timetable), or the task epoch_clock=clock")

@@ -51,8 +51,8 @@ from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, e
 from falkirk.policies.store.readability import StoreReadability, under
 from falkirk.policies.store.steps import StepLog
 from falkirk.policies.planning.replay_decisions import (AirflowRun, LaterRow, RolledBack, affected_later,
-                                                        clears_needed, marks_in_order, rows_to_sweep, slots_to_free,
-                                                        wait_verdict)
+                                                        clears_needed, marks_in_order, rows_to_sweep, runs_to_settle,
+                                                        slots_to_free, wait_verdict)
 from falkirk.policies.planning.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
 from falkirk.policies.regimes import Regime, Tier
@@ -266,6 +266,7 @@ class RunningReplay:
             while follow_on:
                 _wait(self, follow_on, progress, timeout, poll)
                 follow_on = _later_runs(self, progress)
+            _settle_runs(self, progress)
         except BaseException as exc:
             self.fail(exc)
             raise
@@ -425,6 +426,28 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     for task, epoch in decided.mark_success:
         _mark_completed(running, task, epoch)
     return set(decided.clear)
+
+
+def _settle_runs(running: RunningReplay, progress: Progress) -> None:
+    """Set to success the DAG runs the replay settled: Airflow recomputes a run's state only
+    while it runs, so a failed run whose failed instances were marked success (rather than
+    cleared) would stay failed in the runs list."""
+    dag_id = running.plan.dag_id
+    runs = {}
+    for run in sorted(set(running.runs.values())):
+        state = running.client.dag_run(dag_id, run).get("state")
+        if state == "failed":
+            runs[run] = (state, {t: ti.get("state") for t, ti in running.client.task_instances(dag_id, run).items()})
+    decided = runs_to_settle(runs)
+    for run in decided.success:
+        running.client.set_run_state(dag_id, run, "success",
+                                     note=f"Falkirk plan {running.plan.plan_id}: every task instance of this epoch "
+                                          f"is done")
+    if decided.success:
+        progress(f"plan {running.plan.plan_id}: set {len(decided.success)} DAG runs to success: "
+                 f"{', '.join(decided.success)}")
+    for run, why in decided.left.items():
+        progress(f"plan {running.plan.plan_id}: DAG run {run} stays failed: {why} (not a task this plan re-runs)")
 
 
 def _mark_completed(running: RunningReplay, task: str, epoch: int) -> None:

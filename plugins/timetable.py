@@ -5,7 +5,11 @@ epoch grid, at the moment a run is created, before any task starts:
 
 * a manual run (the UI's Trigger dialog, the REST API, ``airflowctl dags trigger``,
   ``airflow dags test``) whose logical date is not an epoch is refused with the reason and the
-  nearest epochs' dates; the UI's dialog shows the message and creates nothing;
+  date of the DAG's next epoch (the one after its latest run); the UI's dialog shows the
+  message and creates nothing;
+* a manual run that would leave a gap after the DAG's latest run (epoch 329 of a DAG at epoch
+  14: the Trigger dialog's default date is "now") is refused the same way: its stateful tasks
+  could never run it, as they run their epochs in order;
 * a manual run without a logical date is refused: such a run has no epoch;
 * a backfill (``airflow backfill create``) creates exactly the epochs in its range;
 * with ``scheduled=True`` the scheduler creates one run per epoch, as
@@ -14,9 +18,9 @@ epoch grid, at the moment a run is created, before any task starts:
 A refused run never exists, so it cannot fail at task time and hold back the later epochs of a
 stateful task through ``depends_on_past``.
 
-Airflow's deprecated local ``airflow dags trigger --logical-date`` asks the timetable with the
-trigger time instead of the logical date; the refusal message says so, and
-``airflowctl dags trigger`` (or the REST API) is the command to use.
+The DAG's latest run is read from Airflow's metadata database where the timetable runs beside
+it (the API server, the scheduler, ``airflow dags test``); ``airflow dags test`` runs do not
+count. Each Falkirk operator binds the timetable to its DAG's id (see :meth:`EpochTimetable.for_dag`).
 
 Example (a DAG file)::
 
@@ -54,30 +58,43 @@ class EpochTimetable(Timetable):
     periodic = True
     run_ordering = ("logical_date",)
 
-    def __init__(self, clock: EpochClock, *, scheduled: bool = False) -> None:
+    def __init__(self, clock: EpochClock, *, scheduled: bool = False, dag_id: str | None = None) -> None:
         if not isinstance(clock, EpochClock):
             raise TypeError(f"EpochTimetable(clock={clock!r}): give a falkirk.policies.EpochClock")
         self.clock = clock
         self.scheduled = scheduled
+        self.dag_id = dag_id
         self.can_be_scheduled = scheduled
         self.description = f"Falkirk epochs {clock.describe()}" + ("" if scheduled else ", triggered by hand")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, EpochTimetable) and (other.clock, other.scheduled) == (self.clock, self.scheduled)
+        return isinstance(other, EpochTimetable) and (other.clock, other.scheduled, other.dag_id) == (
+            self.clock, self.scheduled, self.dag_id)
 
     def __hash__(self) -> int:
-        return hash((self.clock, self.scheduled))
+        return hash((self.clock, self.scheduled, self.dag_id))
+
+    def for_dag(self, dag_id: str) -> EpochTimetable:
+        """This timetable bound to ``dag_id``, whose latest run it then reads to refuse gaps.
+
+        >>> from datetime import datetime, timedelta, timezone
+        >>> clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+        >>> EpochTimetable(clock).for_dag("orders").serialize()["dag_id"]
+        'orders'
+        """
+        return EpochTimetable(self.clock, scheduled=self.scheduled, dag_id=dag_id)
 
     @property
     def summary(self) -> str:
         return f"epoch every {self.clock.period}"
 
     def serialize(self) -> dict[str, Any]:
-        return {"clock": self.clock.spec(), "scheduled": self.scheduled}
+        return {"clock": self.clock.spec(), "scheduled": self.scheduled, "dag_id": self.dag_id}
 
     @classmethod
     def deserialize(cls, data: dict[str, Any]) -> EpochTimetable:
-        return cls(EpochClock.parse(data["clock"]), scheduled=bool(data.get("scheduled", False)))
+        return cls(EpochClock.parse(data["clock"]), scheduled=bool(data.get("scheduled", False)),
+                   dag_id=data.get("dag_id"))
 
     def interval(self, epoch: int) -> DataInterval:
         """Epoch ``epoch``'s data interval.
@@ -92,11 +109,54 @@ class EpochTimetable(Timetable):
 
     def infer_manual_data_interval(self, *, run_after: datetime) -> DataInterval:
         """The interval of the epoch at ``run_after`` (the logical date being triggered); a date off
-        the grid is refused (a ``ValueError``: the REST API answers 400 with the message)."""
+        the grid, or an epoch past the one after the DAG's latest run, is refused (a ``ValueError``:
+        the REST API answers 400 with the message)."""
+        latest = self.latest_run_epoch()
         try:
-            return self.interval(self.clock.epoch_of(run_after))
+            epoch = self.clock.epoch_of(run_after)
         except EpochError:
-            raise EpochError(self.refusal(run_after)) from None
+            raise EpochError(self.refusal(run_after, latest)) from None
+        if latest is not None and epoch > latest + 1:
+            raise EpochError(self.gap_refusal(epoch, latest))
+        return self.interval(epoch)
+
+    def latest_run_epoch(self) -> int | None:
+        """The epoch of the bound DAG's latest run on the grid, ``airflow dags test`` runs left
+        out; ``None`` when unbound, where no metadata database is at hand, or before any run."""
+        if self.dag_id is None:
+            return None
+        try:
+            from sqlalchemy import or_, select
+
+            from airflow.models.dagrun import DagRun
+            from airflow.utils.session import create_session
+            from airflow.utils.types import DagRunTriggeredByType
+
+            with create_session() as session:
+                dates = session.scalars(select(DagRun.logical_date).where(
+                    DagRun.dag_id == self.dag_id, DagRun.logical_date.is_not(None),
+                    or_(DagRun.triggered_by.is_(None), DagRun.triggered_by != DagRunTriggeredByType.TEST),
+                ).order_by(DagRun.logical_date.desc()).limit(50)).all()
+        except Exception:  # noqa: BLE001 (a task worker has no metadata database: nothing to check)
+            return None
+        for date in dates:
+            try:
+                return self.clock.epoch_of(date)
+            except EpochError:
+                continue  # a run made before the DAG had this timetable
+        return None
+
+    def gap_refusal(self, epoch: int, latest: int) -> str:
+        """Why epoch ``epoch`` is refused when the DAG's latest run is epoch ``latest``.
+
+        >>> from datetime import datetime, timedelta, timezone
+        >>> clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+        >>> print(EpochTimetable(clock, dag_id="orders").gap_refusal(329, 14))
+        epoch 329 would leave epochs 15..328 of DAG orders without a run: its latest run is epoch 14, and a task that keeps state runs its epochs in order. Trigger the next epoch, 15, at logical date 2026-01-15T00:00:00+00:00.
+        """
+        return (f"epoch {epoch} would leave epochs {latest + 1}..{epoch - 1} of DAG {self.dag_id} without a run: "
+                f"its latest run is epoch {latest}, and a task that keeps state runs its epochs in order. Trigger "
+                f"the next epoch, {latest + 1}, at logical date {self.clock.logical_date(latest + 1).isoformat()}.")
 
     def generate_run_id(self, *, run_type: DagRunType, run_after: datetime, data_interval: DataInterval | None,
                         **extra: Any) -> str:
@@ -126,12 +186,21 @@ class EpochTimetable(Timetable):
             return None
         return DagRunInfo.interval(start=interval.start, end=interval.end)
 
-    def refusal(self, logical_date: datetime) -> str:
-        """Why a run at ``logical_date`` is refused, with the nearest epochs' dates."""
+    def refusal(self, logical_date: datetime, latest: int | None = None) -> str:
+        """Why a run at ``logical_date`` is refused, with the date to use: the next epoch after the
+        DAG's latest run (``latest``), or, with no run yet, the epochs nearest the date.
+
+        >>> from datetime import datetime, timedelta, timezone
+        >>> clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+        >>> print(EpochTimetable(clock).refusal(datetime(2026, 11, 27, 9, 30, tzinfo=timezone.utc), latest=14))
+        logical date 2026-11-27T09:30:00+00:00 is not an epoch of this DAG (epoch 1 at 2026-01-01T00:00:00+00:00, one every 1 day, 0:00:00): each run is one epoch. Trigger the next epoch, 15, at logical date 2026-01-15T00:00:00+00:00.
+        """
+        head = (f"logical date {logical_date.isoformat()} is not an epoch of this DAG {self.clock.describe()}: "
+                f"each run is one epoch.")
+        if latest is not None:
+            return f"{head} Trigger the next epoch, {latest + 1}, at logical date " \
+                   f"{self.clock.logical_date(latest + 1).isoformat()}."
         after = self.clock.epoch_at_or_after(logical_date)
         nearest = [e for e in (after - 1, after) if e >= self.clock.first_epoch]
         dates = " and ".join(f"epoch {e} at {self.clock.logical_date(e).isoformat()}" for e in nearest)
-        return (f"logical date {logical_date.isoformat()} is not an epoch of this DAG {self.clock.describe()}: "
-                f"each run is one epoch, so trigger it at an epoch's date (the nearest: {dates}). "
-                f"(The deprecated local `airflow dags trigger` passes the trigger time here, not the logical "
-                f"date: use `airflowctl dags trigger`.)")
+        return f"{head} Trigger it at an epoch's date (the nearest: {dates})."

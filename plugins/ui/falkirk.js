@@ -30,6 +30,7 @@ const STATUS_COLOURS = {
   G: "#718096", // garbage-collected
   D: "#2f855a", // durable
   S: "#d69e2e", // scratch only
+  X: "#63171b", // lost: kept only on scratch, and the scratch files are gone
   L: "#3182ce", // logged outputs
   I: "#c53030", // invalidated by a recovery
   "-": "transparent", // missing
@@ -461,7 +462,7 @@ const GRID_CSS = `
 .fk-cell { position: absolute; box-sizing: border-box; border-radius: 2px; border: 1px solid ${C.border}; }
 .fk-G { background: ${STATUS_COLOURS.G}; } .fk-D { background: ${STATUS_COLOURS.D}; }
 .fk-S { background: ${STATUS_COLOURS.S}; } .fk-L { background: ${STATUS_COLOURS.L}; }
-.fk-I { background: ${STATUS_COLOURS.I}; }
+.fk-I { background: ${STATUS_COLOURS.I}; } .fk-X { background: ${STATUS_COLOURS.X}; }
 .fk-rerun { border: 2px solid ${RERUN}; }
 .fk-clear { border: 1px dashed ${C.muted}; }
 .fk-failed { box-shadow: inset 0 0 0 2px ${AIRFLOW_RINGS.failed}; }
@@ -482,7 +483,7 @@ const LABEL = 170;
 const MARGIN = 12; // epochs rendered beyond each edge of the visible window
 
 // A collapsed partitioned task's cell: the status most in need of attention among its partitions.
-const SUMMARY_ORDER = ["-", "I", "S", "L", "D", "G"];
+const SUMMARY_ORDER = ["X", "-", "I", "S", "L", "D", "G"];
 const STATE_ORDER = ["failed", "upstream_failed", "running", "queued", UNRECORDED, "cleared", "scheduled", "up_for_retry", "restarting"];
 
 // The grid's rows: a task, or each partition of a partitioned one (``task[i]``).

@@ -8,7 +8,9 @@ completions log, asks these functions, and carries the answers out through Airfl
 * :func:`rows_to_sweep` (with :func:`affected_later`): which rows of later DAG runs were
   computed from rolled-back epochs and are invalidated in turn;
 * :func:`slots_to_free`: which later runs to queue again so that the re-runs can start;
-* :func:`wait_verdict`: whether the re-runs are done, one failed (stop), or to poll again.
+* :func:`wait_verdict`: whether the re-runs are done, one failed (stop), or to poll again;
+* :func:`runs_to_settle`: which DAG runs, all of whose instances now succeeded, to set to success
+  (Airflow leaves a run failed when its failed instances are marked success rather than re-run).
 
 Kept apart, each decision is plain data in, plain data out: they are tested against an
 in-memory Airflow over hundreds of interleavings of kills, commits and new runs
@@ -133,6 +135,41 @@ def wait_verdict(todo: Collection[Instance], states: Mapping[Instance, str | Non
     ordered = sorted(todo, key=lambda k: (k[1], k[0]))
     failed = next(((k, states[k]) for k in ordered if states.get(k) in FAILED), None)
     return Wait(sum(states.get(k) == "success" for k in ordered), len(ordered), failed)
+
+
+@dataclass(frozen=True)
+class Settle:
+    """The DAG runs to set to success, and why each other failed run stays failed."""
+
+    success: tuple[str, ...]
+    left: dict[str, str] = field(default_factory=dict)
+
+
+DONE = frozenset({"success", "skipped", "removed"})
+"""Airflow states of a task instance that let its DAG run count as successful."""
+
+
+def runs_to_settle(runs: Mapping[str, tuple[str | None, Mapping[str, str | None]]]) -> Settle:
+    """Of the replay's DAG runs (``run id -> (run state, {processor: instance state})``), those
+    to set to success: failed runs whose every instance is now done. A failed run with an
+    instance still not done stays failed, with the instances named.
+
+    >>> s = runs_to_settle({"epoch-3": ("failed", {"a": "success", "b": "success"}),
+    ...                     "epoch-4": ("failed", {"a": "success", "notify": "failed"}),
+    ...                     "epoch-5": ("success", {"a": "success"}), "epoch-6": ("running", {"a": "running"})})
+    >>> s.success, s.left
+    (('epoch-3',), {'epoch-4': 'notify is failed'})
+    """
+    success, left = [], {}
+    for run, (state, instances) in sorted(runs.items()):
+        if state != "failed":
+            continue
+        not_done = sorted(f"{t} is {st or 'not started'}" for t, st in instances.items() if st not in DONE)
+        if not_done:
+            left[run] = ", ".join(not_done)
+        else:
+            success.append(run)
+    return Settle(tuple(success), left)
 
 
 @dataclass(frozen=True)

@@ -41,19 +41,25 @@ class StoreReadability:
     readable; a ledger row naming a table outside the store is never read.
 
     ``entries`` are the ledger rows whose row counts to check (all of the DAG's, with the
-    rolled-back ones, when not given: read from the ledger on first use).
+    rolled-back ones, when not given: read from the ledger on first use), or a function that
+    returns them, called on first use.
     """
 
-    def __init__(self, store: StoreConfig, entries: Iterable[LedgerEntry] | None = None) -> None:
+    def __init__(self, store: StoreConfig,
+                 entries: Iterable[LedgerEntry] | Callable[[], Iterable[LedgerEntry]] | None = None) -> None:
         self.store = store
         self._tables: dict[str, object] = {}
         self._epoch_rows: dict[str, dict[int, int]] = {}
         self._collected: dict[str, dict[str, int]] = {}
         self._delivered: dict[str, dict[str, int]] = {}
         self._rows: dict[str, dict[tuple[str, str, int], int]] = {}
-        if entries is not None:
-            for e in entries:
-                _index_rows(self._rows.setdefault(e.dag_id, {}), e)
+        self._given = entries
+        if entries is not None and not callable(entries):
+            self._index(entries)
+
+    def _index(self, entries: Iterable[LedgerEntry]) -> None:
+        for e in entries:
+            _index_rows(self._rows.setdefault(e.dag_id, {}), e)
 
     def __call__(self, uri: str, key: CommitKey) -> bool:
         if is_external(uri):
@@ -74,6 +80,9 @@ class StoreReadability:
                               held=lambda: self._held(uri)) is None
 
     def _expected_rows(self, uri: str, key: CommitKey) -> int | None:
+        if callable(self._given):
+            given, self._given = self._given, None
+            self._index(given())
         if key.dag_id not in self._rows:
             index: dict[tuple[str, str, int], int] = {}
             for e in Ledger(self.store).entries(key.dag_id, include_invalidated=True):

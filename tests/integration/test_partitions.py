@@ -210,20 +210,43 @@ def test_a_bad_epoch_of_one_source_partition_reruns_what_read_it(shards) -> None
         "events[0]", "events[1]"}
 
 
-def test_lost_scratch_of_two_partitions_reruns_those_partitions_and_their_readers(shards) -> None:
+def totals_cells(page) -> dict[str, str]:
+    return {f"totals[{i}]": "".join(page.get_by_test_id(f"cell-totals[{i}]-{e}").get_attribute("data-status")
+                                    for e in EPOCHS) for i in range(4)}
+
+
+def test_lost_scratch_of_two_partitions_reruns_those_partitions_and_their_readers(shards, browser) -> None:
     stack, store, client, root = shards
     lost = [store.table_uri(Tier.SCRATCH, A, "totals", "state", i).rsplit("/", 1)[0] for i in (0, 1)]
     for location in lost:
         shutil.rmtree(location)  # the two partitions' scratch directories are gone
-    p = plan(A, store, client, lost_scratch=lost)
-    print(p.table())
-    assert rerun(p) == {"totals[0]": [5, 6], "totals[1]": [5, 6], "leaders[0]": [5, 6], "leaders[1]": [5, 6],
-                        "report": [5, 6]}
-    assert p.task("totals[0]").restore_from.epoch == 4 and p.task("totals[0]").restore_from.tier == "durable"
-    # Airflow knows nothing of scratch: clearing both partitions from their first lost epoch
-    assert (len(p.rerun_set()), len(p.clear_downstream_set())) == (10, 12 + 24 + 6)
-    replay(p.plan_id, store, client, progress=print)
-    assert_equals_reference(store, lost=(0, 1))
+    # The grid reads the scratch tables as the planner does: the two partitions' scratch-only
+    # epochs are lost (X); epoch 4 keeps its durable state checkpoint (D).
+    vs = SimpleNamespace(stack=stack)
+    context, page = login(browser, vs, "admin")
+    try:
+        open_view(page, vs, A)
+        assert totals_cells(page) == {"totals[0]": "XXXDXX", "totals[1]": "XXXDXX",
+                                      "totals[2]": "SSSDSS", "totals[3]": "SSSDSS"}
+        assert page.get_by_test_id("legend-status-X").inner_text() == "lost (scratch files gone)"
+        shot(page, "partitions-lost-scratch")
+        p = plan(A, store, client, lost_scratch=lost)
+        print(p.table())
+        assert rerun(p) == {"totals[0]": [5, 6], "totals[1]": [5, 6], "leaders[0]": [5, 6], "leaders[1]": [5, 6],
+                            "report": [5, 6]}
+        assert p.task("totals[0]").restore_from.epoch == 4 and p.task("totals[0]").restore_from.tier == "durable"
+        # Airflow knows nothing of scratch: clearing both partitions from their first lost epoch
+        assert (len(p.rerun_set()), len(p.clear_downstream_set())) == (10, 12 + 24 + 6)
+        replay(p.plan_id, store, client, progress=print)
+        assert_equals_reference(store, lost=(0, 1))
+        # After the recovery: the re-run epochs are on scratch again; the earlier ones, which no
+        # recovery needs, stay lost
+        open_view(page, vs, A)
+        assert totals_cells(page) == {"totals[0]": "XXXDSS", "totals[1]": "XXXDSS",
+                                      "totals[2]": "SSSDSS", "totals[3]": "SSSDSS"}
+        shot(page, "partitions-lost-scratch-after-recovery")
+    finally:
+        context.close()
 
 
 def test_garbage_collection_works_partition_by_partition(shards) -> None:

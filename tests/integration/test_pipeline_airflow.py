@@ -197,11 +197,21 @@ def test_a_trigger_off_the_epoch_grid_or_without_a_logical_date_is_refused_befor
     runs_before = client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"]
     url = f"{airflow_stack.base_url}/api/v2/dags/{DAG_ID}/dagRuns"
     headers = {"Authorization": f"Bearer {client.token}"}
+    clock = dag_epoch_clock()
+    latest = max(clock.epoch_of(datetime.fromisoformat(r["logical_date"].replace("Z", "+00:00")))
+                 for r in client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["dag_runs"])
+    next_date = clock.logical_date(latest + 1).isoformat()
     off_grid = httpx.post(url, headers=headers, json={"logical_date": "2026-01-05T17:43:00Z"})
     assert off_grid.status_code == 400, off_grid.text
     assert ("logical date 2026-01-05T17:43:00+00:00 is not an epoch of this DAG (epoch 1 at 2026-01-01T00:00:00+00:00,"
-            " one every 1 day, 0:00:00): each run is one epoch, so trigger it at an epoch's date (the nearest: epoch 5 "
-            "at 2026-01-05T00:00:00+00:00 and epoch 6 at 2026-01-06T00:00:00+00:00)") in off_grid.json()["detail"]
+            f" one every 1 day, 0:00:00): each run is one epoch. Trigger the next epoch, {latest + 1}, at logical date "
+            f"{next_date}.") in off_grid.json()["detail"]
+    # on the grid but far ahead (what a date picker's "now" gives): refused, proposing the next epoch
+    ahead = httpx.post(url, headers=headers, json={"logical_date": "2026-11-25T00:00:00Z"})
+    assert ahead.status_code == 400, ahead.text
+    assert (f"epoch 329 would leave epochs {latest + 1}..328 of DAG {DAG_ID} without a run: its latest run is epoch "
+            f"{latest}, and a task that keeps state runs its epochs in order. Trigger the next epoch, {latest + 1}, "
+            f"at logical date {next_date}.") in ahead.json()["detail"]
     no_date = httpx.post(url, headers=headers, json={"logical_date": None})
     assert no_date.status_code == 400, no_date.text
     assert "a run of this DAG is an epoch, so it needs a logical date on the epoch grid" in no_date.json()["detail"]

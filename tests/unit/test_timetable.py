@@ -31,12 +31,36 @@ def test_a_manual_run_on_the_grid_gets_its_epoch_and_one_off_the_grid_is_refused
                                                                                      instance(day(6)))
     with pytest.raises(ValueError) as refused:  # the REST API answers 400 with the message
         table.infer_manual_data_interval(run_after=instance(day(5, 17)))
-    assert str(refused.value).startswith(
+    assert str(refused.value) == (
         "logical date 2026-01-05T17:00:00+00:00 is not an epoch of this DAG (epoch 1 at 2026-01-01T00:00:00+00:00, "
-        "one every 1 day, 0:00:00): each run is one epoch, so trigger it at an epoch's date (the nearest: epoch 5 at "
+        "one every 1 day, 0:00:00): each run is one epoch. Trigger it at an epoch's date (the nearest: epoch 5 at "
         "2026-01-05T00:00:00+00:00 and epoch 6 at 2026-01-06T00:00:00+00:00).")
     with pytest.raises(ValueError, match=r"the nearest: epoch 1 at 2026-01-01T00:00:00\+00:00\)"):
         table.infer_manual_data_interval(run_after=instance(datetime(2025, 12, 31, tzinfo=UTC)))
+
+
+def test_a_dag_with_runs_refuses_a_gap_and_proposes_its_next_epoch_never_a_date_nearest_one(monkeypatch) -> None:
+    """The Trigger dialog's default date is now: on a DAG at epoch 14 of a daily clock from
+    January, that is hundreds of epochs ahead. Off the grid or on it, the refusal names epoch 15."""
+    table = EpochTimetable(CLOCK).for_dag("orders")
+    monkeypatch.setattr(EpochTimetable, "latest_run_epoch", lambda self: 14)
+    now = instance(datetime(2026, 11, 25, 9, 41, tzinfo=UTC))
+    with pytest.raises(ValueError) as off_grid:
+        table.infer_manual_data_interval(run_after=now)
+    assert str(off_grid.value).endswith(
+        "each run is one epoch. Trigger the next epoch, 15, at logical date 2026-01-15T00:00:00+00:00.")
+    with pytest.raises(ValueError) as gap:
+        table.infer_manual_data_interval(run_after=instance(datetime(2026, 11, 25, tzinfo=UTC)))
+    assert str(gap.value) == (
+        "epoch 329 would leave epochs 15..328 of DAG orders without a run: its latest run is epoch 14, and a task "
+        "that keeps state runs its epochs in order. Trigger the next epoch, 15, at logical date "
+        "2026-01-15T00:00:00+00:00.")
+    # the next epoch, and any earlier one (a run deleted by mistake, made again), are allowed
+    assert table.infer_manual_data_interval(run_after=instance(day(15))).start == instance(day(15))
+    assert table.infer_manual_data_interval(run_after=instance(day(3))).start == instance(day(3))
+    # unbound (no Falkirk task binds it): no run is known, no gap refused
+    monkeypatch.undo()
+    assert EpochTimetable(CLOCK).latest_run_epoch() is None
 
 
 def test_a_manual_run_without_a_logical_date_is_refused_and_run_ids_name_the_epoch() -> None:
@@ -78,7 +102,7 @@ def test_the_timetable_round_trips_through_the_serialized_dag() -> None:
     with DAG("tt", schedule=EpochTimetable(CLOCK, scheduled=True), start_date=CLOCK.first) as dag:
         RegimeSparkSubmitOperator(task_id="ingest", application=JOB, regime=Ephemeral())
     back = DagSerialization.from_dict(DagSerialization.to_dict(dag))
-    assert back.timetable == EpochTimetable(CLOCK, scheduled=True)
+    assert back.timetable == EpochTimetable(CLOCK, scheduled=True, dag_id="tt")  # bound by its Falkirk task
     assert back.timetable.summary == "epoch every 1 day, 0:00:00"
 
 

@@ -32,6 +32,29 @@ def test_collected_epochs_show_as_collected_but_missing_ones_stay_missing() -> N
         CheckpointStatus.COLLECTED, CheckpointStatus.MISSING, CheckpointStatus.DURABLE]
 
 
+def test_a_scratch_cell_whose_files_are_gone_shows_as_lost_and_a_durable_one_does_not() -> None:
+    def entry(task: str, epoch: int, state: str | None, state_uri: str | None, out_uri: str, out_tier: str) -> dict:
+        return LedgerEntry("d", task, epoch, "lazy_checkpoint(every=2)", f"epoch-{epoch}", 1, state_tier=state,
+                           state_uri=state_uri, outputs=(OutputRef("output", out_uri, out_tier, 1, 1),)).to_row()
+
+    rows = [entry("m", 1, "scratch", "/scratch/d/m/state", "/scratch/d/m/output", "scratch"),
+            entry("m", 2, "durable", "/durable/d/m/state", "/scratch/d/m/output", "scratch"),
+            entry("m", 3, "scratch", "/scratch/d/m/state", "/durable/d/m/output", "durable"),
+            entry("k", 1, "scratch", "/scratch/d/k/state", "/scratch/d/k/output", "scratch")]
+    asked = []
+
+    def readable(uri, key):
+        asked.append((uri, key.task_id, key.epoch))
+        return not uri.startswith("/scratch/d/m")  # m's scratch directory was deleted
+
+    grid = grid_from_rows(["m", "k"], rows, readable=readable)
+    assert grid.status == {"m": "XDX", "k": "S--"}
+    assert CheckpointStatus.of_code("X").label == "lost (scratch files gone)"
+    # only scratch-only cells are read; a durable checkpoint is restorable whatever scratch holds
+    assert {(t, e) for _, t, e in asked} == {("m", 1), ("m", 3), ("k", 1)}
+    assert grid_from_rows(["m", "k"], rows).status == {"m": "SDS", "k": "S--"}  # without reading: as recorded
+
+
 def test_tasks_are_ordered_upstream_first_with_ties_by_name() -> None:
     tasks = [DagTask("sink", None, ("b", "a")), DagTask("b", None, ("src",)), DagTask("a", None, ("src",)),
              DagTask("src", None, ())]
