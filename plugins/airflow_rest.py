@@ -239,11 +239,31 @@ class AirflowClient:
         return [run["dag_run_id"] for run in data["dag_runs"]]
 
     def latest_logical_date(self, dag_id: str) -> datetime | None:
-        """The logical date of ``dag_id``'s latest run (``None``: no run has one)."""
+        """The logical date of ``dag_id``'s latest run (``None``: no run has one); runs of
+        ``airflow dags test`` do not count."""
         data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
-                            params={"order_by": "-logical_date", "limit": 1, "logical_date_gte": "1970-01-01T00:00:00Z"})
-        runs = [r for r in data["dag_runs"] if r.get("logical_date")]
+                            params={"order_by": "-logical_date", "limit": 50, "logical_date_gte": "1970-01-01T00:00:00Z"})
+        runs = [r for r in data["dag_runs"] if r.get("logical_date") and not is_test_run(r)]
         return datetime.fromisoformat(runs[0]["logical_date"].replace("Z", "+00:00")) if runs else None
+
+    def runs_between(self, dag_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        """``dag_id``'s runs with a logical date from ``start`` to ``end`` (each with ``dag_run_id``,
+        ``state``, ``logical_date``, ``triggered_by``), oldest first."""
+        found: list[dict[str, Any]] = []
+        while True:
+            data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={
+                "logical_date_gte": start.isoformat(), "logical_date_lte": end.isoformat(),
+                "order_by": "logical_date", "limit": 100, "offset": len(found)})
+            found += data["dag_runs"]
+            if not data["dag_runs"] or len(found) >= data["total_entries"]:
+                return found
+
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        """Delete a DAG run and its task instances."""
+        response = self.http.delete(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        if response.status_code not in (204, 404):  # 404: already gone (a repeated discard)
+            raise AirflowError(f"DELETE /api/v2/dags/{dag_id}/dagRuns/{run_id} -> {response.status_code}: "
+                               f"{response.text[:2000]}")
 
     def active_runs(self, dag_id: str) -> list[dict[str, Any]]:
         """``dag_id``'s queued and running DAG runs (each with ``dag_run_id``, ``state``, ``logical_date``)."""
@@ -267,6 +287,11 @@ class AirflowClient:
 
     def dag_exists(self, dag_id: str) -> bool:
         return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
+
+
+def is_test_run(run: dict[str, Any]) -> bool:
+    """Whether a DAG run (as the REST API lists it) was made by ``airflow dags test``."""
+    return run.get("triggered_by") == "test" or run.get("triggering_user_name") == "dag_test"
 
 
 def _by_processor(task_instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -45,7 +45,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
@@ -60,6 +60,7 @@ from airflow.models.dagrun import DagRun
 from airflow.models.serialized_dag import SerializedDagModel
 from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
+from airflow.utils.types import DagRunTriggeredByType
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 # Through the operator module, so that the API server (and the scheduler, which loads this plugin)
@@ -67,7 +68,8 @@ from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 # database transaction (creating a run's task instances), a cold import held SQLite's write lock
 # for a minute and stalled every component. The functions live in task_metadata.
 from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
-from falkirk.plugins.grid_status import CheckpointGrid, grid_from_ledger, unrecorded, with_runs
+from falkirk.plugins.discard import beyond_note, rows_beyond
+from falkirk.plugins.grid_status import CheckpointGrid, current_epochs, grid_from_ledger, trimmed, unrecorded, with_runs
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.shared_computations import SharedComputations
 from falkirk.plugins.store_hook import FalkirkStoreHook
@@ -263,7 +265,9 @@ def _runs_at_epochs(dag_id: str, tasks: list[DagTask], run_ids: set[str] | None 
     if spec is None or run_ids == set():
         return {}
     clock = EpochClock.parse(spec)
-    query = select(DagRun.run_id, DagRun.logical_date).where(DagRun.dag_id == dag_id)
+    # Runs of `airflow dags test` are no epochs of the DAG: their tasks write to a store of their own.
+    query = select(DagRun.run_id, DagRun.logical_date).where(
+        DagRun.dag_id == dag_id, or_(DagRun.triggered_by.is_(None), DagRun.triggered_by != DagRunTriggeredByType.TEST))
     if run_ids is not None:
         query = query.where(DagRun.run_id.in_(sorted(run_ids)[:MAX_UNPLACED_RUNS]))
     with create_session() as session:
@@ -313,13 +317,14 @@ def _plan(dag_id: str, spec: FailureSpec, record: bool):
     tasks = _dag_tasks(dag_id)
     snapshot = LedgerSnapshot(Ledger(store), dag_id)  # the one read of the DAG's rows and rollbacks
     entries, rolled_back = entries_of(snapshot.rows, snapshot.gone)
-    last = max((e.epoch for e in [*entries, *rolled_back]), default=0)
     if not entries:
         raise HTTPException(status_code=409, detail=f"the ledger has no rows for DAG {dag_id!r} yet; "
                                                     f"nothing can be rolled back before it has run")
-    # Runs newer than the ledger's newest row committed nothing (their first task failed): the
-    # epoch clock places them, and a plan for one of their failures covers epochs up to it.
-    failures = _failures(spec, tasks, store, max([last, *_runs_at_epochs(dag_id, tasks)]))
+    # A plan covers the epochs up to the DAG's latest run: past the ledger's newest row when the
+    # newest runs committed nothing yet (their first task failed), before it when rows of runs
+    # deleted since remain (see falkirk.plugins.discard). With no run on the grid, the ledger's.
+    last = max(_runs_at_epochs(dag_id, tasks), default=None) or max(e.epoch for e in [*entries, *rolled_back])
+    failures = _failures(spec, tasks, store, last)
     last = max([last, *(f.epoch for f in failures if isinstance(f, (FailedTask, BadEpoch)))])
     regimes = {p: Regime.parse(t.regime) for t in tasks if t.regime for p in processors(t.task_id, t.partitions)}
     try:
@@ -380,10 +385,17 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     can_replay = get_auth_manager().is_authorized_dag(
         method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
     workers = snapshot.workers_holding_scratch()
+    # Epochs past the DAG's latest run show only while current rows remain there (runs deleted,
+    # their rows not discarded yet); what a discard rolled back beyond it is history.
+    last_run = max(_runs_at_epochs(dag_id, tasks), default=0)
+    grid = trimmed(grid, max([last_run, *current_epochs(grid)], default=0))
     body = dag_view(dag_id, tasks, grid, live, events, store.scratch_uri, version,
                     can_replay, unrecorded=lost, workers=sorted(workers),
                     progress=epoch_progress(StepLog(store).of_dag(dag_id)))
     body["user"] = user.get_name()
+    body["last_run_epoch"] = last_run or grid.last_epoch
+    beyond = rows_beyond(snapshot.entries(), last_run) if last_run else None
+    body["beyond"] = beyond_note(dag_id, last_run, beyond) if beyond else None
     return body
 
 

@@ -13,6 +13,10 @@
   A lease also expires by itself when its holder stops renewing it
   (``FALKIRK_LEASE_SECONDS``, default 120); either way ``falkirk replay PLAN_ID`` then
   resumes the plan where it stopped.
+* ``falkirk discard --dag D --epochs A-B [--yes]``: withdraw the DAG's newest epochs, run by
+  mistake (a trigger at a far-ahead date): their ledger rows are rolled back, their DAG runs
+  deleted, and the discard recorded in the history (see :mod:`falkirk.plugins.discard`).
+  Without ``--yes`` it prints what it would do.
 * ``falkirk gc --dag D [--dry-run]``: garbage-collect what the DAG's low-watermarks
   release (see :mod:`falkirk.policies.planning.collector`) and print it, with the space reclaimed;
   ``--dry-run`` only prints. Needs only the store, not Airflow.
@@ -89,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan.add_argument("--bad-epoch", action="append", default=[], metavar="TASK:EPOCH",
                       help="an epoch of a task (or of one partition, TASK[i]:EPOCH) whose results are wrong "
                            "(e.g. its input was corrected)")
-    plan.add_argument("--last-epoch", type=_epoch_arg, help="the latest epoch with a DAG run (default: the ledger's)")
+    plan.add_argument("--last-epoch", type=_epoch_arg,
+                      help="the latest epoch with a DAG run (default: the DAG's latest run in Airflow, else the "
+                           "ledger's newest epoch)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     replay = sub.add_parser("replay", help="execute a recorded plan through Airflow and wait for it",
                             formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -112,13 +118,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     delivered.add_argument("--task", required=True)
     delivered.add_argument("--through", type=int, required=True, metavar="EPOCH",
                            help="the last epoch whose records the system has accepted (all earlier ones too)")
-    for p in (plan, replay):
+    discard = sub.add_parser("discard", help="withdraw the newest epochs of a DAG, run by mistake (previews "
+                                             "unless --yes)",
+                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=STORE_VARIABLES
+                             + AIRFLOW_VARIABLES + "\nexamples:\n  falkirk discard --dag falkirk_orders --epochs 329\n"
+                             "  falkirk discard --dag falkirk_orders --epochs 15-329 --yes\n")
+    discard.add_argument("--dag", required=True)
+    discard.add_argument("--epochs", required=True, type=_epochs_arg, metavar="FIRST[-LAST]",
+                         help="the epochs to withdraw: the DAG's newest, up to its last ledger row and DAG run")
+    discard.add_argument("--yes", action="store_true", help="do it (without: print what it would do, change nothing)")
+    for p in (plan, replay, discard):
         p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
     args = parser.parse_args(argv)
     try:
         return {"plan": _plan, "replay": _replay, "gc": _gc, "delivered": _delivered,
-                "release": _release}[args.command](args)
+                "release": _release, "discard": _discard}[args.command](args)
     except (PlanError, AirflowError, ValueError) as exc:
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -135,6 +150,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"falkirk {args.command}: the store cannot be read: {exc}. A table's _delta_log is damaged: restore "
               f"it from a backup (nothing was changed)", file=sys.stderr)
         return EXIT_STORE
+
+
+def _epochs_arg(value: str) -> tuple[int, int]:
+    first, _, last = value.partition("-")
+    try:
+        span = (_epoch_arg(first), _epoch_arg(last or first))
+    except argparse.ArgumentTypeError:
+        span = (0, 0)
+    if not 1 <= span[0] <= span[1]:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}: write FIRST-LAST (or one epoch), e.g. 15-329")
+    return span
+
+
+def _discard(args: argparse.Namespace) -> int:
+    from falkirk.plugins.discard import discard, plan_discard
+
+    client = _client(args.airflow_url, required=True)
+    first, last = args.epochs
+    if not args.yes:
+        print(plan_discard(args.dag, _store(), client, first, last).describe())
+        print(f"nothing was changed; do it with: falkirk discard --dag {args.dag} --epochs {first}-{last} --yes")
+        return 0
+    done = discard(args.dag, _store(), client, first, last, holder=_airflow_user(client),
+                   progress=lambda m: print(m, flush=True))
+    print(f"discarded epochs {first}..{last} of {args.dag}; its next epoch is {done.first}")
+    return 0
 
 
 def _epoch_arg(value: str) -> int:
@@ -167,7 +208,9 @@ def _client(url: str | None, required: bool) -> AirflowClient | None:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from falkirk.plugins.discard import beyond_note, rows_beyond
     from falkirk.plugins.recovery import plan
+    from falkirk.policies.store.ledger import Ledger
 
     instances, tasks = [], []
     for value in args.failed_task:
@@ -184,6 +227,9 @@ def _plan(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(result.table())
+        beyond = rows_beyond(Ledger(_store()).entries(args.dag), result.last_epoch)
+        if beyond:
+            print(beyond_note(args.dag, result.last_epoch, beyond))
         print(f"execute it with: falkirk replay {result.plan_id}")
     return 0
 

@@ -111,6 +111,28 @@ def with_runs(grid: CheckpointGrid, runs: Mapping[int, str]) -> CheckpointGrid:
                           {**grid.runs, **added}, last)
 
 
+def current_epochs(grid: CheckpointGrid) -> set[int]:
+    """The epochs where some task has a current row (a cell neither missing nor invalidated).
+
+    >>> sorted(current_epochs(CheckpointGrid({"a": "DI-S", "b": "--I-"}, {}, 4)))
+    [1, 4]
+    """
+    idle = (CheckpointStatus.MISSING.code, CheckpointStatus.INVALIDATED.code)
+    return {i + 1 for codes in grid.status.values() for i, c in enumerate(codes) if c not in idle}
+
+
+def trimmed(grid: CheckpointGrid, last_epoch: int) -> CheckpointGrid:
+    """``grid`` without the epochs after ``last_epoch`` (unchanged if it has none).
+
+    >>> trimmed(CheckpointGrid({"a": "DIII"}, {1: "r1", 4: "r4"}, 4), 1)
+    CheckpointGrid(status={'a': 'D'}, runs={1: 'r1'}, last_epoch=1)
+    """
+    if last_epoch >= grid.last_epoch:
+        return grid
+    return CheckpointGrid({t: codes[:last_epoch] for t, codes in grid.status.items()},
+                          {e: r for e, r in grid.runs.items() if e <= last_epoch}, last_epoch)
+
+
 def grid_from_rows(
     tasks: Sequence[str],
     rows: Iterable[Mapping[str, Any]] | Mapping[str, list],
@@ -214,4 +236,5 @@ def _columns(rows: list[Mapping[str, Any]]) -> dict[str, list]:
     return {n: [r.get(n) for r in rows] for n in names}
 
 
-__all__ = ["CheckpointGrid", "CheckpointStatus", "grid_from_ledger", "grid_from_rows", "unrecorded"]
+__all__ = ["CheckpointGrid", "CheckpointStatus", "current_epochs", "grid_from_ledger", "grid_from_rows", "trimmed",
+           "unrecorded"]

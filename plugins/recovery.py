@@ -42,9 +42,9 @@ from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
 from falkirk.policies.planning.chains import TaskGraph
-from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError,
-                                                RecoveryPlan,
-    plan_recovery)
+from falkirk.plugins.discard import beyond_note, rows_beyond
+from falkirk.policies.planning.recovery import (BadEpoch, DiscardedEpochs, FailedTask, Failure, LostScratch,
+                                                LostWorker, PlanError, RecoveryPlan, plan_recovery)
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
 from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
@@ -113,17 +113,17 @@ def plan(
 
 
 def _latest_run_epoch(dag_id: str, client: AirflowClient, clock: EpochClock, ledger: Ledger) -> int | None:
-    """The epoch of the DAG's latest run when it is past the ledger's newest epoch (else ``None``:
-    the ledger's newest is the last epoch)."""
+    """The last epoch a plan covers: the epoch of the DAG's latest run (``airflow dags test``
+    runs left out), which may be past the ledger's newest epoch (runs that committed nothing
+    yet) or before it (rows of runs deleted since: see :func:`falkirk.plugins.discard.beyond_note`);
+    ``None`` when the DAG has no run on its epoch grid (the ledger's newest is the last epoch)."""
     latest = client.latest_logical_date(dag_id)
     if latest is None:
         return None
     try:
-        epoch = clock.epoch_of(latest)
+        return clock.epoch_of(latest)
     except EpochError:
         return None
-    newest = max(ledger.read(dag_id).column("epoch").to_pylist(), default=0)  # rolled-back rows too
-    return epoch if epoch > newest else None
 
 
 def compute_plan(
@@ -313,11 +313,15 @@ def start_replay(
     holder = holder or getpass.getuser()
     log, ledger = RecoveryLog(store), Ledger(store)
     recovery = log.plan(plan_id)
+    if any(isinstance(f, DiscardedEpochs) for f in recovery.failures):
+        raise PlanError(f"plan {plan_id} records a discard (`falkirk discard`), which re-runs nothing; there is "
+                        f"nothing to replay")
     events = log.events(recovery.dag_id)
     check_not_finished(events, plan_id)
     resuming = any(r["plan_id"] == plan_id and r["event"] in ("started", "resumed") for r in events)
     _validate(recovery, store, resuming)  # refuse early, before anything is written
     runs = _run_ids(recovery, ledger.entries(recovery.dag_id, include_invalidated=True), client)
+    _check_no_rows_without_runs(recovery, ledger, client)
     rerun = recovery.rerun_set()
     # Airflow checks the caller's rights (changing nothing) before the lease is taken: a caller it
     # refuses leaves no "started" record behind, which would let the next replay resume the plan
@@ -347,6 +351,28 @@ def start_replay(
         running.fail(exc)
         raise
     return running
+
+
+def _check_no_rows_without_runs(recovery: RecoveryPlan, ledger: Ledger, client: AirflowClient) -> None:
+    """Refuse a replay while the ledger has rows past the plan's last epoch whose DAG runs are
+    gone (a run made by mistake, then deleted): the replay would have to clear them in runs that
+    do not exist. ``falkirk discard`` withdraws them."""
+    beyond = rows_beyond(ledger.entries(recovery.dag_id), recovery.last_epoch)
+    if beyond is None:
+        return
+    _, clock = _regimes(recovery.dag_id, client)
+    latest = client.latest_logical_date(recovery.dag_id)
+    if clock is None or latest is None:
+        return
+    try:
+        latest_epoch = clock.epoch_of(latest)
+    except EpochError:
+        return
+    if latest_epoch < beyond[1]:
+        gone = (max(beyond[0], latest_epoch + 1), beyond[1])
+        raise PlanError(f"plan {recovery.plan_id}: {beyond_note(recovery.dag_id, latest_epoch, gone)}; the replay "
+                        f"cannot clear task instances of runs that do not exist, so discard them first, then plan "
+                        f"again")
 
 
 def _clear(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress) -> None:

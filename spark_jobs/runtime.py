@@ -275,8 +275,9 @@ class EpochContext:
                               self.store.options_for(entry.state_uri), on_driver=in_scratch)
         except EpochTableError as exc:
             if in_scratch:
-                lost = (f"--lost-worker {entry.worker}" if entry.worker
-                        else f"--lost-scratch {self.store.root(Tier.SCRATCH)}/{self.args.dag_id}")
+                # This worker is alive (the job runs on it): only the task's, or the partition's,
+                # scratch directory is gone, and a plan for that directory is the smallest.
+                lost = f"--lost-scratch {entry.state_uri.rsplit('/', 1)[0]}"
                 raise StateLost(
                     f"state lost: {self.args.processor}'s state of epoch {entry.epoch} was kept in scratch at "
                     f"{entry.state_uri}" + (f" on {entry.worker}" if entry.worker else "") + f" and is gone "

@@ -258,7 +258,7 @@ function FailurePicker({ view, selection, setSelection }) {
   const managed = view.tasks.filter((t) => t.regime_name).flatMap((t) =>
     [{ task_id: t.task_id }, ...gridRows(view).filter((r) => t.partitions && r.task_id === t.task_id).map((r) => ({ task_id: r.row_id }))]);
   const [badTask, setBadTask] = useState(suggested?.task_id || managed[0]?.task_id || "");
-  const [badEpoch, setBadEpoch] = useState(String(suggested?.epoch || view.last_epoch || 1));
+  const [badEpoch, setBadEpoch] = useState(String(suggested?.epoch || view.last_run_epoch || view.last_epoch || 1));
   const toggleFailed = (f) => {
     const k = key(f.task_id, f.epoch);
     const failed = new Map(selection.failed);
@@ -827,6 +827,8 @@ function FalkirkView({ dagId, runId, taskId }) {
       h("h2", { style: { fontSize: 18, fontWeight: 600, margin: 0 } }, `Falkirk: ${dagId}`),
       h("span", { style: { fontSize: 12, color: C.muted } },
         `epochs ${view.first_epoch}..${view.last_epoch} · ledger version ${view.ledger_version} · ${view.tasks.length} tasks`)),
+    view.beyond && h("p", { "data-testid": "beyond-note", role: "note",
+      style: { fontSize: 13, margin: "4px 0", color: AIRFLOW_RINGS.unrecorded } }, view.beyond),
     h(Legend, { statuses: view.statuses }),
     h(Panel, { title: "Tasks by regime", testid: "panel-graph" }, h(Graph, { tasks: view.tasks, plan, view })),
     h(Panel, { title: "Failure", testid: "panel-failure" }, h(FailurePicker, { view, selection, setSelection })),

@@ -109,7 +109,20 @@ class BadEpoch:
         return f"bad epoch {self.epoch} of {self.task_id}"
 
 
-Failure = Union[FailedTask, LostScratch, LostWorker, BadEpoch]
+@dataclass(frozen=True)
+class DiscardedEpochs:
+    """Epochs ``first`` to ``last`` were withdrawn (``falkirk discard``): DAG runs made by
+    mistake. Not a failure to plan for: the record of a discard in the recovery log, whose
+    plan re-runs nothing and rolls back every row of those epochs."""
+
+    first: int
+    last: int
+
+    def describe(self) -> str:
+        return f"discarded epochs {self.first}..{self.last}"
+
+
+Failure = Union[FailedTask, LostScratch, LostWorker, BadEpoch, DiscardedEpochs]
 
 
 @dataclass(frozen=True)
@@ -203,7 +216,7 @@ class RecoveryPlan:
     @classmethod
     def from_json(cls, data: Mapping) -> "RecoveryPlan":
         kinds = {"failed_task": FailedTask, "lost_scratch": LostScratch, "lost_worker": LostWorker,
-                 "bad_epoch": BadEpoch}
+                 "bad_epoch": BadEpoch, "discarded_epochs": DiscardedEpochs}
         failures = tuple(kinds[f.pop("kind")](**f) for f in (dict(x) for x in data["failures"]))
         tasks = tuple(
             TaskPlan(**{**{_NAMES.get(k, k): v for k, v in t.items()},
@@ -237,7 +250,7 @@ class RecoveryPlan:
 
     def _body(self) -> dict:
         kind = {FailedTask: "failed_task", LostScratch: "lost_scratch", LostWorker: "lost_worker",
-                BadEpoch: "bad_epoch"}
+                BadEpoch: "bad_epoch", DiscardedEpochs: "discarded_epochs"}
         return {
             "dag_id": self.dag_id,
             "failures": [{"kind": kind[type(f)], **asdict(f)} for f in self.failures],

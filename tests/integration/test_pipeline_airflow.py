@@ -4,9 +4,11 @@ falkirk_maintenance DAG collects garbage on its schedule (last: it deletes what 
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 
 import httpx
+import pytest
 
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock, run_id_of
@@ -287,3 +289,56 @@ def test_a_backfill_creates_numbered_epochs_and_one_reprocessing_completed_epoch
     replay(p.plan_id, local_store, client, holder="admin", timeout=900)
     _assert_tables_equal_the_failure_free_run(local_store, [1, 2, 3, 4, 5, 6])
     assert {ti["state"] for ti in client.task_instances(DAG_ID, run["dag_run_id"]).values()} == {"success"}
+
+
+def test_a_far_ahead_epoch_left_by_a_deleted_run_is_discarded_and_plans_stop_at_the_latest_run(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig, monkeypatch, capsys) -> None:
+    """Rows of epoch 329 remain from a run made at a far-ahead date and deleted since (the trap the
+    timetable now refuses at trigger time). A plan stops at the DAG's latest run and says so; its
+    replay is refused until ``falkirk discard`` withdraws epoch 329 (previewed first, changing
+    nothing); then the plan is replayed and the tables equal the failure-free run's."""
+    from falkirk.plugins.cli import main
+    from falkirk.policies.planning.recovery import PlanError
+    from falkirk.policies.planning.recovery_log import RecoveryLog
+
+    client = airflow_stack.client()
+    for k, v in {**local_store.env(), "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+        monkeypatch.setenv(k, v)
+    url = airflow_stack.base_url
+    clock = dag_epoch_clock()
+    latest = clock.epoch_of(client.latest_logical_date(DAG_ID))
+    ledger = Ledger(local_store)
+    for row in [e for e in ledger.entries(DAG_ID) if e.epoch == latest]:
+        assert ledger.append(dataclasses.replace(row, epoch=329, run_id="manual__epoch-329"))
+
+    p = plan(DAG_ID, local_store, client, bad_epochs=[("ingest", latest)])
+    assert p.last_epoch == latest
+    assert sorted(p.rerun_set()) == [("aggregate", latest), ("ingest", latest), ("publish", latest)]
+    assert main(["plan", "--dag", DAG_ID, "--bad-epoch", f"ingest:{latest}", "--airflow-url", url]) == 0
+    out = capsys.readouterr().out
+    assert (f"the ledger has rows of epochs 329..329 past the DAG's latest run (epoch {latest}), left out of this "
+            f"plan; if those runs were made by mistake, withdraw them: falkirk discard --dag {DAG_ID} --epochs "
+            f"329-329") in out, out
+    with pytest.raises(PlanError, match="the replay cannot clear task instances of runs that do not exist"):
+        replay(p.plan_id, local_store, client, holder="admin")
+
+    before = snapshot(local_store), ledger.dag_version(DAG_ID)
+    assert main(["discard", "--dag", DAG_ID, "--epochs", "329", "--airflow-url", url]) == 0
+    out = capsys.readouterr().out
+    assert "  ingest: rolls back 1 ledger rows (epochs 329)" in out and "deletes 0 DAG runs" in out, out
+    assert (snapshot(local_store), ledger.dag_version(DAG_ID)) == before  # a preview changes nothing
+    assert main(["discard", "--dag", DAG_ID, "--epochs", "329", "--yes", "--airflow-url", url]) == 0
+    assert f"discarded epochs 329..329 of {DAG_ID}; its next epoch is 329" in capsys.readouterr().out
+    assert max(e.epoch for e in ledger.entries(DAG_ID)) == latest
+    events = [r for r in RecoveryLog(local_store).events(DAG_ID) if r["event"] in ("started", "finished")]
+    assert events[-1]["event"] == "finished" and "discarded epochs 329..329: 3 ledger rows rolled back" in \
+        events[-1]["detail"] and events[-1]["holder"] == "admin"
+    # a discard is no plan to replay, and discarding again finds nothing
+    with pytest.raises(PlanError, match="records a discard"):
+        replay(events[-1]["plan_id"], local_store, client)
+    assert main(["discard", "--dag", DAG_ID, "--epochs", "329", "--airflow-url", url]) == 2
+    assert "nothing to discard" in capsys.readouterr().err
+
+    p = plan(DAG_ID, local_store, client, bad_epochs=[("ingest", latest)])
+    replay(p.plan_id, local_store, client, holder="admin", timeout=900)
+    _assert_tables_equal_the_failure_free_run(local_store, list(range(1, latest + 1)))

@@ -55,6 +55,8 @@ def test_b_lost_scratch_with_concurrent_replays_and_a_second_replay(drill: Drill
     model5 = "\n".join(p.read_text() for p in log.rglob("*.log") if f"dag_id={B}" in str(p)
                        and "task_id=model" in str(p) and "run_id=epoch-5" in str(p))
     assert "state lost: model's state of epoch 4 was kept in scratch" in model5
+    # the smallest plan that fixes it: model's own scratch directory, not the worker (which is alive)
+    assert f"Recover with: falkirk plan --dag {B} --lost-scratch {drill.store.scratch_uri}/{B}/model" in model5
 
     p = plan(B, drill.store, drill.client, lost_scratch=[f"{drill.store.scratch_uri}/{B}"])
     check_minimal(p, drill.store, B, scratch_lost=True)

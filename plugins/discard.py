@@ -1,0 +1,193 @@
+"""Withdraw the newest epochs of a DAG, made by mistake: ``falkirk discard --dag D --epochs A-B``.
+
+A run triggered at the wrong date (epoch 329 of a DAG at epoch 14) commits its tasks' epochs
+to the ledger. Deleting the DAG run in Airflow leaves those rows: every later plan would then
+cover epochs up to 329. A discard withdraws them the way a recovery withdraws what it redoes:
+
+1. it checks, changing nothing, that epochs ``A..B`` are the DAG's newest (no ledger row or
+   DAG run after them), that none of their runs is still running, and that nothing of them
+   has left the store (an external delivery) or been garbage-collected;
+2. it records itself in the recovery log, as a plan that re-runs nothing (the history shows
+   who discarded which epochs), and takes the DAG's recovery lease;
+3. it rolls back every ledger row of those epochs (append-only, as a replay does): readers
+   ignore their outputs and state from then on, and ``falkirk gc`` reclaims the files;
+4. it deletes those epochs' DAG runs in Airflow, so the next trigger is epoch ``A`` again.
+
+Without ``--yes`` the command only prints what it would do.
+
+Example::
+
+    preview = plan_discard("orders", store, client, 15, 329)
+    print(preview.describe())
+    discard("orders", store, client, 15, 329, holder="admin")
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+from datetime import datetime
+
+from falkirk.plugins.airflow_rest import AirflowClient
+from falkirk.policies.epochs import EpochError
+from falkirk.policies.planning.recovery import DiscardedEpochs, PlanError, RecoveryPlan
+from falkirk.policies.planning.recovery_log import RecoveryLog
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.control import Collections, Deliveries
+from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot
+
+ACTIVE = ("queued", "running")
+
+
+@dataclass(frozen=True)
+class Discard:
+    """What a discard withdraws: ``rows`` (the current ledger rows of its epochs) and ``runs``
+    (their DAG runs' ids); ``plan`` is its record in the recovery log."""
+
+    plan: RecoveryPlan
+    rows: tuple[LedgerEntry, ...]
+    runs: tuple[str, ...]
+
+    @property
+    def first(self) -> int:
+        return self.plan.failures[0].first  # type: ignore[union-attr]
+
+    @property
+    def last(self) -> int:
+        return self.plan.failures[0].last  # type: ignore[union-attr]
+
+    def describe(self) -> str:
+        """One line per task with rows withdrawn, then the runs deleted."""
+        by_task: dict[str, list[int]] = {}
+        for e in self.rows:
+            by_task.setdefault(e.processor, []).append(e.epoch)
+        lines = [f"discard {self.plan.plan_id} of {self.plan.dag_id}: epochs {self.first}..{self.last}"]
+        lines += [f"  {task}: rolls back {len(epochs)} ledger rows (epochs {_span(sorted(epochs))})"
+                  for task, epochs in sorted(by_task.items())]
+        lines.append(f"  deletes {len(self.runs)} DAG runs" + (f": {', '.join(self.runs[:5])}"
+                                                                 + (", ..." if len(self.runs) > 5 else "")
+                                                                 if self.runs else ""))
+        lines.append(f"the DAG's next epoch is then {self.first}")
+        return "\n".join(lines)
+
+
+def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int) -> Discard:
+    """What discarding epochs ``first..last`` of ``dag_id`` withdraws; changes nothing.
+    Raises :class:`PlanError`, naming the fix, when the discard would leave the DAG inconsistent."""
+    from falkirk.plugins.recovery import _regimes
+
+    if not 1 <= first <= last:
+        raise PlanError(f"--epochs {first}-{last}: give FIRST-LAST with 1 <= FIRST <= LAST")
+    if not client.dag_exists(dag_id):
+        raise PlanError(f"--dag: Airflow has no DAG {dag_id!r}")
+    _, clock = _regimes(dag_id, client)
+    if clock is None:
+        raise PlanError(f"--dag {dag_id}: it has no Falkirk task, so it has no epochs to discard")
+    snapshot = LedgerSnapshot(Ledger(store), dag_id)
+    current = snapshot.entries()
+    rows = tuple(sorted((e for e in current if first <= e.epoch <= last), key=lambda e: (e.epoch, e.processor)))
+    newest = max((e.epoch for e in current), default=0)
+    if newest > last:
+        raise PlanError(f"--epochs {first}-{last}: the ledger has rows up to epoch {newest}; a discard withdraws "
+                        f"the newest epochs only (a later epoch may be built on a discarded one): give --epochs "
+                        f"{first}-{newest}")
+    latest = client.latest_logical_date(dag_id)
+    latest_epoch = _epoch_or_none(clock, latest)
+    if latest_epoch is not None and latest_epoch > last:
+        raise PlanError(f"--epochs {first}-{last}: the DAG has a run at epoch {latest_epoch}; a discard withdraws "
+                        f"the newest epochs only: give --epochs {first}-{latest_epoch}")
+    runs = client.runs_between(dag_id, clock.logical_date(first), clock.logical_date(last))
+    active = [r for r in runs if r.get("state") in ACTIVE]
+    if active:
+        r = active[0]
+        raise PlanError(f"--epochs {first}-{last}: DAG run {r['dag_run_id']} is {r['state']}; wait for it to end "
+                        f"(or mark it failed in Airflow), then discard")
+    delivered = {t: e for t, e in Deliveries(store).through(dag_id).items() if e >= first}
+    if delivered:
+        task, epoch = sorted(delivered.items())[0]
+        raise PlanError(f"--epochs {first}-{last}: {task} delivered epoch {epoch} to an external system, which a "
+                        f"discard cannot take back; discard from epoch {epoch + 1} at the earliest")
+    collected = {t: e for t, e in Collections(store).through(dag_id).items() if e >= first}
+    if collected:
+        task, epoch = sorted(collected.items())[0]
+        raise PlanError(f"--epochs {first}-{last}: garbage collection already released {task}'s epochs up to "
+                        f"{epoch}, which the DAG would restart from; discard from epoch {epoch + 1} at the earliest")
+    if not rows and not runs:
+        raise PlanError(f"--epochs {first}-{last}: DAG {dag_id} has no ledger row and no DAG run in these epochs; "
+                        f"nothing to discard")
+    record = RecoveryPlan(dag_id, (DiscardedEpochs(first, last),), first - 1, snapshot.dag_version, ())
+    return Discard(record, rows, tuple(r["dag_run_id"] for r in runs))
+
+
+def discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int,
+            holder: str | None = None, progress=print) -> Discard:
+    """Discard epochs ``first..last`` of ``dag_id`` (see the module docstring): check, record,
+    take the lease, roll the rows back, delete the runs, give the lease back."""
+    planned = plan_discard(dag_id, store, client, first, last)
+    log, ledger = RecoveryLog(store), Ledger(store)
+    log.record(planned.plan)
+    lease = log.begin(planned.plan, holder or getpass.getuser())
+    try:
+        if ledger.dag_version(dag_id) != planned.plan.ledger_version:
+            raise PlanError(f"the ledger of {dag_id} changed while the discard was checked (a task committed); "
+                            f"run it again")
+        rolled = ledger.invalidations.record(planned.rows, planned.plan.plan_id)
+        progress(f"discard {planned.plan.plan_id}: rolled back {rolled} ledger rows of epochs {first}..{last}")
+        for run in planned.runs:
+            client.delete_run(dag_id, run)
+        progress(f"discard {planned.plan.plan_id}: deleted {len(planned.runs)} DAG runs")
+    except BaseException as exc:
+        log.end(lease, "failed", f"{type(exc).__name__}: {exc}"[:2000])
+        raise
+    log.end(lease, "finished", f"discarded epochs {first}..{last}: {len(planned.rows)} ledger rows rolled back, "
+                               f"{len(planned.runs)} DAG runs deleted")
+    return planned
+
+
+def rows_beyond(entries: list[LedgerEntry], last_epoch: int) -> tuple[int, int] | None:
+    """The first and last epoch of current ledger rows past ``last_epoch`` (``None``: none).
+
+    >>> from falkirk.policies.store.ledger import LedgerEntry
+    >>> rows = [LedgerEntry("d", "t", e, "batch", f"r{e}", 1) for e in (1, 2, 329)]
+    >>> rows_beyond(rows, 2), rows_beyond(rows, 329)
+    ((329, 329), None)
+    """
+    beyond = [e.epoch for e in entries if e.epoch > last_epoch]
+    return (min(beyond), max(beyond)) if beyond else None
+
+
+def beyond_note(dag_id: str, last_epoch: int, beyond: tuple[int, int]) -> str:
+    """What a plan bounded to the DAG's latest run says about ledger rows past it.
+
+    >>> print(beyond_note("orders", 15, (329, 329)))
+    the ledger has rows of epochs 329..329 past the DAG's latest run (epoch 15), left out of this plan; if those runs were made by mistake, withdraw them: falkirk discard --dag orders --epochs 329-329
+    """
+    first, last = beyond
+    return (f"the ledger has rows of epochs {first}..{last} past the DAG's latest run (epoch {last_epoch}), left out "
+            f"of this plan; if those runs were made by mistake, withdraw them: falkirk discard --dag {dag_id} "
+            f"--epochs {first}-{last}")
+
+
+def _epoch_or_none(clock, moment: datetime | None) -> int | None:
+    if moment is None:
+        return None
+    try:
+        return clock.epoch_of(moment)
+    except EpochError:
+        return None
+
+
+def _span(epochs: list[int]) -> str:
+    """``[3, 4, 5, 9]`` as ``3-5, 9``.
+
+    >>> _span([3, 4, 5, 9])
+    '3-5, 9'
+    """
+    parts, start = [], None
+    for i, e in enumerate(epochs):
+        if start is None:
+            start = e
+        if i + 1 == len(epochs) or epochs[i + 1] != e + 1:
+            parts.append(str(start) if start == e else f"{start}-{e}")
+            start = None
+    return ", ".join(parts)
