@@ -137,6 +137,13 @@ class AirflowClient:
             time.sleep(2 * attempt)
         raise AssertionError("unreachable")
 
+    def run_exists(self, dag_id: str, run_id: str) -> bool:
+        response = self.http.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        if response.status_code not in (200, 404):
+            raise AirflowError(f"GET /api/v2/dags/{dag_id}/dagRuns/{run_id} -> {response.status_code}: "
+                               f"{response.text[:2000]}")
+        return response.status_code == 200
+
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
 
@@ -243,6 +250,8 @@ class AirflowClient:
         ``airflow dags test`` do not count."""
         data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
                             params={"order_by": "-logical_date", "limit": 50, "logical_date_gte": "1970-01-01T00:00:00Z"})
+        from falkirk.plugins.dags_test import is_test_run
+
         runs = [r for r in data["dag_runs"] if r.get("logical_date") and not is_test_run(r)]
         return datetime.fromisoformat(runs[0]["logical_date"].replace("Z", "+00:00")) if runs else None
 
@@ -287,11 +296,6 @@ class AirflowClient:
 
     def dag_exists(self, dag_id: str) -> bool:
         return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
-
-
-def is_test_run(run: dict[str, Any]) -> bool:
-    """Whether a DAG run (as the REST API lists it) was made by ``airflow dags test``."""
-    return run.get("triggered_by") == "test" or run.get("triggering_user_name") == "dag_test"
 
 
 def _by_processor(task_instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -1,5 +1,10 @@
 """The ``falkirk`` command line.
 
+* ``falkirk trigger --dag D [--epochs N] [--wait]``: trigger the DAG's next epoch (or the next
+  ``N``), named ``manual__epoch-E`` at the epoch's logical date, and with ``--wait`` follow each
+  run to its end.
+* ``falkirk new-job NAME [--project DIR]``: write a job (``jobs/NAME.py``) and a DAG
+  (``dags/NAME.py``) to start from (see :mod:`falkirk.plugins.scaffold`).
 * ``falkirk solve SCENARIO.json``: answer a rollback scenario (see :mod:`falkirk.policies.rollback.cli`).
 * ``falkirk plan --dag D (--failed-task T[:E] | --lost-scratch LOCATION | --lost-worker NAME | --bad-epoch T:E) [--json]``:
   compute a recovery plan from the ledger (and, for ``--failed-task T`` without an
@@ -127,14 +132,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     discard.add_argument("--epochs", required=True, type=_epochs_arg, metavar="FIRST[-LAST]",
                          help="the epochs to withdraw: the DAG's newest, up to its last ledger row and DAG run")
     discard.add_argument("--yes", action="store_true", help="do it (without: print what it would do, change nothing)")
-    for p in (plan, replay, discard):
+    new_job = sub.add_parser("new-job", help="write a job and a DAG to start from (jobs/NAME.py, dags/NAME.py)",
+                             formatter_class=argparse.RawDescriptionHelpFormatter,
+                             epilog="example:\n  falkirk new-job word_count --project .\n")
+    new_job.add_argument("name", metavar="NAME", help="the job's module name and DAG id, e.g. word_count")
+    new_job.add_argument("--project", default=".", metavar="DIR",
+                         help="your Airflow project: jobs/ and dags/ are written under it (default: .)")
+    new_job.add_argument("--first", default="2026-01-01", metavar="YYYY-MM-DD",
+                         help="the date of the DAG's first epoch (one epoch a day from it; default 2026-01-01)")
+    trigger = sub.add_parser("trigger", help="trigger the DAG's next epoch (the one after its latest run)",
+                             formatter_class=argparse.RawDescriptionHelpFormatter,
+                             epilog=AIRFLOW_VARIABLES + "\nexamples:\n  falkirk trigger --dag word_count --wait\n"
+                                                        "  falkirk trigger --dag word_count --epochs 3\n")
+    trigger.add_argument("--dag", required=True)
+    trigger.add_argument("--epochs", type=_epoch_arg, default=1, metavar="N",
+                         help="how many epochs to trigger, one after the other (default 1)")
+    trigger.add_argument("--wait", action="store_true",
+                         help="wait for each run to end, printing its task states; exit 1 if one fails")
+    for p in (plan, replay, discard, trigger):
         p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
     args = parser.parse_args(argv)
     try:
         return {"plan": _plan, "replay": _replay, "gc": _gc, "delivered": _delivered,
-                "release": _release, "discard": _discard}[args.command](args)
-    except (PlanError, AirflowError, ValueError) as exc:
+                "release": _release, "discard": _discard, "new-job": _new_job,
+                "trigger": _trigger}[args.command](args)
+    except (PlanError, AirflowError, ValueError) as exc:  # ScaffoldError is a ValueError
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except (UnreadableTable, StoreUnreachable) as exc:
@@ -150,6 +173,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"falkirk {args.command}: the store cannot be read: {exc}. A table's _delta_log is damaged: restore "
               f"it from a backup (nothing was changed)", file=sys.stderr)
         return EXIT_STORE
+
+
+def _trigger(args: argparse.Namespace) -> int:
+    from falkirk.plugins.recovery import _regimes
+
+    client = _client(args.airflow_url, required=True)
+    if not client.dag_exists(args.dag):
+        raise PlanError(f"--dag: Airflow has no DAG {args.dag!r}")
+    _, clock = _regimes(args.dag, client)
+    if clock is None:
+        raise PlanError(f"--dag {args.dag}: it has no Falkirk task, so it has no epochs; trigger it as usual")
+    if args.wait and client.request("GET", f"/api/v2/dags/{args.dag}").get("is_paused"):
+        raise PlanError(f"--wait: DAG {args.dag} is paused, so its runs would wait for ever; unpause it first "
+                        f"(airflow dags unpause {args.dag}, or the toggle in the UI)")
+    latest = client.latest_logical_date(args.dag)
+    first = clock.first_epoch if latest is None else clock.epoch_of(latest) + 1
+    failed = 0
+    for epoch in range(first, first + args.epochs):
+        run = client.trigger(args.dag, f"manual__epoch-{epoch}", clock.logical_date(epoch))
+        print(f"triggered {args.dag} epoch {epoch}: run {run['dag_run_id']} at {clock.logical_date(epoch).isoformat()}",
+              flush=True)
+        if args.wait:
+            state = client.wait_for_run(args.dag, run["dag_run_id"], timeout=3600,
+                                        progress=lambda m: print(m, flush=True))
+            print(f"{run['dag_run_id']}: {state}", flush=True)
+            failed += state != "success"
+    return 1 if failed else 0
+
+
+def _new_job(args: argparse.Namespace) -> int:
+    from falkirk.plugins.scaffold import new_job
+
+    for path in new_job(args.name, args.project, args.first):
+        print(f"wrote {path}")
+    print(f"put dags/ in Airflow's dags folder (or point AIRFLOW__CORE__DAGS_FOLDER at it), then trigger "
+          f"{args.name} at {args.first}T00:00:00+00:00")
+    return 0
 
 
 def _epochs_arg(value: str) -> tuple[int, int]:

@@ -47,13 +47,13 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, NoReturn, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from falkirk.plugins.dags_test import DAGS_TEST_STORE_ENV, dags_test_store, is_dags_test, run_key
 from falkirk.plugins.job_hook import FalkirkJobHook
 from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
 from falkirk.plugins.task_metadata import epoch_clock_of, partitions_of, regime_of  # noqa: F401 (re-exported)
@@ -282,10 +282,12 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         # the store: the job decides whether its epoch runs, is a no-op, or is refused.
         store = StoreConfig.from_env({**os.environ, **self.env_vars})
         if is_dags_test(context):
-            store = dags_test_store(store, spec.dag_id)
+            store = dags_test_store(store, spec.dag_id, run_key(context["dag_run"]))
             self.env_vars = {**self.env_vars, **store.env()}
-            self.log.info("Falkirk: `airflow dags test` run: using the store %s (%s=real to use the DAG's own "
-                          "store)", store.durable_uri, DAGS_TEST_STORE_ENV)
+            self.log.info("Falkirk: `airflow dags test` run: using the store %s (%s=DIR keeps one from test to test, "
+                          "=real uses the DAG's own). This run holds epoch %s's logical date in Airflow: delete it "
+                          "before triggering the real epoch %s (falkirk discard --dag %s --epochs %s --yes)",
+                          store.durable_uri, DAGS_TEST_STORE_ENV, spec.epoch, spec.epoch, spec.dag_id, spec.epoch)
         if self.name == "arrow-spark":  # the provider's default application name
             self.name = f"falkirk:{spec.dag_id}.{spec.task_id}:epoch-{spec.epoch}"
         conn = self._spark_connection()
@@ -336,34 +338,6 @@ def _refused(refusal: str | None, spec: JobSpec) -> Exception:
                                            f"has rolled it back (the job's output above says more): plan a recovery "
                                            f"to redo it: falkirk plan --dag {spec.dag_id} --bad-epoch "
                                            f"{spec.processor}:{spec.epoch}, then falkirk replay PLAN_ID")
-
-
-DAGS_TEST_STORE_ENV = "FALKIRK_DAGS_TEST_STORE"
-
-
-def is_dags_test(context: Mapping[str, Any]) -> bool:
-    """Whether the task instance belongs to an ``airflow dags test`` run (Airflow's ``DAG.test``
-    names that run's triggering user ``dag_test``)."""
-    return getattr(context.get("dag_run"), "triggering_user_name", None) == "dag_test"
-
-
-def dags_test_store(store: StoreConfig, dag_id: str, environ: Mapping[str, str] | None = None) -> StoreConfig:
-    """The store an ``airflow dags test`` run writes to: not the DAG's own, whose ledger drives
-    recoveries, but ``FALKIRK_DAGS_TEST_STORE`` (a directory, default ``falkirk-dags-test`` in the
-    system's temporary directory); ``FALKIRK_DAGS_TEST_STORE=real`` uses ``store`` itself.
-
-    >>> dags_test_store(StoreConfig("s3://b/store", "/tmp/s"), "orders", {"FALKIRK_DAGS_TEST_STORE": "/tmp/t"})
-    StoreConfig(durable_uri='/tmp/t/orders/durable', scratch_uri='/tmp/t/orders/scratch', storage_options={}, worker=None)
-    """
-    env = os.environ if environ is None else environ
-    chosen = env.get(DAGS_TEST_STORE_ENV, "").strip()
-    if chosen == "real":
-        return store
-    if "://" in chosen:
-        raise StoreError(f"{DAGS_TEST_STORE_ENV}={chosen!r}: give a local directory for `airflow dags test` runs "
-                         f"(or real, to use the DAG's own store)")
-    root = Path(chosen or Path(tempfile.gettempdir()) / "falkirk-dags-test") / dag_id
-    return StoreConfig(durable_uri=str(root / "durable"), scratch_uri=str(root / "scratch"), worker=store.worker)
 
 
 class FalkirkSettingsWarning(UserWarning):

@@ -47,7 +47,7 @@ _enable_on_run_creation()
 def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None:
     """Route a Falkirk task instance to the worker holding its scratch group's data."""
     task = getattr(task_instance, "task", None)
-    if task is None or not (getattr(task, "falkirk_regime", None) or _is_partitioned_falkirk(task)):
+    if task is None or not is_falkirk_task(task):
         return
     if not configured_workers(os.environ):  # one machine: nothing to choose, nothing to import or read
         return
@@ -115,6 +115,11 @@ def _placement_facts(store: Any, dag_id: str) -> tuple[list[Any], dict[str, Any]
     with _FACTS_LOCK:
         _FACTS[key] = (versions, entries, lost)
     return entries, lost
+
+
+def is_falkirk_task(task: Any) -> bool:
+    """Whether ``task`` (as the scheduler holds it) is a Falkirk task, partitioned or not."""
+    return bool(getattr(task, "falkirk_regime", None)) or _is_partitioned_falkirk(task)
 
 
 def _is_partitioned_falkirk(task: Any) -> bool:

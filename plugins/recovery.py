@@ -33,7 +33,7 @@ import getpass
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -42,6 +42,7 @@ from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
 from falkirk.policies.planning.chains import TaskGraph
+from falkirk.plugins.dags_test import is_test_instance
 from falkirk.plugins.discard import beyond_note, rows_beyond
 from falkirk.policies.planning.recovery import (BadEpoch, DiscardedEpochs, FailedTask, Failure, LostScratch,
                                                 LostWorker, PlanError, RecoveryPlan, plan_recovery)
@@ -255,6 +256,7 @@ class RunningReplay:
     invalidated: int
     started: float
     store: StoreConfig | None = None
+    marked: set[str] = field(default_factory=set)  # runs with instances the replay marked success
 
     def wait(self, progress: Progress = print, timeout: float = 3600, poll: float = 2.0) -> ReplayReport:
         """Wait until every re-run succeeded, renewing the lease, then clear what later DAG runs
@@ -460,7 +462,7 @@ def _settle_runs(running: RunningReplay, progress: Progress) -> None:
     cleared) would stay failed in the runs list."""
     dag_id = running.plan.dag_id
     runs = {}
-    for run in sorted(set(running.runs.values())):
+    for run in sorted(set(running.cleared) | running.marked):
         state = running.client.dag_run(dag_id, run).get("state")
         if state == "failed":
             runs[run] = (state, {t: ti.get("state") for t, ti in running.client.task_instances(dag_id, run).items()})
@@ -477,6 +479,7 @@ def _settle_runs(running: RunningReplay, progress: Progress) -> None:
 
 
 def _mark_completed(running: RunningReplay, task: str, epoch: int) -> None:
+    running.marked.add(running.runs[epoch])
     running.client.set_state(running.plan.dag_id, running.runs[epoch], task, "success",
                              note=f"Falkirk plan {running.plan.plan_id}: this epoch is committed and completed; "
                                   f"re-running it (refused) would change nothing")
@@ -541,10 +544,14 @@ def _later_runs(running: RunningReplay, progress: Progress) -> set[tuple[str, in
     ledger = Ledger(running.store)
     _sweep_later_rows(running, ledger, progress)
     recovery = running.plan
-    every = ledger.entries(recovery.dag_id, include_invalidated=True)
-    running.runs.update({e.epoch: e.run_id for e in every if e.epoch not in running.runs})
+    current, rolled_back = ledger.entries_and_invalidated(recovery.dag_id)
+    running.runs.update({e.epoch: e.run_id for e in [*current, *rolled_back] if e.epoch not in running.runs})
+    # A later epoch with only rolled-back rows may have no run any more (a discard deleted it).
+    with_rows = {e.epoch for e in current}
+    later = {e for e in running.runs if e > recovery.last_epoch
+             and (e in with_rows or running.client.run_exists(recovery.dag_id, running.runs[e]))}
     affected = _affected_later(running, ledger)
-    wanted = {(t, e) for e in running.runs if e > recovery.last_epoch for t in affected}
+    wanted = {(t, e) for e in later for t in affected}
     todo = _to_clear(running, ledger, wanted)
     if todo:
         progress(f"plan {recovery.plan_id}: later DAG runs arrived during the recovery; re-running "
@@ -701,6 +708,8 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
     epoch_of = {e.run_id: e.epoch for e in entries}
     found = [f for f in unrecorded if "*" in tasks or f.task_id in tasks or task_of(f.task_id) in tasks]
     for ti in client.failed_task_instances(dag_id):
+        if is_test_instance(ti):  # an `airflow dags test` run: its epochs are not the DAG's
+            continue
         name = processor_id(ti["task_id"], ti.get("map_index", -1))
         if "*" in tasks or ti["task_id"] in tasks or name in tasks:
             if ti["dag_run_id"] not in epoch_of and clock is not None and ti.get("logical_date"):

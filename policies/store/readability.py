@@ -49,6 +49,7 @@ class StoreReadability:
                  entries: Iterable[LedgerEntry] | Callable[[], Iterable[LedgerEntry]] | None = None) -> None:
         self.store = store
         self._tables: dict[str, object] = {}
+        self._exists: dict[str, bool] = {}
         self._epoch_rows: dict[str, dict[int, int]] = {}
         self._collected: dict[str, dict[str, int]] = {}
         self._delivered: dict[str, dict[str, int]] = {}
@@ -71,7 +72,9 @@ class StoreReadability:
         if key.epoch <= self._collected[key.dag_id].get(processor_id(key.task_id, key.map_index), 0) and uri in (
                 self.store.table_uri(tier, key.dag_id, key.task_id, "state", key.map_index) for tier in Tier):
             return False
-        if not self.store.contains(uri):
+        if uri not in self._exists:
+            self._exists[uri] = self.store.contains(uri)
+        if not self._exists[uri]:
             return False
         if uri not in self._tables:
             self._tables[uri] = open_table(uri, self.store.options_for(uri))

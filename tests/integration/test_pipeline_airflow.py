@@ -342,3 +342,56 @@ def test_a_far_ahead_epoch_left_by_a_deleted_run_is_discarded_and_plans_stop_at_
     p = plan(DAG_ID, local_store, client, bad_epochs=[("ingest", latest)])
     replay(p.plan_id, local_store, client, holder="admin", timeout=900)
     _assert_tables_equal_the_failure_free_run(local_store, list(range(1, latest + 1)))
+
+
+def test_dags_test_of_an_unpaused_dag_with_the_scheduler_running_leaves_its_epochs_and_plans_as_they_were(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig, tmp_path) -> None:
+    """`airflow dags test` of falkirk_orders (unpaused, the scheduler running) at the DAG's next
+    epoch: its task instances run once each, in the test's process, into a store of their own; a
+    failing test run leaves nothing for `falkirk plan --failed-task` to plan from; the real store is
+    unchanged and a plan computed afterwards equals one computed before."""
+    from falkirk.plugins.dags_test import DAGS_TEST_POOL
+    from falkirk.policies.planning.recovery import PlanError
+
+    client = airflow_stack.client()
+    clock = dag_epoch_clock()
+    latest = clock.epoch_of(client.latest_logical_date(DAG_ID))
+    before = snapshot(local_store), Ledger(local_store).dag_version(DAG_ID)
+    planned = plan(DAG_ID, local_store, client, bad_epochs=[("ingest", latest)], record=False)
+    test_store = tmp_path / "tests"
+    date = clock.logical_date(latest + 1).isoformat()
+
+    done = airflow_stack.airflow("dags", "test", DAG_ID, date, env={"FALKIRK_DAGS_TEST_STORE": str(test_store)})
+    [run] = [r for r in client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["dag_runs"]
+             if r["triggered_by"] == "test"]
+    tis = client.task_instances(DAG_ID, run["dag_run_id"])
+    assert {t: (ti["state"], ti["pool"]) for t, ti in tis.items()} == {
+        t: ("success", DAGS_TEST_POOL) for t in ("ingest", "aggregate", "publish")}, done.stdout[-3000:]
+    # each task committed once, in the test's store: the scheduler ran none of them a second time
+    rows = Ledger(StoreConfig(str(test_store / DAG_ID / "durable"), str(test_store / DAG_ID / "scratch"))).entries(
+        DAG_ID)
+    assert sorted((e.task_id, e.epoch, e.incarnation) for e in rows) == [
+        ("aggregate", latest + 1, 0), ("ingest", latest + 1, 0), ("publish", latest + 1, 0)]
+    assert "already completed" not in done.stdout + done.stderr
+
+    # the same test again, with a task failing: a fresh store, and a failed test run
+    (airflow_stack.home / "faults").write_text(f"{DAG_ID}/aggregate:{latest + 1}:before-commit\n")
+    try:
+        airflow_stack.airflow("dags", "test", DAG_ID, date, check=False)
+    finally:
+        (airflow_stack.home / "faults").write_text("")
+    assert client.task_instances(DAG_ID, run["dag_run_id"])["aggregate"]["state"] == "failed"
+    with pytest.raises(PlanError, match="Airflow reports no failed task instance"):
+        plan(DAG_ID, local_store, client, failed_tasks=["*"], record=False)
+
+    assert (snapshot(local_store), Ledger(local_store).dag_version(DAG_ID)) == before
+    again = plan(DAG_ID, local_store, client, bad_epochs=[("ingest", latest)], record=False)
+    assert (again.last_epoch, again.rerun_set()) == (planned.last_epoch, planned.rerun_set()) == (
+        latest, planned.rerun_set())
+    # the test run holds the next epoch's date: a discard deletes it (no ledger row to roll back)
+    from falkirk.plugins.discard import discard
+
+    gone = discard(DAG_ID, local_store, client, latest + 1, latest + 1, holder="admin", progress=print)
+    assert (gone.rows, gone.runs) == ((), (run["dag_run_id"],))
+    assert [r for r in client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["dag_runs"]
+            if r["triggered_by"] == "test"] == []

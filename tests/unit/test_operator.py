@@ -285,19 +285,23 @@ def test_a_missing_store_fails_the_task_in_its_own_error_before_spark_starts(mon
     assert started == []
 
 
-def test_a_dags_test_run_gets_a_store_of_its_own_unless_told_to_use_the_real_one(
+def test_a_dags_test_run_gets_a_fresh_store_of_its_own_unless_told_otherwise(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from falkirk.plugins.operators import dags_test_store, is_dags_test
+    from falkirk.plugins.dags_test import dags_test_store, is_dags_test, run_key
     from falkirk.policies import StoreConfig, StoreError
 
     real = StoreConfig(str(tmp_path / "real" / "durable"), str(tmp_path / "real" / "scratch"))
     assert is_dags_test(_context(1, "dag_test")) and not is_dags_test(_context(1, "admin"))
-    assert dags_test_store(real, "d", {}).durable_uri.endswith("/falkirk-dags-test/d/durable")
-    assert dags_test_store(real, "d", {"FALKIRK_DAGS_TEST_STORE": "real"}) == real
-    mine = dags_test_store(real, "d", {"FALKIRK_DAGS_TEST_STORE": str(tmp_path / "try")})
+    # fresh per test: a run tested again is cleared first, which counts in its key
+    first, again = (dags_test_store(real, "d", run_key({"run_id": "manual__x", "clear_number": n}), {})
+                    for n in (0, 1))
+    assert first.durable_uri.endswith("/falkirk-dags-test/d/manual__x-0/durable")
+    assert again.durable_uri.endswith("/falkirk-dags-test/d/manual__x-1/durable")
+    assert dags_test_store(real, "d", "k", {"FALKIRK_DAGS_TEST_STORE": "real"}) == real
+    mine = dags_test_store(real, "d", "k", {"FALKIRK_DAGS_TEST_STORE": str(tmp_path / "try")})
     assert (mine.durable_uri, mine.scratch_uri) == (str(tmp_path / "try/d/durable"), str(tmp_path / "try/d/scratch"))
     with pytest.raises(StoreError, match="FALKIRK_DAGS_TEST_STORE='s3://b/x': give a local directory"):
-        dags_test_store(real, "d", {"FALKIRK_DAGS_TEST_STORE": "s3://b/x"})
+        dags_test_store(real, "d", "k", {"FALKIRK_DAGS_TEST_STORE": "s3://b/x"})
 
 
 def test_spark_default_runs_on_local_2_when_it_is_not_defined(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -196,6 +196,10 @@ class World(Scheduler):
             return list(self.rows)
         return sorted(filter(None, (self.current(k) for k in self.state)), key=lambda r: (r.epoch, r.processor))
 
+    def entries_and_invalidated(self, dag_id: str) -> tuple[list[Row], list[Row]]:
+        current = self.entries(dag_id)
+        return current, [r for r in self.rows if r not in current]
+
     def completed_among(self, rows: list[Row]) -> list[Row]:
         self.advance()
         return [r for r in rows if (r.processor, r.epoch, r.incarnation) in self.completed]
