@@ -14,7 +14,7 @@ BENCH_ARGS ?=
 # so the default stays one process until the cluster shape survives that.
 TEST_WORKERS ?= 0
 
-.PHONY: demo cluster-demo test test-faults test-unit bench bench-overhead bench-ledger bench-regimes bench-recovery bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo docs test test-faults test-unit bench bench-overhead bench-ledger bench-regimes bench-recovery bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -30,6 +30,13 @@ cluster-demo: install cluster-tools
 ## on two pytest-xdist workers, tests sharing a started component on one worker (tests/conftest.py)
 test: install test-tools cluster-tools
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+
+## docs: the docs site (Sphinx, Markdown pages) with warnings as errors, then its links checked;
+## opens at docs/_build/html/index.html (the suite builds it too: tests/unit/test_docs.py)
+docs: install
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	$(PY) -m sphinx -W --keep-going -q -b linkcheck docs docs/_build/linkcheck
+	@echo "docs: docs/_build/html/index.html"
 
 ## test-faults: the fault drills of the recovery itself (a replay killed and resumed, a collection
 ## between plan and replay) through real Airflow, Spark and Delta

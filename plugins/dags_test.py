@@ -20,8 +20,8 @@ So, for a Falkirk DAG:
 * the planner and the Falkirk view leave out test runs and their task instances
   (:func:`is_test_instance`).
 
-A test run keeps its logical date in Airflow's database, so the real run of that epoch cannot
-be created until it is deleted: ``falkirk discard --dag DAG --epochs N --yes`` deletes it (it
+A test run keeps its logical date in Airflow's database, so neither the real run of that epoch
+nor another test of it can be created until it is deleted: ``falkirk discard --dag DAG --epochs N --yes`` deletes it (it
 has no ledger row to roll back), as does Airflow's own delete in the runs list.
 
 Installed by the package's ``airflow.policy`` entry point, beside placement's.
@@ -102,8 +102,8 @@ def dags_test_store(store: StoreConfig, dag_id: str, run_key: str = "",
 
 
 def run_key(dag_run: Any) -> str:
-    """A test's key: the run, and how often it was cleared (each ``dags test`` of an existing run
-    clears it first), so that each test starts from an empty store.
+    """A test's key: the run (its id carries the moment the test started) and how often it was
+    cleared, so that each test starts from an empty store.
 
     >>> run_key({"run_id": "manual__2026-01-08T00:00:00+00:00", "clear_number": 2})
     'manual__2026-01-08T00:00:00+00:00-2'

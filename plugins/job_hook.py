@@ -85,8 +85,9 @@ class FalkirkJobHook:
         self._pid = pid
 
     def _line(self, line: str) -> None:
-        if line.startswith(REFUSAL_PREFIX):
-            self.refusal = line[len(REFUSAL_PREFIX):]
+        if line.startswith(REFUSAL_PREFIX):  # the job's refusal, one line of it per output line
+            said = line[len(REFUSAL_PREFIX):]
+            self.refusal = said if self.refusal is None else f"{self.refusal}\n{said}"
         self.log(line)
 
     def on_kill(self) -> None:

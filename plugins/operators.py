@@ -334,10 +334,11 @@ def _refused(refusal: str | None, spec: JobSpec) -> Exception:
     """The task instance's failure, without retries, when its job refused a completed epoch."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    return AirflowFailException(refusal or f"{spec.processor} epoch {spec.epoch} already completed and no recovery "
-                                           f"has rolled it back (the job's output above says more): plan a recovery "
-                                           f"to redo it: falkirk plan --dag {spec.dag_id} --bad-epoch "
-                                           f"{spec.processor}:{spec.epoch}, then falkirk replay PLAN_ID")
+    return AirflowFailException(refusal or "\n".join([
+        f"{spec.processor} epoch {spec.epoch} already completed and no recovery has rolled it back (the job's "
+        f"output above says more). To redo it, plan a recovery and replay it:",
+        f"    falkirk plan --dag {spec.dag_id} --bad-epoch {spec.processor}:{spec.epoch}",
+        "    falkirk replay PLAN_ID"]))
 
 
 class FalkirkSettingsWarning(UserWarning):

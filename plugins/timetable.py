@@ -171,7 +171,14 @@ class EpochTimetable(Timetable):
 
     def next_dagrun_info(self, *, last_automated_data_interval: DataInterval | None,
                          restriction: TimeRestriction) -> DagRunInfo | None:
-        """The next epoch after the last scheduled or backfilled one, within ``restriction``."""
+        """The next epoch after the last scheduled or backfilled one, within ``restriction``.
+
+        A timetable that does not schedule answers only a bounded question (a backfill's range):
+        the scheduler's open-ended one gets ``None``, so the UI shows no "Next Run" for a DAG
+        whose epochs are triggered.
+        """
+        if not self.scheduled and restriction.latest is None:
+            return None
         if last_automated_data_interval is not None:
             epoch = self.clock.epoch_of(last_automated_data_interval.start) + 1
         elif restriction.earliest is None:

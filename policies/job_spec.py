@@ -36,18 +36,29 @@ REFUSAL_PREFIX = "[falkirk] refused: "
 
 
 def completed_epoch_refusal(spec: "JobSpec", run_id: str, try_number: int) -> str:
-    """Why a re-run of a completed epoch is refused, and the plan that redoes it.
+    """Why a re-run of a completed epoch is refused, and the plan that redoes it: a few short
+    lines, so that Airflow's log viewer shows the commands without scrolling.
 
     >>> from falkirk.policies.regimes import EagerCheckpoint
-    >>> completed_epoch_refusal(JobSpec("d", "agg", 2, EagerCheckpoint(), "epoch-2"), "epoch-2", 1)[:70]
-    'agg epoch 2 already completed (committed by run epoch-2, try 1) and no'
+    >>> print(completed_epoch_refusal(JobSpec("d", "agg", 2, EagerCheckpoint(), "epoch-2"), "epoch-2", 1))
+    agg epoch 2 already completed (committed by run epoch-2, try 1) and no recovery has rolled it back:
+    running it again would change nothing, neither its result nor any result built on it.
+    To redo the epoch (after correcting its input, say), plan a recovery and replay it
+    (or preview and replay it in the Falkirk view):
+        falkirk plan --dag d --bad-epoch agg:2
+        falkirk replay PLAN_ID
+    To keep the result as it is, mark this task instance success.
     """
-    return (f"{spec.processor} epoch {spec.epoch} already completed (committed by run {run_id}, try {try_number}) "
-            f"and no recovery has rolled it back, so running it again would change nothing: its result, and every "
-            f"result built on it, would stay as they are. To redo the epoch (after correcting its input, say), plan "
-            f"a recovery and replay it: falkirk plan --dag {spec.dag_id} --bad-epoch {spec.processor}:{spec.epoch}, "
-            f"then falkirk replay PLAN_ID (or preview and replay it in the Falkirk view). To keep the result as it "
-            f"is, mark this task instance success.")
+    return "\n".join([
+        f"{spec.processor} epoch {spec.epoch} already completed (committed by run {run_id}, try {try_number}) and "
+        f"no recovery has rolled it back:",
+        "running it again would change nothing, neither its result nor any result built on it.",
+        "To redo the epoch (after correcting its input, say), plan a recovery and replay it",
+        "(or preview and replay it in the Falkirk view):",
+        f"    falkirk plan --dag {spec.dag_id} --bad-epoch {spec.processor}:{spec.epoch}",
+        "    falkirk replay PLAN_ID",
+        "To keep the result as it is, mark this task instance success.",
+    ])
 
 
 @dataclass(frozen=True)

@@ -399,7 +399,8 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
         return None
     completions = Completions(store)
     if args.task_instance and completions.completed(done):
-        print(REFUSAL_PREFIX + completed_epoch_refusal(args, done.run_id, done.try_number), flush=True)
+        for line in completed_epoch_refusal(args, done.run_id, done.try_number).splitlines():
+            print(REFUSAL_PREFIX + line, flush=True)  # a line each: the operator joins them
         return REFUSED_EXIT_CODE
     say(f"{args.dag_id}.{args.processor} epoch {args.epoch}: already committed (incarnation {done.incarnation}, "
         f"run {done.run_id}); nothing to do")

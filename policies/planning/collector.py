@@ -71,6 +71,19 @@ class Reclaim:
     uri: str
     epochs: tuple[int, ...]
     bytes: int
+    tier: str = "durable"  # where an output table is: a durable one is a log, a scratch one is not
+
+    @property
+    def kind(self) -> str:
+        """What the table is to recovery: a checkpoint (state), a log (a durable output), or
+        scratch output (kept only until the next durable checkpoint downstream).
+
+        >>> Reclaim("t", "output", "/s/t", (1,), 9, tier="scratch").kind
+        'scratch output'
+        """
+        if self.what == "state":
+            return "checkpoint"
+        return "log" if self.tier == "durable" else "scratch output"
 
 
 @dataclass(frozen=True)
@@ -109,12 +122,13 @@ class CollectionPlan:
                     f"{_size(self.bytes)}" if self.tables else "no table partitions to reclaim")]
         for task, w in self.watermarks.items():
             mark = f"; ledger rows through epoch {self.marks[task]} marked collected" if task in self.marks else ""
-            ack = f"; external input acknowledged through epoch {self.acknowledged[task]}" \
-                if task in self.acknowledged else ""
+            # The source's input before this is never read again; whether the source is told
+            # depends on an acknowledgement hook (collect's `acknowledge`), so nothing more is claimed.
+            ack = f"; its input through epoch {self.acknowledged[task]} is no longer needed" \
+                if self.acknowledged.get(task, 0) > 0 else ""
             lines.append(f"  {task}: low-watermark epoch {w}{mark}{ack}")
         for r in self.tables:
-            kind = "checkpoint" if r.what == "state" else "log"
-            lines.append(f"  {r.task_id} {r.what} ({kind}): epochs {_epochs(r.epochs)} of {r.uri} ({_size(r.bytes)})")
+            lines.append(f"  {r.task_id} {r.what} ({r.kind}): epochs {_epochs(r.epochs)} of {r.uri} ({_size(r.bytes)})")
         for p in self.products:
             lines.append(f"  {p.task_id} {p.output} (product, kept whole: {p.why}): {p.uri}")
         return "\n".join(lines)
@@ -155,6 +169,7 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
         for uri in sorted(state_uris):
             tables += _reclaim(task, "state", uri, live, before=low[task])
         outputs = sorted({(o.name, o.uri) for r in task_rows for o in r.outputs if not is_external(o.uri)})
+        tiers = {(o.name, o.uri): o.tier for r in task_rows for o in r.outputs}
         declared = {o.name for r in task_rows for o in r.outputs if o.product}
         for name, uri in outputs:
             readers = [e.dst for e in graph.edges if e.src == task and e.output == name]
@@ -163,15 +178,16 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
                                         else "read by no task of the DAG"))
                 continue
             need = min(low[c] + 1 - back.get((task, name, c), 0) for c in readers)
-            tables += _reclaim(task, name, uri, live, before=need)
+            tables += _reclaim(task, name, uri, live, before=need, tier=tiers[name, uri])
     sources = [t for t in graph.tasks if not any(e.dst == t for e in graph.edges)]
     return CollectionPlan(dag_id, low, marks, tuple(tables), {t: low[t] for t in sources}, tuple(products))
 
 
-def _reclaim(task: str, what: str, uri: str, live: LivePartitions, before: int) -> list[Reclaim]:
+def _reclaim(task: str, what: str, uri: str, live: LivePartitions, before: int,
+             tier: str = "durable") -> list[Reclaim]:
     held = live(uri)
     epochs = tuple(sorted(e for e in held if e < before))
-    return [Reclaim(task, what, uri, epochs, sum(held[e] for e in epochs))] if epochs else []
+    return [Reclaim(task, what, uri, epochs, sum(held[e] for e in epochs), tier)] if epochs else []
 
 
 @dataclass(frozen=True)

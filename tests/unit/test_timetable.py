@@ -74,6 +74,17 @@ def test_a_manual_run_without_a_logical_date_is_refused_and_run_ids_name_the_epo
                                  data_interval=interval) == "scheduled__epoch-7"
 
 
+def test_a_triggered_timetable_shows_no_next_run_yet_backfills_its_range() -> None:
+    """Airflow asks for the next run without an upper bound to show "Next Run" (none: epochs are
+    triggered), and with the backfill's range to create a backfill's runs."""
+    table = EpochTimetable(CLOCK)
+    open_ended = TimeRestriction(instance(day(1)), None, catchup=False)
+    assert table.next_dagrun_info(last_automated_data_interval=None, restriction=open_ended) is None
+    bounded = TimeRestriction(instance(day(3)), instance(day(4)), catchup=True)
+    info = table.next_dagrun_info(last_automated_data_interval=None, restriction=bounded)
+    assert info.data_interval.start == instance(day(3))
+
+
 def test_scheduled_and_backfilled_runs_are_exactly_the_epochs_in_range() -> None:
     """What Airflow's backfill and scheduler ask: the next epoch after the last, within the restriction."""
     table = EpochTimetable(CLOCK, scheduled=True)

@@ -108,7 +108,7 @@ def test_c_bad_epoch_and_the_naive_clear_downstream_it_replaces(drill: Drill) ->
     wait_states(drill.client, C, {e: refused for e in (4, 5, 6)})
     assert all(tr == 2 for (e, t), (_, tr) in tries(drill.client, C).items() if e >= 4 and t == "source")
     log = drill.client.task_log(C, run_id_of(4), "source", 2)
-    assert f"falkirk plan --dag {C} --bad-epoch source:4, then falkirk replay PLAN_ID" in log, log[-3000:]
+    assert f"falkirk plan --dag {C} --bad-epoch source:4" in log and "falkirk replay PLAN_ID" in log, log[-3000:]
     ref = {dict(r)["item"]: dict(r) for r in rows(drill.store, REF, "model", "state", Tier.DURABLE)
            if dict(r)["epoch"] == 6}
     stale = {dict(r)["item"]: dict(r) for r in rows(drill.store, C, "model", "state", Tier.DURABLE)
