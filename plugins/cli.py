@@ -148,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     trigger.add_argument("--epochs", type=_epoch_arg, default=1, metavar="N",
                          help="how many epochs to trigger, one after the other (default 1)")
     trigger.add_argument("--wait", action="store_true",
-                         help="wait for each run to end, printing its task states; exit 1 if one fails")
+                         help="wait for each run to end, printing its task states; if one fails, print the end of "
+                              "its failed task instances' logs, trigger no more and exit 1")
     for p in (plan, replay, discard, trigger):
         p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
@@ -189,7 +190,6 @@ def _trigger(args: argparse.Namespace) -> int:
                         f"(airflow dags unpause {args.dag}, or the toggle in the UI)")
     latest = client.latest_logical_date(args.dag)
     first = clock.first_epoch if latest is None else clock.epoch_of(latest) + 1
-    failed = 0
     for epoch in range(first, first + args.epochs):
         run = client.trigger(args.dag, f"manual__epoch-{epoch}", clock.logical_date(epoch))
         print(f"triggered {args.dag} epoch {epoch}: run {run['dag_run_id']} at {clock.logical_date(epoch).isoformat()}",
@@ -198,8 +198,24 @@ def _trigger(args: argparse.Namespace) -> int:
             state = client.wait_for_run(args.dag, run["dag_run_id"], timeout=3600,
                                         progress=lambda m: print(m, flush=True))
             print(f"{run['dag_run_id']}: {state}", flush=True)
-            failed += state != "success"
-    return 1 if failed else 0
+            if state != "success":
+                _print_failures(client, args.dag, run["dag_run_id"])
+                return 1  # the next epochs would only wait on this one
+    return 0
+
+
+def _print_failures(client: AirflowClient, dag_id: str, run_id: str, lines: int = 15) -> None:
+    """The end of each failed task instance's log, and where to go from there."""
+    for task, ti in sorted(client.task_instances(dag_id, run_id).items()):
+        if ti.get("state") != "failed":
+            continue
+        try:
+            log = client.task_log(dag_id, run_id, ti["task_id"], ti.get("try_number") or 1).splitlines()
+        except AirflowError as exc:
+            log = [f"(its log could not be read: {exc})"]
+        print(f"--- {task} failed; the end of its log:", *log[-lines:], sep="\n", flush=True)
+    print(f"plan a recovery once the cause is fixed: falkirk plan --dag {dag_id} --failed-task '*' (or the DAG's "
+          f"Falkirk tab)", flush=True)
 
 
 def _new_job(args: argparse.Namespace) -> int:

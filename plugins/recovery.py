@@ -43,26 +43,23 @@ from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
 from falkirk.policies.planning.chains import TaskGraph
 from falkirk.plugins.dags_test import is_test_instance
+from falkirk.policies.planning.from_ledger import MAX_EPOCHS_AHEAD, compute_plan  # noqa: F401 (re-exported)
 from falkirk.plugins.discard import beyond_note, rows_beyond
 from falkirk.policies.planning.recovery import (BadEpoch, DiscardedEpochs, FailedTask, Failure, LostScratch,
                                                 LostWorker, PlanError, RecoveryPlan, plan_recovery)
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
 from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
-from falkirk.policies.store.readability import StoreReadability, under
-from falkirk.policies.store.steps import StepLog
+from falkirk.policies.store.readability import StoreReadability
 from falkirk.policies.planning.replay_decisions import (AirflowRun, LaterRow, RolledBack, affected_later,
                                                         clears_needed, marks_in_order, rows_to_sweep, runs_to_settle,
                                                         slots_to_free, wait_verdict)
 from falkirk.policies.planning.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
-from falkirk.policies.regimes import Regime, Tier
-from falkirk.policies.store import StoreConfig, StoreError
+from falkirk.policies.regimes import Regime
+from falkirk.policies.store import StoreConfig
 
 _log = logging.getLogger(__name__)
-
-# How far past the ledger's newest epoch --last-epoch may name DAG runs (runs that committed nothing).
-MAX_EPOCHS_AHEAD = 1000
 
 Progress = Callable[[str], None]
 
@@ -125,87 +122,6 @@ def _latest_run_epoch(dag_id: str, client: AirflowClient, clock: EpochClock, led
         return clock.epoch_of(latest)
     except EpochError:
         return None
-
-
-def compute_plan(
-    dag_id: str,
-    store: StoreConfig,
-    failures: Sequence[Failure],
-    regimes: Mapping[str, Regime],
-    *,
-    last_epoch: int | None = None,
-    record: bool = True,
-    snapshot: LedgerSnapshot | None = None,
-) -> RecoveryPlan:
-    """The plan for ``failures`` from the ledger, given the regimes of the DAG's tasks (which
-    adds the tasks that have no ledger row yet); records it in the recovery log if ``record``.
-    ``snapshot`` is the DAG's ledger as the caller already read it (read here if not given)."""
-    ledger = Ledger(store)
-    if snapshot is None:
-        snapshot = LedgerSnapshot(ledger, dag_id)  # one read of the DAG's rows and one of its rollbacks
-    version = snapshot.dag_version
-    entries, rolled_back = entries_of(snapshot.rows, snapshot.gone)
-    if not entries:
-        raise PlanError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}; "
-                        f"has it run with Falkirk's operator?")
-    newest = max(e.epoch for e in [*entries, *rolled_back])
-    if last_epoch is not None and (isinstance(last_epoch, bool) or not isinstance(last_epoch, int)
-                                   or not 1 <= last_epoch <= newest + MAX_EPOCHS_AHEAD):
-        raise PlanError(f"--last-epoch {last_epoch!r:.40}: give the latest epoch with a DAG run, from 1 to "
-                        f"{newest + MAX_EPOCHS_AHEAD} (the ledger's newest epoch is {newest})")
-    checked: list[Failure] = []
-    for f in failures:
-        if isinstance(f, LostScratch):
-            try:
-                f = LostScratch(store.scratch_location(f.location))
-            except StoreError as exc:
-                raise PlanError(f"--lost-scratch {exc}") from None
-            _check_holds_something(f.location, dag_id, [*entries, *rolled_back])
-        elif isinstance(f, LostWorker):
-            _check_worker_holds_something(f.worker, dag_id, [*entries, *rolled_back])
-        checked.append(f)
-    failures = checked
-    graph = TaskGraph.from_ledger(entries)
-    if regimes:
-        graph = TaskGraph(tuple(sorted(set(graph.tasks) | set(regimes))), graph.edges)
-    last = last_epoch if last_epoch is not None else max(e.epoch for e in [*entries, *rolled_back])
-    # Checkpoints inside epochs, of the incarnation each epoch's next run commits under (an
-    # older incarnation's were computed before a recovery rolled the epoch back).
-    gone = snapshot.gone
-    next_incarnation: dict[tuple[str, int, int], int] = {}
-    for _, t, m, e, inc in gone:
-        next_incarnation[t, m, e] = max(next_incarnation.get((t, m, e), 0), inc + 1)
-    steps = [c for c in StepLog(store).of_dag(dag_id)
-             if c.incarnation == next_incarnation.get((c.task_id, c.map_index, c.epoch), 0)]
-    result = plan_recovery(dag_id, graph, entries, failures, last, StoreReadability(store, [*entries, *rolled_back]),
-                           regimes=regimes, ledger_version=version, steps=steps)
-    if record:
-        RecoveryLog(store).record(result)
-    return result
-
-
-def _check_holds_something(location: str, dag_id: str, entries: Sequence[LedgerEntry]) -> None:
-    """Refuse a lost scratch location under which the ledger records nothing of ``dag_id``:
-    losing it changes nothing, so it is most likely a wrong path."""
-    kept = [uri for e in entries for uri in (e.state_uri, *(o.uri for o in e.outputs)) if uri]
-    if any(under(uri, [location]) for uri in kept):
-        return
-    scratch = [e.state_uri for e in entries if e.state_tier == Tier.SCRATCH.value and e.state_uri]
-    scratch += [o.uri for e in entries for o in e.outputs if o.tier == Tier.SCRATCH.value]
-    task_dirs = sorted({uri.rsplit("/", 1)[0] for uri in scratch})  # <scratch>/<dag>/<task>
-    raise PlanError(f"--lost-scratch {location}: the ledger records nothing of DAG {dag_id!r} kept there, so losing "
-                    f"it changes nothing; name a directory that held its scratch data: "
-                    f"{', '.join(task_dirs) if task_dirs else 'it has none'}")
-
-
-def _check_worker_holds_something(worker: str, dag_id: str, entries: Sequence[LedgerEntry]) -> None:
-    """Refuse a lost worker that kept nothing of ``dag_id`` in scratch: most likely a wrong name."""
-    if any(e.worker == worker and e.scratch_uris() for e in entries):
-        return
-    holders = sorted({e.worker for e in entries if e.worker and e.scratch_uris()})
-    raise PlanError(f"--lost-worker {worker!r:.80}: the ledger records no scratch table of DAG {dag_id!r} on that "
-                    f"worker, so losing it changes nothing; workers holding its scratch data: "
-                    f"{', '.join(holders) if holders else 'none'}")
 
 
 @dataclass(frozen=True)

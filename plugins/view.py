@@ -154,6 +154,9 @@ def plan_view(plan: RecoveryPlan) -> dict[str, Any]:
         "clear_downstream": sorted([t, e] for t, e in clear),
         "rerun_count": len(rerun),
         "clear_downstream_count": len(clear),
+        # re-runs clear-downstream would not make: with any, it cannot recover at all
+        "clear_downstream_misses": sorted([t, e] for t, e in plan.clear_downstream_misses()),
+        "clear_downstream_verdict": plan.clear_downstream_verdict(),
         "table": plan.table(),
     }
 

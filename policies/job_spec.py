@@ -35,9 +35,10 @@ REFUSED_EXIT_CODE = 3
 REFUSAL_PREFIX = "[falkirk] refused: "
 
 
-def completed_epoch_refusal(spec: "JobSpec", run_id: str, try_number: int) -> str:
-    """Why a re-run of a completed epoch is refused, and the plan that redoes it: a few short
-    lines, so that Airflow's log viewer shows the commands without scrolling.
+def completed_epoch_refusal(spec: "JobSpec", run_id: str, try_number: int, plan_size: str = "") -> str:
+    """Why a re-run of a completed epoch is refused, and the plan that redoes it (with its size,
+    ``plan_size``, where known): a few short lines, so that Airflow's log viewer shows the
+    commands without scrolling.
 
     >>> from falkirk.policies.regimes import EagerCheckpoint
     >>> print(completed_epoch_refusal(JobSpec("d", "agg", 2, EagerCheckpoint(), "epoch-2"), "epoch-2", 1))
@@ -55,7 +56,7 @@ def completed_epoch_refusal(spec: "JobSpec", run_id: str, try_number: int) -> st
         "running it again would change nothing, neither its result nor any result built on it.",
         "To redo the epoch (after correcting its input, say), plan a recovery and replay it",
         "(or preview and replay it in the Falkirk view):",
-        f"    falkirk plan --dag {spec.dag_id} --bad-epoch {spec.processor}:{spec.epoch}",
+        f"    falkirk plan --dag {spec.dag_id} --bad-epoch {spec.processor}:{spec.epoch}{plan_size}",
         "    falkirk replay PLAN_ID",
         "To keep the result as it is, mark this task instance success.",
     ])

@@ -6,7 +6,7 @@ questions the job runtime asks at commit time, and nothing else:
 * where do this epoch's outputs go (the durable store, or the volatile scratch tier)?
 * does this task keep state across epochs, and is this epoch's state durable?
 
-The regimes follow the Falkirk Wheel's Figure 1 (seed 004, §2; the README's regime table):
+The regimes follow the Falkirk Wheel's Figure 1 (seed 004, §2; the table in docs/reference/regimes.md):
 
 >>> EagerCheckpoint().output_tier(epoch=3), EagerCheckpoint().state_tier(epoch=3)
 (<Tier.DURABLE: 'durable'>, <Tier.DURABLE: 'durable'>)

@@ -38,7 +38,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from falkirk.policies.job_spec import REFUSAL_PREFIX, REFUSED_EXIT_CODE, JobSpec, completed_epoch_refusal
 from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id
-from falkirk.policies.regimes import Tier
+from falkirk.policies.planning.from_ledger import compute_plan
+from falkirk.policies.planning.recovery import BadEpoch, Failure, LostScratch, LostWorker
+from falkirk.policies.regimes import Regime, Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, EpochTableError
 from falkirk.policies.store.control import Completions, Deliveries, Invalidations
@@ -277,12 +279,13 @@ class EpochContext:
             if in_scratch:
                 # This worker is alive (the job runs on it): only the task's, or the partition's,
                 # scratch directory is gone, and a plan for that directory is the smallest.
-                lost = f"--lost-scratch {entry.state_uri.rsplit('/', 1)[0]}"
+                where = entry.state_uri.rsplit('/', 1)[0]
                 raise StateLost(
                     f"state lost: {self.args.processor}'s state of epoch {entry.epoch} was kept in scratch at "
                     f"{entry.state_uri}" + (f" on {entry.worker}" if entry.worker else "") + f" and is gone "
                     f"({exc}). Not starting from empty state. Recover with: "
-                    f"falkirk plan --dag {self.args.dag_id} {lost}") from exc
+                    f"falkirk plan --dag {self.args.dag_id} --lost-scratch {where}"
+                    + plan_size(self.store, self.rows, self.args, LostScratch(where))) from exc
             raise JobError(f"{self.args.processor}: cannot restore the state of epoch {entry.epoch}: {exc}. "
                            f"Not starting from empty state. Plan a recovery: falkirk plan --dag "
                            f"{self.args.dag_id} --bad-epoch {self.args.processor}:{entry.epoch}") from exc
@@ -328,7 +331,8 @@ class EpochContext:
             f"state lost: {a.processor} epoch {a.epoch} runs on {here}, but the {what} of {entry.processor} epoch "
             f"{entry.epoch} is kept in scratch on {entry.worker}'s local disk, which this worker cannot read. "
             f"Not starting without it. If {entry.worker} is gone, recover with: falkirk plan --dag {a.dag_id} "
-            f"--lost-worker {entry.worker}; if it is alive, route the task to its queue (see the README's "
+            f"--lost-worker {entry.worker}{plan_size(self.store, self.rows, a, LostWorker(entry.worker))}; if it is "
+            f"alive, route the task to its queue (see the docs' "
             f"\"Scaling out\")")
 
     def _read(self, uri: str, entry: LedgerEntry, rows: int | None, what: str) -> "DataFrame":
@@ -384,6 +388,21 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     return 0
 
 
+def plan_size(store: StoreConfig, snapshot: LedgerSnapshot, args: JobSpec, failure: Failure) -> str:
+    """`` (re-runs N task instances, through epoch E)``: the size of the plan a message advises,
+    computed as ``falkirk plan`` would from the ledger (up to this epoch: later runs are Airflow's
+    to know); empty if it cannot be computed here, as the advice stands without it."""
+    try:
+        rows = snapshot.entries()
+        regimes = {e.processor: Regime.parse(e.regime) for e in rows}
+        last = max([args.epoch, *(e.epoch for e in rows)])
+        plan = compute_plan(args.dag_id, store, [failure], regimes, last_epoch=last, record=False, snapshot=snapshot)
+    except Exception as exc:  # noqa: BLE001 (advice without its size rather than no advice)
+        say(f"(the size of the advised plan could not be computed here: {type(exc).__name__}: {exc})")
+        return ""
+    return f" (re-runs {len(plan.rerun_set())} task instances, through epoch {last})"
+
+
 def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapshot) -> int | None:
     """The exit code of a run whose epoch is already committed at its incarnation; ``None`` when
     the epoch has to run.
@@ -399,7 +418,8 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
         return None
     completions = Completions(store)
     if args.task_instance and completions.completed(done):
-        for line in completed_epoch_refusal(args, done.run_id, done.try_number).splitlines():
+        size = plan_size(store, snapshot, args, BadEpoch(args.processor, args.epoch))
+        for line in completed_epoch_refusal(args, done.run_id, done.try_number, size).splitlines():
             print(REFUSAL_PREFIX + line, flush=True)  # a line each: the operator joins them
         return REFUSED_EXIT_CODE
     say(f"{args.dag_id}.{args.processor} epoch {args.epoch}: already committed (incarnation {done.incarnation}, "

@@ -392,8 +392,12 @@ function PlanSummary({ plan, error, loading, order, view }) {
       "div",
       { style: { marginBottom: 8, fontSize: 14 } },
       h("b", { "data-testid": "rerun-count" }, plan.rerun_count),
-      " task instances re-run; clear-downstream would re-run ",
-      h("b", { "data-testid": "clear-count" }, plan.clear_downstream_count),
+      " task instances re-run; ",
+      (plan.clear_downstream_misses || []).length
+        ? h("span", { "data-testid": "clear-cannot" }, "clear-downstream could not recover (it would re-run ",
+            h("b", { "data-testid": "clear-count" }, plan.clear_downstream_count),
+            ` but not ${plan.clear_downstream_misses.length} re-runs this plan needs)`)
+        : h("span", null, "clear-downstream would re-run ", h("b", { "data-testid": "clear-count" }, plan.clear_downstream_count)),
       ` (plan ${plan.plan_id}: ${plan.failures.join("; ")})`,
     ),
     h("div", { style: { color: C.muted, marginBottom: 6 } },
@@ -638,7 +642,10 @@ function ConfirmDialog({ plan, onCancel, onConfirm, busy }) {
       h("p", { "data-testid": "confirm-summary" },
         `This rolls ${plan.tasks.filter((t) => t.rerun.length).map((t) => `${t.task_id} back to ${t.frontier > 0 ? `epoch ${t.frontier}` : "empty state"}`).join(", ")} ` +
         `and clears ${plan.rerun_count} task instances; Airflow re-runs them in epoch order. ` +
-        `Clear-downstream would have re-run ${plan.clear_downstream_count}.`),
+        ((plan.clear_downstream_misses || []).length
+          ? `Clear-downstream could not have recovered this: it would have re-run ${plan.clear_downstream_count} ` +
+            `but not the ${plan.clear_downstream_misses.length} re-runs this plan needs before them.`
+          : `Clear-downstream would have re-run ${plan.clear_downstream_count}.`)),
       h("ul", { style: { fontSize: 13, margin: "8px 0 16px 16px", listStyle: "disc" } },
         ...Object.keys(byEpoch).sort((a, b) => a - b).map((e) => h("li", { key: e }, `epoch ${e}: ${byEpoch[e].sort().join(", ")}`))),
       h("div", { style: { display: "flex", gap: 8, justifyContent: "flex-end" } },

@@ -210,6 +210,21 @@ class RecoveryPlan:
         """What Airflow's clear with downstream and future, from each failure, would re-run."""
         return frozenset((t.task_id, e) for t in self.tasks for e in t.clear_downstream)
 
+    def clear_downstream_misses(self) -> frozenset[tuple[str, int]]:
+        """The re-runs clear-downstream would not make: when there are any, it cannot recover at
+        all (a stateful task would find the checkpoint it builds on gone, or an epoch stay stale)."""
+        return self.rerun_set() - self.clear_downstream_set()
+
+    def clear_downstream_verdict(self) -> str:
+        """What clear-downstream would do, in a sentence: how much it re-runs, or why it cannot recover."""
+        theirs, missed = len(self.clear_downstream_set()), sorted(self.clear_downstream_misses(),
+                                                                  key=lambda m: (m[1], m[0]))
+        if not missed:
+            return f"clear-downstream would re-run {theirs}"
+        first = ", ".join(f"{t}@{e}" for t, e in missed[:3]) + (", ..." if len(missed) > 3 else "")
+        return (f"clear-downstream could not recover: it would re-run {theirs} but not the {len(missed)} this plan "
+                f"needs before them ({first})")
+
     def to_json(self) -> dict:
         return {**self._body(), "plan_id": self.plan_id}
 
@@ -240,13 +255,13 @@ class RecoveryPlan:
             if t.resume_from:
                 restores = f"{t.resume_from.describe()}" + (f" (on {restores})" if restores != "-" else "")
             rows.append([t.task_id, t.regime, _kept(t), _span(t.rerun), restores, _span(t.clear_downstream)])
-        ours, theirs = len(self.rerun_set()), len(self.clear_downstream_set())
+        ours = len(self.rerun_set())
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         head = (f"plan {self.plan_id} for {self.dag_id} (epochs 1..{self.last_epoch}): "
                 + "; ".join(f.describe() for f in self.failures))
-        return "\n".join([head, *lines, f"re-runs {ours} task instances; clear-downstream would re-run {theirs}"])
+        return "\n".join([head, *lines, f"re-runs {ours} task instances; {self.clear_downstream_verdict()}"])
 
     def _body(self) -> dict:
         kind = {FailedTask: "failed_task", LostScratch: "lost_scratch", LostWorker: "lost_worker",

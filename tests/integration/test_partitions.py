@@ -25,6 +25,7 @@ Last, garbage collection runs partition by partition on what the recoveries left
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -267,3 +268,29 @@ def test_garbage_collection_works_partition_by_partition(shards) -> None:
     # and a recovery can still be planned from what is left
     p = plan(A, store, client, bad_epochs=[("totals[3]", 6)], record=False)
     assert rerun(p) == {"totals[3]": [6], "leaders[3]": [6], "report": [6]}
+
+
+def test_a_lost_partitions_failure_names_the_partition_level_plan_and_its_size(shards) -> None:
+    """Last (it leaves epoch 7 failed): totals[1]'s scratch directory is deleted and epoch 7 runs.
+    totals[1] fails with "state lost" and names the smallest plan that fixes it, the partition's
+    own directory, with that plan's size; `falkirk plan` with those words re-runs exactly that
+    many, fewer than the lost worker's plan would."""
+    from falkirk.policies.workers import worker_name
+
+    stack, store, client, _ = shards
+    where = store.table_uri(Tier.SCRATCH, A, "totals", "state", 1).rsplit("/", 1)[0]
+    shutil.rmtree(where)
+    client.trigger(A, run_id_of(7), dag_epoch_clock(ROOT / "dags" / "falkirk_shards.py").logical_date(7))
+    wait_states(client, A, {7: {"totals[1]": {"failed"}, "leaders[1]": {"upstream_failed"},
+                                "report": {"upstream_failed"}}}, timeout=900)
+    log = "\n".join(p.read_text() for p in (stack.home / "logs").rglob("*.log")
+                    if f"dag_id={A}" in str(p) and "run_id=epoch-7" in str(p) and "task_id=totals" in str(p)
+                    and "map_index=1" in str(p))
+    found = re.search(rf"Recover with: falkirk plan --dag {A} --lost-scratch (\S+) \(re-runs (\d+) task instances, "
+                      rf"through epoch 7\)", log)
+    assert found and found[1] == where, log[-3000:]
+    p = plan(A, store, client, lost_scratch=[found[1]], record=False)
+    print(p.table())
+    assert len(p.rerun_set()) == int(found[2]) == 9, p.table()
+    assert rerun(p) == {"totals[1]": [5, 6, 7], "leaders[1]": [5, 6, 7], "report": [5, 6, 7]}
+    assert len(plan(A, store, client, lost_workers=[worker_name()], record=False).rerun_set()) > 9
