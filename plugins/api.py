@@ -68,7 +68,7 @@ from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 # database transaction (creating a run's task instances), a cold import held SQLite's write lock
 # for a minute and stalled every component. The functions live in task_metadata.
 from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
-from falkirk.plugins.discard import beyond_note, rows_beyond
+from falkirk.plugins.discard import Discard, beyond_note, discard, plan_discard, rows_beyond
 from falkirk.plugins.grid_status import CheckpointGrid, current_epochs, grid_from_ledger, trimmed, unrecorded, with_runs
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.shared_computations import SharedComputations
@@ -98,6 +98,7 @@ app = FastAPI(
 
 ReadDag = Depends(requires_access_dag("GET"))
 EditTaskInstances = Depends(requires_access_dag("PUT", DagAccessEntity.TASK_INSTANCE))
+DeleteRuns = Depends(requires_access_dag("DELETE", DagAccessEntity.RUN))
 
 MAX_BODY_BYTES = 1024 * 1024  # a request body larger than this is refused (413) before it is parsed
 MAX_ITEMS = 256  # failures named in one request
@@ -214,6 +215,16 @@ class ReleaseRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     reason: str = Field(min_length=1, max_length=2000, examples=["the executor's host was lost"])
+
+
+class DiscardRequest(BaseModel):
+    """The newest epochs of a DAG to withdraw (``falkirk discard``), as previewed at ``ledger_version``."""
+
+    model_config = ConfigDict(extra="forbid")
+    first: StrictInt = Field(ge=1, le=MAX_EPOCH, examples=[15])
+    last: StrictInt = Field(ge=1, le=MAX_EPOCH, examples=[329])
+    ledger_version: StrictInt | None = Field(default=None, ge=0, description="for the discard itself: the DAG's "
+                                             "ledger version its preview showed; refused (409) if it has changed")
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -393,6 +404,8 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
                     can_replay, unrecorded=lost, workers=sorted(workers),
                     progress=epoch_progress(StepLog(store).of_dag(dag_id)))
     body["user"] = user.get_name()
+    body["can_discard"] = can_replay and get_auth_manager().is_authorized_dag(
+        method="DELETE", access_entity=DagAccessEntity.RUN, details=DagDetails(id=dag_id), user=user)
     body["last_run_epoch"] = last_run or grid.last_epoch
     beyond = rows_beyond(snapshot.entries(), last_run) if last_run else None
     body["beyond"] = beyond_note(dag_id, last_run, beyond) if beyond else None
@@ -457,6 +470,52 @@ def start_recovery(
     return {"plan_id": plan.plan_id, "status": "running", "by": user.get_name(),
             "cleared": {run: list(tasks) for run, tasks in running.cleared.items()},
             "invalidated": running.invalidated, "rerun_count": len(plan.rerun_set())}
+
+
+@app.post("/api/v1/dags/{dag_id}/discards/preview", dependencies=[EditTaskInstances, DeleteRuns])
+def preview_discard(dag_id: str, spec: DiscardRequest, request: Request,
+                    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]) -> dict[str, Any]:
+    """What discarding epochs ``first..last`` withdraws (the ledger rows per task, the DAG runs
+    deleted), changing nothing; 422 naming the fix when the discard would leave the DAG
+    inconsistent (not its newest epochs, a run still running, an epoch delivered or collected)."""
+    _dag_tasks(dag_id)
+    found = _discard_plan(dag_id, spec, AirflowClient(_airflow_url(), token=_caller_token(request, bearer)))
+    return _discard_json(found)
+
+
+@app.post("/api/v1/dags/{dag_id}/discards", dependencies=[EditTaskInstances, DeleteRuns, Depends(_not_cross_site)])
+def make_discard(dag_id: str, spec: DiscardRequest, request: Request, user: GetUserDep,
+                 bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]) -> dict[str, Any]:
+    """Discard epochs ``first..last`` (see :mod:`falkirk.plugins.discard`): their ledger rows are
+    rolled back, their DAG runs deleted with the caller's token, and the discard recorded in the
+    history. 409 when the ledger changed since the preview or a recovery holds the DAG's lease."""
+    _dag_tasks(dag_id)
+    client = AirflowClient(_airflow_url(), token=_caller_token(request, bearer))
+    found = _discard_plan(dag_id, spec, client)
+    if spec.ledger_version is None or found.plan.ledger_version != spec.ledger_version:
+        raise HTTPException(status_code=409, detail=f"the DAG's ledger changed since the preview (version "
+                                                    f"{spec.ledger_version} then, {found.plan.ledger_version} now); "
+                                                    f"preview again")
+    try:
+        done = discard(dag_id, _store(), client, spec.first, spec.last, holder=user.get_name(), progress=log.info)
+    except (LeaseHeld, PlanError) as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from exc
+    return {**_discard_json(done), "by": user.get_name(), "status": "finished"}
+
+
+def _discard_plan(dag_id: str, spec: DiscardRequest, client: AirflowClient) -> Discard:
+    if spec.last < spec.first:
+        raise _invalid(["last"], f"{spec.last} is before first={spec.first}: give first <= last")
+    try:
+        return plan_discard(dag_id, _store(), client, spec.first, spec.last)
+    except PlanError as exc:
+        raise _invalid([], str(exc)) from exc
+
+
+def _discard_json(found: Discard) -> dict[str, Any]:
+    return {"plan_id": found.plan.plan_id, "dag_id": found.plan.dag_id, "first": found.first, "last": found.last,
+            "ledger_version": found.plan.ledger_version, "rows": len(found.rows), "runs": list(found.runs),
+            "summary": found.describe()}
 
 
 @app.post("/api/v1/dags/{dag_id}/lease/release", dependencies=[EditTaskInstances, Depends(_not_cross_site)])

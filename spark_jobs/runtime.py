@@ -285,7 +285,7 @@ class EpochContext:
                     f"{entry.state_uri}" + (f" on {entry.worker}" if entry.worker else "") + f" and is gone "
                     f"({exc}). Not starting from empty state. Recover with: "
                     f"falkirk plan --dag {self.args.dag_id} --lost-scratch {where}"
-                    + plan_size(self.store, self.rows, self.args, LostScratch(where))) from exc
+                    + plan_size(self.store, self.rows, self.args, LostScratch(where), before_this_epoch=True)) from exc
             raise JobError(f"{self.args.processor}: cannot restore the state of epoch {entry.epoch}: {exc}. "
                            f"Not starting from empty state. Plan a recovery: falkirk plan --dag "
                            f"{self.args.dag_id} --bad-epoch {self.args.processor}:{entry.epoch}") from exc
@@ -331,7 +331,7 @@ class EpochContext:
             f"state lost: {a.processor} epoch {a.epoch} runs on {here}, but the {what} of {entry.processor} epoch "
             f"{entry.epoch} is kept in scratch on {entry.worker}'s local disk, which this worker cannot read. "
             f"Not starting without it. If {entry.worker} is gone, recover with: falkirk plan --dag {a.dag_id} "
-            f"--lost-worker {entry.worker}{plan_size(self.store, self.rows, a, LostWorker(entry.worker))}; if it is "
+            f"--lost-worker {entry.worker}{plan_size(self.store, self.rows, a, LostWorker(entry.worker), True)}; if it is "
             f"alive, route the task to its queue (see the docs' "
             f"\"Scaling out\")")
 
@@ -388,18 +388,23 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     return 0
 
 
-def plan_size(store: StoreConfig, snapshot: LedgerSnapshot, args: JobSpec, failure: Failure) -> str:
+def plan_size(store: StoreConfig, snapshot: LedgerSnapshot, args: JobSpec, failure: Failure,
+              before_this_epoch: bool = False) -> str:
     """`` (re-runs N task instances, through epoch E)``: the size of the plan a message advises,
-    computed as ``falkirk plan`` would from the ledger (up to this epoch: later runs are Airflow's
-    to know); empty if it cannot be computed here, as the advice stands without it."""
+    computed as ``falkirk plan`` would from the ledger; empty if it cannot be computed here, as the
+    advice stands without it. With ``before_this_epoch`` (a job that cannot run its epoch) the
+    count stops before this epoch, whose other instances may still be running: those of earlier
+    epochs are settled, so the count is the one ``falkirk plan`` shows for them."""
     try:
         rows = snapshot.entries()
         regimes = {e.processor: Regime.parse(e.regime) for e in rows}
-        last = max([args.epoch, *(e.epoch for e in rows)])
+        last = args.epoch - 1 if before_this_epoch else max([args.epoch, *(e.epoch for e in rows)])
         plan = compute_plan(args.dag_id, store, [failure], regimes, last_epoch=last, record=False, snapshot=snapshot)
     except Exception as exc:  # noqa: BLE001 (advice without its size rather than no advice)
         say(f"(the size of the advised plan could not be computed here: {type(exc).__name__}: {exc})")
         return ""
+    if before_this_epoch:
+        return f" (re-runs {len(plan.rerun_set())} task instances up to epoch {last}, then epoch {args.epoch} on)"
     return f" (re-runs {len(plan.rerun_set())} task instances, through epoch {last})"
 
 

@@ -851,9 +851,50 @@ function FalkirkView({ dagId, runId, taskId }) {
     h(Panel, { title: "Checkpoints (epochs × tasks)", testid: "panel-grid" }, h(Grid, { view, plan })),
     h(Panel, { title: "Recoveries", testid: "panel-history" },
       h(History, { recoveries: view.recoveries, canRelease: view.can_replay, onRelease: (r) => setReleasing({ recovery: r }) })),
+    view.can_discard ? h(Panel, { title: "Discard epochs run by mistake", testid: "panel-discard" },
+      h(DiscardPanel, { view, dagId, onDone: () => load(false) })) : null,
     releasing ? h(ReleaseDialog, { ...releasing, onCancel: () => setReleasing(null), onConfirm: releaseLease }) : null,
     confirming && plan ? h(ConfirmDialog, { plan, busy: replay?.busy, onCancel: () => setConfirming(false), onConfirm: startReplay }) : null,
   );
+}
+
+// Withdraw the newest epochs, run by mistake (falkirk discard): preview first, then confirm.
+// Shown to users who may delete the DAG's runs; the API checks again.
+function DiscardPanel({ view, dagId, onDone }) {
+  const beyond = view.beyond ? view.beyond.match(/epochs (\d+)\.\.(\d+)/) : null;
+  const [first, setFirst] = useState(beyond ? beyond[1] : String(view.last_epoch));
+  const [last, setLast] = useState(beyond ? beyond[2] : String(view.last_epoch));
+  const [preview, setPreview] = useState(null);
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const body = (extra) => JSON.stringify({ first: Number(first), last: Number(last), ...extra });
+  const look = async () => {
+    setError(null); setPreview(null); setBusy(true);
+    try {
+      setPreview(await api(`dags/${encodeURIComponent(dagId)}/discards/preview`, { method: "POST", body: body() }));
+    } catch (e) { setError(e.message); } finally { setBusy(false); }
+  };
+  const confirm = async () => {
+    setError(null); setBusy(true);
+    try {
+      await api(`dags/${encodeURIComponent(dagId)}/discards`, { method: "POST", body: body({ ledger_version: preview.ledger_version }) });
+      setPreview(null);
+      onDone();
+    } catch (e) { setError(e.message); } finally { setBusy(false); }
+  };
+  const input = (value, set, testid) => h("input", { type: "number", min: 1, value, "data-testid": testid,
+    onChange: (e) => { set(e.target.value); setPreview(null); },
+    style: { width: 90, marginRight: 8, padding: 2, border: `1px solid ${C.border}`, background: C.bg, color: C.fg } });
+  return h("div", { style: { fontSize: 13 } },
+    h("p", { style: { marginTop: 0, color: C.muted } },
+      "Withdraw the DAG's newest epochs when their runs were made by mistake: their ledger rows are rolled back, " +
+      "their DAG runs deleted, and the discard recorded in the history."),
+    h("label", null, "epochs ", input(first, setFirst, "discard-first")), h("label", null, "to ", input(last, setLast, "discard-last")),
+    h(Button, { onClick: look, disabled: busy, testid: "discard-preview" }, "Preview"),
+    preview ? h("pre", { "data-testid": "discard-summary", style: { whiteSpace: "pre-wrap", margin: "8px 0" } }, preview.summary) : null,
+    preview ? h(Button, { primary: true, onClick: confirm, disabled: busy, testid: "discard-confirm" },
+      `Discard epochs ${preview.first}..${preview.last}`) : null,
+    error ? h("div", { role: "alert", "data-testid": "discard-error", style: { color: "#e53e3e", marginTop: 8 } }, error) : null);
 }
 
 globalThis.AirflowPlugin = FalkirkView;

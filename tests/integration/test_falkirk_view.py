@@ -761,3 +761,40 @@ def test_the_trigger_dialog_refuses_a_date_off_the_epoch_grid_and_creates_an_epo
     assert runs() == [("manual__epoch-5", "2026-01-05T00:00:00Z")]
     assert vs.admin.request("GET", f"/api/v2/dags/{WIDE}")["is_paused"] is True
 
+
+
+def test_an_admin_discards_epochs_left_past_the_latest_run_from_the_view(view_stack: ViewStack, browser) -> None:
+    """After the trigger test, falkirk_wide has one DAG run (epoch 5) and ledger rows up to epoch
+    500. The view says so and proposes the discard; a viewer may not preview it; the admin
+    previews (nothing changes), then discards from the view: the view then ends at epoch 5 and
+    the history names the discard and who made it."""
+    vs = view_stack
+    body = call(vs, "GET", f"dags/{WIDE}/view", "admin").json()
+    assert body["last_run_epoch"] == 5 and body["can_discard"] is True
+    assert body["beyond"].startswith("the ledger has rows of epochs 6..500 past the DAG's latest run (epoch 5)")
+    assert call(vs, "GET", f"dags/{WIDE}/view", "viewer").json()["can_discard"] is False
+    assert call(vs, "POST", f"dags/{WIDE}/discards/preview", "viewer", {"first": 6, "last": 500}).status_code == 403
+    refused = call(vs, "POST", f"dags/{WIDE}/discards/preview", "admin", {"first": 6, "last": 400})
+    assert refused.status_code == 422 and "give --epochs 6-500" in refused.text, refused.text
+    version = Ledger(vs.store).dag_version(WIDE)
+    context, page = login(browser, vs, "admin")
+    try:
+        open_view(page, vs, WIDE)
+        assert page.get_by_test_id("beyond-note").inner_text() == body["beyond"]
+        assert (page.get_by_test_id("discard-first").input_value(), page.get_by_test_id("discard-last").input_value()) \
+            == ("6", "500")
+        page.get_by_test_id("discard-preview").click()
+        summary = page.get_by_test_id("discard-summary")
+        summary.wait_for(timeout=60_000)
+        assert "t0_0: rolls back 495 ledger rows (epochs 6-500)" in summary.inner_text()
+        assert Ledger(vs.store).dag_version(WIDE) == version  # a preview changes nothing
+        shot(page, "10-discard-preview")
+        page.get_by_test_id("discard-confirm").click()
+        page.wait_for_function("() => !document.querySelector('[data-testid=beyond-note]')", timeout=120_000)
+        assert page.get_by_test_id("falkirk-grid").get_attribute("data-epochs") == "5"
+        shot(page, "11-discarded")
+    finally:
+        context.close()
+    assert max(e.epoch for e in Ledger(vs.store).entries(WIDE)) == 5
+    [latest] = call(vs, "GET", f"dags/{WIDE}/recoveries", "viewer").json()["recoveries"][:1]
+    assert (latest["failures"], latest["by"], latest["outcome"]) == (["discarded epochs 6..500"], "admin", "finished")

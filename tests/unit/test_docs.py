@@ -38,11 +38,16 @@ def text_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_the_site_builds_without_a_warning(tmp_path: Path) -> None:
-    built = _build("html", tmp_path)
+def test_the_site_builds_without_a_warning_and_its_links_resolve(tmp_path: Path) -> None:
+    built = _build("html", tmp_path / "html")
     warnings = [line for line in built.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
     assert built.returncode == 0 and not warnings, built.stderr[-3000:]
-    assert (tmp_path / "getting-started.html").is_file() and (tmp_path / "reference" / "cli.html").is_file()
+    assert (tmp_path / "html" / "getting-started.html").is_file()
+    assert (tmp_path / "html" / "reference" / "cli.html").is_file()
+    checked = _build("linkcheck", tmp_path / "links")  # what `make docs` runs after the build
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    broken = [line for line in (tmp_path / "links" / "output.txt").read_text().splitlines() if "broken" in line]
+    assert not broken, broken
 
 
 def test_each_commands_help_in_the_reference_is_the_commands_own(text_build: Path) -> None:

@@ -363,3 +363,14 @@ def test_a_non_deterministic_task_must_log_its_outputs_and_its_sink_names_it_as_
         up >> RegimeSparkSubmitOperator(task_id="deliver", application=app, regime=Batch(), concurrent_inputs=["draw"])
     with pytest.raises(ValueError, match="also linked to it with >>: a concurrent input runs beside this task"):
         spec_of(linked, "deliver")
+
+
+def test_a_partitions_refusal_names_the_partition_and_its_plan() -> None:
+    from falkirk.policies.job_spec import JobSpec, completed_epoch_refusal
+    from falkirk.policies.regimes import EagerCheckpoint
+
+    spec = JobSpec("words", "tokenize", 8, EagerCheckpoint(), "epoch-8", map_index=1, partitions=4)
+    text = completed_epoch_refusal(spec, "epoch-8", 1, " (re-runs 13 task instances, through epoch 9)")
+    assert text.startswith("tokenize[1] epoch 8 already completed")
+    assert "    falkirk plan --dag words --bad-epoch tokenize[1]:8 (re-runs 13 task instances, through epoch 9)" in \
+        text.splitlines()
