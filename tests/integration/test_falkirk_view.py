@@ -295,7 +295,8 @@ def test_the_api_schema_and_docs_are_public_and_hold_no_data(view_stack: ViewSta
     assert set(schema.json()["paths"]) == {"/api/v1/health", "/api/v1/dags/{dag_id}/view",
                                            "/api/v1/dags/{dag_id}/preview", "/api/v1/dags/{dag_id}/recoveries",
                                            "/api/v1/dags/{dag_id}/ledger", "/api/v1/dags/{dag_id}/regimes",
-                                           "/api/v1/dags/{dag_id}/lease/release"}
+                                           "/api/v1/dags/{dag_id}/lease/release", "/api/v1/dags/{dag_id}/discards",
+                                           "/api/v1/dags/{dag_id}/discards/preview"}
 
 
 def test_concurrent_previews_share_their_plans_and_airflow_keeps_serving(view_stack: ViewStack) -> None:

@@ -89,7 +89,8 @@ def test_clearing_a_completed_epoch_is_refused_naming_the_plan_that_redoes_it(
     assert tis["publish"]["state"] == "upstream_failed" and tis["ingest"]["try_number"] == 1
     log = client.task_log(DAG_ID, run_id, "aggregate", 2)
     assert "aggregate epoch 2 already completed (committed by run epoch-2, try 1)" in log, log[-3000:]
-    assert f"falkirk plan --dag {DAG_ID} --bad-epoch aggregate:2, then falkirk replay PLAN_ID" in log, log[-3000:]
+    assert f"falkirk plan --dag {DAG_ID} --bad-epoch aggregate:2 (re-runs 4 task instances, through epoch 3)" in log \
+        and "falkirk replay PLAN_ID" in log, log[-3000:]
     assert snapshot(local_store) == before  # every table, its Delta version, and the ledger
 
     p = plan(DAG_ID, local_store, client, bad_epochs=[("aggregate", 2)])
@@ -101,6 +102,19 @@ def test_clearing_a_completed_epoch_is_refused_naming_the_plan_that_redoes_it(
     for epoch in (2, 3):
         assert {t: ti["state"] for t, ti in client.task_instances(DAG_ID, run_id_of(epoch)).items()} == {
             "ingest": "success", "aggregate": "success", "publish": "success"}
+
+    # A refused Clear of ingest's epoch 3 alone fails run 3, with nothing downstream cleared. A
+    # later plan that keeps epoch 3 (a bad publish epoch 2) marks ingest's instance success, and
+    # the run it settles, where nothing re-ran, shows success in Airflow's runs list too.
+    client.clear(DAG_ID, run_id_of(3), ["ingest"])
+    assert client.wait_for_run(DAG_ID, run_id_of(3), progress=print) == "failed"
+    p = plan(DAG_ID, local_store, client, bad_epochs=[("publish", 2)])
+    assert sorted(p.rerun_set()) == [("publish", 2)]
+    said: list[str] = []
+    replay(p.plan_id, local_store, client, holder="admin", progress=lambda m: (said.append(m), print(m)))
+    assert client.task_instances(DAG_ID, run_id_of(3))["ingest"]["state"] == "success"
+    assert client.dag_run(DAG_ID, run_id_of(3))["state"] == "success", said
+    assert any(f"set 1 DAG runs to success: {run_id_of(3)}" in m for m in said), said
 
 
 def test_plugin_route_answers_through_the_api_server(three_epochs, airflow_stack: AirflowStack,
