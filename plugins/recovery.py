@@ -607,8 +607,11 @@ def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequen
     present = {(e.processor, e.epoch) for e in current}
     runs = {e.epoch: e.run_id for e in every}
     missing = {(t, e) for t in regimes for e in runs if (t, e) not in present and e > collected.get(t, 0)}
+    with_rows = {e.epoch for e in current}
     found = []
     for epoch in sorted({e for _, e in missing}, reverse=True)[:newest_runs]:
+        if epoch not in with_rows and not client.run_exists(dag_id, runs[epoch]):
+            continue  # only rolled-back rows, of a run deleted since (a discard)
         states = client.task_instances(dag_id, runs[epoch])
         found += [FailedTask(t, epoch) for t, e in sorted(missing) if e == epoch
                   and states.get(t, {}).get("state") == "success"]

@@ -103,16 +103,16 @@ def test_clearing_a_completed_epoch_is_refused_naming_the_plan_that_redoes_it(
         assert {t: ti["state"] for t, ti in client.task_instances(DAG_ID, run_id_of(epoch)).items()} == {
             "ingest": "success", "aggregate": "success", "publish": "success"}
 
-    # A refused Clear of ingest's epoch 3 alone fails run 3, with nothing downstream cleared. A
-    # later plan that keeps epoch 3 (a bad publish epoch 2) marks ingest's instance success, and
-    # the run it settles, where nothing re-ran, shows success in Airflow's runs list too.
-    client.clear(DAG_ID, run_id_of(3), ["ingest"])
+    # A refused Clear of publish's epoch 3 (a leaf: Airflow then fails the run) leaves run 3
+    # failed. A later plan that keeps epoch 3 (a bad publish epoch 2) marks that instance success,
+    # and the run it settles, where nothing re-ran, shows success in Airflow's runs list too.
+    client.clear(DAG_ID, run_id_of(3), ["publish"])
     assert client.wait_for_run(DAG_ID, run_id_of(3), progress=print) == "failed"
     p = plan(DAG_ID, local_store, client, bad_epochs=[("publish", 2)])
     assert sorted(p.rerun_set()) == [("publish", 2)]
     said: list[str] = []
     replay(p.plan_id, local_store, client, holder="admin", progress=lambda m: (said.append(m), print(m)))
-    assert client.task_instances(DAG_ID, run_id_of(3))["ingest"]["state"] == "success"
+    assert client.task_instances(DAG_ID, run_id_of(3))["publish"]["state"] == "success"
     assert client.dag_run(DAG_ID, run_id_of(3))["state"] == "success", said
     assert any(f"set 1 DAG runs to success: {run_id_of(3)}" in m for m in said), said
 
