@@ -115,8 +115,9 @@ def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: 
     if not rows and not runs:
         raise PlanError(f"--epochs {first}-{last}: DAG {dag_id} has no ledger row and no DAG run in these epochs; "
                         f"nothing to discard")
-    record = RecoveryPlan(dag_id, (DiscardedEpochs(first, last),), first - 1, snapshot.dag_version, ())
-    return Discard(record, rows, tuple(r["dag_run_id"] for r in runs))
+    run_ids = tuple(r["dag_run_id"] for r in runs)
+    record = RecoveryPlan(dag_id, (DiscardedEpochs(first, last, run_ids),), first - 1, snapshot.dag_version, ())
+    return Discard(record, rows, run_ids)
 
 
 def discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int,

@@ -117,6 +117,10 @@ class DiscardedEpochs:
 
     first: int
     last: int
+    runs: tuple[str, ...] = ()  # the DAG runs it deleted (two discards of one epoch differ by them)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "runs", tuple(self.runs))  # read back from JSON as a list
 
     def describe(self) -> str:
         return f"discarded epochs {self.first}..{self.last}"
