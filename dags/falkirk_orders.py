@@ -7,7 +7,9 @@ Each DAG run is one epoch (see ``EPOCHS``); each task is a Spark job run through
 * ``aggregate`` EagerCheckpoint: running totals per customer, state and output durable every epoch;
 * ``publish``   Batch(log_outputs=True): the epoch's ranking, logged durably.
 
-Trigger a run with a logical date on the epoch grid (midnight UTC, from 2026-01-01).
+Trigger a run with a logical date on the epoch grid (midnight UTC, from 2026-01-01): the next
+epoch after the latest run (``falkirk trigger --dag falkirk_orders`` picks it). A backfill needs
+``--reprocess-behavior none``: aggregate depends on its past.
 """
 
 from __future__ import annotations

@@ -69,7 +69,9 @@ if __name__ == "__main__":
 DAG_FILE = '''"""{name}: an Airflow DAG of Falkirk tasks; each DAG run is one epoch.
 
 Trigger it at an epoch's logical date (midnight UTC from {first}): the next epoch after the
-DAG's latest run. Recover from a failure with the Falkirk view (the DAG's "Falkirk" tab) or
+DAG's latest run (``falkirk trigger --dag {name}`` picks it). A backfill needs
+``--reprocess-behavior none`` (its tasks depend on their past): it then creates the epochs that
+have no run. Recover from a failure with the Falkirk view (the DAG's "Falkirk" tab) or
 ``falkirk plan`` / ``falkirk replay``.
 """
 
