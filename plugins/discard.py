@@ -27,6 +27,7 @@ from __future__ import annotations
 import getpass
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Callable
 
 from falkirk.plugins.airflow_rest import AirflowClient
 from falkirk.policies.epochs import EpochError
@@ -121,7 +122,7 @@ def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: 
 
 
 def discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int,
-            holder: str | None = None, progress=print) -> Discard:
+            holder: str | None = None, progress: Callable[[str], None] = print) -> Discard:
     """Discard epochs ``first..last`` of ``dag_id`` (see the module docstring): check, record,
     take the lease, roll the rows back, delete the runs, give the lease back."""
     planned = plan_discard(dag_id, store, client, first, last)
