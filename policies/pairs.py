@@ -1,0 +1,286 @@
+"""Process pairs: the layout of a replicated task's partitions, and every decision made from it.
+
+A task under process pairs runs each partition twice, as replicas ``A`` and ``B`` on two
+different workers. The **layout** records, per (task, partition, replica), the worker, the
+status, the state version the replica has committed and its **generation**:
+
+* ``ACTIVE``: alive and processing; ``DEAD``: out of the dataflow for good (a worker that comes
+  back re-enters as a new standby); ``STDBY``: a replacement catching up to its survivor, which
+  pins the garbage collection of what it still has to read.
+* A take-over (:meth:`Layout.fail`) marks every replica on a lost worker ``DEAD`` and raises its
+  generation, so that a late commit of the old incarnation (a zombie) is fenced
+  (:meth:`Layout.admits`); nothing re-runs, and consumers read the survivor instead
+  (:meth:`Layout.source`), their own replica id first.
+* A catch-up registers a standby on a spare at the survivor's version (:meth:`Layout.register`),
+  and folds it in once its version equals the survivor's (:meth:`Layout.fold_in`); bottom-up
+  across levels (:func:`catch_up_order`). A failure during catch-up discards the standby
+  (:meth:`Layout.discard`).
+* Both replicas of a partition lost: :meth:`Layout.source` answers ``None`` and
+  :meth:`Layout.lost_partitions` names the partition: the epoch must not be emitted without it;
+  the durable path (restore the partition's last durable state and re-execute it alone) takes over.
+
+Pure: the layout is a value, each transition returns a new one. The store keeps it in a control
+table; Airflow's side (failure detection, catch-up tasks) acts on what these functions decide.
+
+>>> layout = chained({"sessions": 4, "stats": 4}, ["w0", "w1", "w2", "w3"])
+>>> layout.replica("sessions", 0, "B").worker, layout.replica("sessions", 3, "B").worker
+('w1', 'w0')
+>>> after = layout.fail("w1")
+>>> sorted(r.name for r in after.replicas if r.status is Status.DEAD)
+['sessions[0].B', 'sessions[1].A', 'stats[0].B', 'stats[1].A']
+>>> after.source("stats", 2, "A", "sessions", 1)  # stats[2].A reads partition 1 from its survivor
+'B'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+from typing import Mapping, Sequence
+
+REPLICAS = ("A", "B")
+
+
+class PairsError(ValueError):
+    """A layout change that would break a process pair; the message names the fix."""
+
+
+class Status(Enum):
+    ACTIVE = "ACTIVE"
+    DEAD = "DEAD"
+    STDBY = "STDBY"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica of one partition of a paired task: where it runs and how far it got."""
+
+    task: str
+    partition: int
+    replica: str
+    worker: str
+    status: Status = Status.ACTIVE
+    version: int = 0  # the last epoch whose state it committed (0: none yet)
+    generation: int = 0  # raised on every take-over and replacement: commits of an older one are fenced
+
+    @property
+    def name(self) -> str:
+        """``task[p].R``, as logs and the view name it.
+
+        >>> Replica("stats", 1, "B", "w2").name
+        'stats[1].B'
+        """
+        return f"{self.task}[{self.partition}].{self.replica}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every replica of the DAG's paired tasks; the newest record per (task, partition, replica)."""
+
+    replicas: tuple[Replica, ...]
+
+    def replica(self, task: str, partition: int, replica: str) -> Replica:
+        for r in self.replicas:
+            if (r.task, r.partition, r.replica) == (task, partition, replica):
+                return r
+        raise PairsError(f"{task}[{partition}].{replica}: no such replica; the layout has "
+                         f"{sorted({r.task for r in self.replicas})} with replicas {list(REPLICAS)}")
+
+    def pair(self, task: str, partition: int) -> tuple[Replica, Replica]:
+        """Both replicas of one partition, ``A`` first."""
+        return self.replica(task, partition, "A"), self.replica(task, partition, "B")
+
+    def on(self, worker: str) -> list[Replica]:
+        """The live replicas (active or standby) a worker holds."""
+        return [r for r in self.replicas if r.worker == worker and r.status is not Status.DEAD]
+
+    def fail(self, worker: str) -> Layout:
+        """The take-over when ``worker`` is lost: each of its live replicas is ``DEAD``, one
+        generation on; nothing else changes (no re-run, no other partition touched).
+
+        >>> layout = chained({"t": 2}, ["w0", "w1"]).fail("w0")
+        >>> [(r.name, r.status.value, r.generation) for r in layout.replicas]
+        [('t[0].A', 'DEAD', 1), ('t[0].B', 'ACTIVE', 0), ('t[1].A', 'ACTIVE', 0), ('t[1].B', 'DEAD', 1)]
+        """
+        if not self.on(worker):
+            raise PairsError(f"worker {worker!r:.80} holds no live replica; workers holding some: "
+                             f"{sorted({r.worker for r in self.replicas if r.status is not Status.DEAD})}")
+        return self._replace({r: dataclasses.replace(r, status=Status.DEAD, generation=r.generation + 1)
+                              for r in self.on(worker)})
+
+    def fail_replica(self, task: str, partition: int, replica: str) -> Layout:
+        """The take-over of one replica (its task instance failed, or its heartbeat timed out while
+        its worker lives on): ``DEAD``, one generation on.
+
+        >>> chained({"t": 2}, ["w0", "w1"]).fail_replica("t", 0, "B").replica("t", 0, "B").status.value
+        'DEAD'
+        """
+        r = self.replica(task, partition, replica)
+        if r.status is Status.DEAD:
+            return self  # declared dead twice (a detector and a person): one take-over
+        return self._replace({r: dataclasses.replace(r, status=Status.DEAD, generation=r.generation + 1)})
+
+    def source(self, consumer_task: str, consumer_partition: int, consumer_replica: str, producer_task: str,
+               producer_partition: int) -> str | None:
+        """Which replica of ``producer_task[producer_partition]`` a consumer replica reads: its own
+        replica id while that one is active, else the other; ``None`` when neither is active
+        (the partition is lost: see :meth:`lost_partitions`). A standby consumer reads as its
+        replica id would.
+
+        >>> layout = chained({"g1": 2, "g2": 2}, ["w0", "w1"])
+        >>> layout.source("g2", 0, "B", "g1", 1), layout.fail("w0").source("g2", 0, "B", "g1", 1)
+        ('B', 'A')
+        """
+        self.replica(consumer_task, consumer_partition, consumer_replica)  # a known consumer
+        own, other = consumer_replica, _other(consumer_replica)
+        for candidate in (own, other):
+            if self.replica(producer_task, producer_partition, candidate).status is Status.ACTIVE:
+                return candidate
+        return None
+
+    def lost_partitions(self) -> list[tuple[str, int]]:
+        """(task, partition) pairs with no active replica: an epoch must not be emitted without
+        them; the durable path restores and re-executes them alone.
+
+        >>> chained({"t": 2}, ["w0", "w1", "w2"]).fail("w1").fail("w2").lost_partitions()
+        [('t', 1)]
+        """
+        out = []
+        for task, partition in sorted({(r.task, r.partition) for r in self.replicas}):
+            if not any(r.status is Status.ACTIVE for r in self.pair(task, partition)):
+                out.append((task, partition))
+        return out
+
+    def register(self, task: str, partition: int, spare: str) -> Layout:
+        """A catch-up begins: the dead replica of ``task[partition]`` is recreated on ``spare``
+        as a standby at the survivor's committed version, one generation on. Its version pins
+        garbage collection of the epochs after it (:meth:`gc_floor`).
+
+        >>> layout = chained({"t": 2}, ["w0", "w1"]).fail("w1").register("t", 1, "w4")
+        >>> r = layout.replica("t", 1, "A"); (r.worker, r.status.value, r.generation)
+        ('w4', 'STDBY', 2)
+        """
+        dead, survivor = self._dead_and_survivor(task, partition)
+        if spare in (survivor.worker,):
+            raise PairsError(f"{task}[{partition}]: {spare} holds its survivor {survivor.name}; a pair needs two "
+                             f"workers: choose another spare")
+        if spare in {r.worker for r in self.replicas if r.status is Status.DEAD}:
+            raise PairsError(f"{spare} was lost; a worker that comes back is a new spare under a new name")
+        return self._replace({dead: dataclasses.replace(dead, worker=spare, status=Status.STDBY,
+                                                        version=survivor.version, generation=dead.generation + 1)})
+
+    def advance(self, task: str, partition: int, replica: str, version: int, generation: int) -> Layout:
+        """A replica committed its state of epoch ``version`` under ``generation``: recorded, if
+        :meth:`admits` the commit (a fenced zombie changes nothing)."""
+        r = self.replica(task, partition, replica)
+        if not self.admits(r, generation):
+            return self
+        if version < r.version:
+            raise PairsError(f"{r.name}: version {version} is behind its committed {r.version}")
+        return self._replace({r: dataclasses.replace(r, version=version)})
+
+    def admits(self, replica: Replica, generation: int) -> bool:
+        """Whether a commit made under ``generation`` counts: only the replica's current
+        generation, and never a dead one's (a zombie's late commit is a no-op).
+
+        >>> layout = chained({"t": 2}, ["w0", "w1"])
+        >>> r = layout.replica("t", 1, "A")
+        >>> layout.admits(r, 0), layout.fail("w1").admits(layout.fail("w1").replica("t", 1, "A"), 0)
+        (True, False)
+        """
+        current = self.replica(replica.task, replica.partition, replica.replica)
+        return current.status is not Status.DEAD and generation == current.generation
+
+    def fold_in(self, task: str, partition: int) -> Layout:
+        """The standby of ``task[partition]`` becomes active: only once its version equals its
+        survivor's (both have consumed the same epochs)."""
+        a, b = self.pair(task, partition)
+        standby = next((r for r in (a, b) if r.status is Status.STDBY), None)
+        if standby is None:
+            raise PairsError(f"{task}[{partition}] has no standby to fold in")
+        survivor = b if standby is a else a
+        if standby.version != survivor.version:
+            raise PairsError(f"{standby.name} is at version {standby.version}, its survivor {survivor.name} at "
+                             f"{survivor.version}: replay epochs {standby.version + 1}..{survivor.version} first")
+        return self._replace({standby: dataclasses.replace(standby, status=Status.ACTIVE)})
+
+    def discard(self, task: str, partition: int) -> Layout:
+        """A failure during catch-up: the standby is dead again (one generation on) and its pin on
+        garbage collection released; a retry registers another spare."""
+        a, b = self.pair(task, partition)
+        standby = next((r for r in (a, b) if r.status is Status.STDBY), None)
+        if standby is None:
+            raise PairsError(f"{task}[{partition}] has no standby to discard")
+        return self._replace({standby: dataclasses.replace(standby, status=Status.DEAD,
+                                                           generation=standby.generation + 1)})
+
+    def gc_floor(self, task: str, partition: int) -> int:
+        """The last epoch of ``task[partition]``'s inputs that every live consumer replica has
+        consumed: what garbage collection may release (the dead one no longer counts; a standby
+        counts from its registered version).
+
+        >>> layout = chained({"t": 1}, ["w0", "w1"])
+        >>> layout = layout.advance("t", 0, "A", 5, 0).advance("t", 0, "B", 3, 0)
+        >>> layout.gc_floor("t", 0), layout.fail("w1").gc_floor("t", 0)
+        (3, 5)
+        """
+        live = [r.version for r in self.pair(task, partition) if r.status is not Status.DEAD]
+        return min(live, default=0)
+
+    def _dead_and_survivor(self, task: str, partition: int) -> tuple[Replica, Replica]:
+        a, b = self.pair(task, partition)
+        if a.status is Status.DEAD and b.status is Status.ACTIVE:
+            return a, b
+        if b.status is Status.DEAD and a.status is Status.ACTIVE:
+            return b, a
+        if a.status is b.status is Status.DEAD:
+            raise PairsError(f"{task}[{partition}] lost both replicas: no survivor to copy from; restore it on the "
+                             f"durable path (falkirk plan --lost-worker ...)")
+        raise PairsError(f"{task}[{partition}] is {a.status.value}/{b.status.value}: a catch-up needs exactly one "
+                         f"dead replica and an active survivor")
+
+    def _replace(self, changed: Mapping[Replica, Replica]) -> Layout:
+        return Layout(tuple(changed.get(r, r) for r in self.replicas))
+
+
+def chained(partitions: Mapping[str, int], workers: Sequence[str]) -> Layout:
+    """Chained declustering: replica A of partition p on worker ``p mod n``, replica B on the next
+    one, for every paired task (so each worker holds one A and one B per task).
+
+    >>> [(r.name, r.worker) for r in chained({"t": 3}, ["w0", "w1", "w2"]).replicas]
+    [('t[0].A', 'w0'), ('t[0].B', 'w1'), ('t[1].A', 'w1'), ('t[1].B', 'w2'), ('t[2].A', 'w2'), ('t[2].B', 'w0')]
+    """
+    if len(set(workers)) < 2:
+        raise PairsError(f"workers={list(workers)!r:.120}: process pairs need at least two distinct workers")
+    n = len(workers)
+    out = []
+    for task, count in partitions.items():
+        if count < 1:
+            raise PairsError(f"{task}: {count} partitions; give at least 1")
+        for p in range(count):
+            out += [Replica(task, p, "A", workers[p % n]), Replica(task, p, "B", workers[(p + 1) % n])]
+    return Layout(tuple(out))
+
+
+def catch_up_order(layout: Layout, levels: Sequence[str]) -> list[tuple[str, int]]:
+    """The (task, partition) pairs to catch up, bottom-up: every lower level's before any higher
+    one's (a consumer replica replays from its producers' caught-up replicas). ``levels`` are the
+    paired tasks, upstream first.
+
+    >>> layout = chained({"g1": 4, "g2": 4}, ["w0", "w1", "w2", "w3"]).fail("w1")
+    >>> catch_up_order(layout, ["g1", "g2"])
+    [('g1', 0), ('g1', 1), ('g2', 0), ('g2', 1)]
+    """
+    order = []
+    for task in levels:
+        order += [(task, p) for t, p in sorted({(r.task, r.partition) for r in layout.replicas})
+                  if t == task and any(r.status is not Status.ACTIVE for r in layout.pair(t, p))]
+    return order
+
+
+def _other(replica: str) -> str:
+    return REPLICAS[1 - REPLICAS.index(replica)]
+
+
+__all__ = ["Layout", "PairsError", "REPLICAS", "Replica", "Status", "catch_up_order", "chained"]

@@ -1,0 +1,167 @@
+"""Process pairs' layout (policies/pairs.py) on the fixture of the Flux scenarios: chained
+placement of G1 (sessionize) and G2 (statistics), 4 partitions each, on w0..w3 with the spare
+w4; then a property test of every transition against an oracle that recomputes the answers
+from the history of events alone."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from falkirk.policies.pairs import REPLICAS, Layout, PairsError, Status, catch_up_order, chained
+
+WORKERS = ["w0", "w1", "w2", "w3"]
+FIXTURE = {"G1": 4, "G2": 4}
+
+
+def dead(layout: Layout) -> set[str]:
+    return {r.name for r in layout.replicas if r.status is Status.DEAD}
+
+
+def test_s1_one_worker_lost_takes_over_without_touching_other_partitions_and_catches_up_bottom_up() -> None:
+    layout = chained(FIXTURE, WORKERS)
+    assert {r.name for r in layout.on("w1")} == {"G1[1].A", "G2[1].A", "G1[0].B", "G2[0].B"}
+    after = layout.fail("w1")
+    assert dead(after) == {"G1[1].A", "G2[1].A", "G1[0].B", "G2[0].B"}
+    # consumers G2.A{0,2,3} read producer partition 1 from G1.B1; G2.B{1,2,3} read partition 0 from G1.A0
+    assert {c: after.source("G2", c, "A", "G1", 1) for c in (0, 2, 3)} == {0: "B", 2: "B", 3: "B"}
+    assert {c: after.source("G2", c, "B", "G1", 0) for c in (1, 2, 3)} == {1: "A", 2: "A", 3: "A"}
+    # everyone else keeps reading its own replica id
+    assert after.source("G2", 2, "A", "G1", 2) == "A" and after.source("G2", 3, "B", "G1", 3) == "B"
+    # partitions 2 and 3 of both levels: untouched, same records as before
+    untouched = [r for r in layout.replicas if r.partition in (2, 3)]
+    assert [after.replica(r.task, r.partition, r.replica) for r in untouched] == untouched
+    assert after.lost_partitions() == []
+    # catch-up onto w4, bottom-up: G1 p0 and p1 first, then G2 p0 and p1
+    assert catch_up_order(after, ["G1", "G2"]) == [("G1", 0), ("G1", 1), ("G2", 0), ("G2", 1)]
+    survivors = after.advance("G2", 1, "B", 1, 0)  # G2.B1 committed epoch 1: (http,a) cnt 2, sum 8, max 5
+    standby = survivors.register("G2", 1, "w4").replica("G2", 1, "A")
+    assert (standby.worker, standby.status, standby.version, standby.generation) == ("w4", Status.STDBY, 1, 2)
+
+
+def test_s2_each_quartet_configuration_keeps_one_source_per_partition() -> None:
+    layout = chained(FIXTURE, WORKERS)
+    cases = {"A": [("G2", 0, "B")], "B": [("G1", 0, "B")], "C": [("G1", 0, "B"), ("G2", 0, "B")],
+             "D": [("G1", 0, "B"), ("G2", 1, "A")]}
+    for case, killed in cases.items():
+        after = layout
+        for r in killed:
+            after = after.fail_replica(*r)
+        assert after.lost_partitions() == [], case
+        if case in ("B", "D"):  # consumers whose own producer 0 died read it from G1.A0
+            assert {after.source("G2", c, "B", "G1", 0) for c in range(4)} == {"A"}, case
+        # garbage collection no longer waits on a dead consumer replica
+        if case in ("A", "C"):
+            assert after.advance("G2", 0, "A", 2, 0).gc_floor("G2", 0) == 2, case
+
+
+def test_s5_a_zombie_commit_is_fenced_and_never_revives_its_replica() -> None:
+    layout = chained(FIXTURE, WORKERS)
+    old = layout.replica("G1", 1, "A")
+    after = layout.fail_replica("G1", 1, "A")  # declared dead by heartbeat while still running
+    assert not after.admits(old, old.generation)
+    assert after.advance("G1", 1, "A", 2, old.generation) == after  # its late commit changes nothing
+    replaced = after.register("G1", 1, "w4")
+    assert not replaced.admits(old, old.generation)  # nor once its replacement is registered
+    assert replaced.replica("G1", 1, "A").status is Status.STDBY
+
+
+def test_s6_a_failure_during_catch_up_discards_the_standby_and_retries_elsewhere() -> None:
+    layout = chained(FIXTURE, WORKERS).fail("w1").advance("G1", 1, "B", 2, 0)
+    pinned = layout.register("G1", 1, "w4")
+    assert pinned.gc_floor("G1", 1) == 2
+    lost = pinned.discard("G1", 1)
+    r = lost.replica("G1", 1, "A")
+    assert (r.status, r.generation) == (Status.DEAD, 3) and lost.gc_floor("G1", 1) == 2
+    with pytest.raises(PairsError, match="w1 was lost"):
+        lost.register("G1", 1, "w1")
+    retried = lost.register("G1", 1, "w5").replica("G1", 1, "A")
+    assert (retried.worker, retried.status, retried.generation) == ("w5", Status.STDBY, 4)
+
+
+def test_s7_both_replicas_lost_is_named_and_never_read_from() -> None:
+    layout = chained(FIXTURE, WORKERS).fail("w1").fail("w2")
+    assert layout.lost_partitions() == [("G1", 1), ("G2", 1)]
+    assert layout.source("G2", 0, "A", "G1", 1) is None
+    with pytest.raises(PairsError, match="lost both replicas: no survivor to copy from; restore it on the durable"):
+        layout.register("G1", 1, "w4")
+
+
+def test_s8_a_standby_pins_collection_until_it_catches_up_and_folds_in_only_then() -> None:
+    layout = chained(FIXTURE, WORKERS).fail("w1").advance("G2", 1, "B", 1, 0)
+    standby = layout.register("G2", 1, "w4")  # copied state@1 of the survivor
+    survivor = standby.advance("G2", 1, "B", 2, 0)  # the survivor commits epoch 2 meanwhile
+    assert survivor.gc_floor("G2", 1) == 1  # epoch 2's input stays until the standby consumed it
+    with pytest.raises(PairsError, match="replay epochs 2..2 first"):
+        survivor.fold_in("G2", 1)
+    caught = survivor.advance("G2", 1, "A", 2, 2)
+    assert caught.gc_floor("G2", 1) == 2
+    assert caught.fold_in("G2", 1).replica("G2", 1, "A").status is Status.ACTIVE
+
+
+def test_bad_layout_changes_are_refused_naming_the_fix() -> None:
+    layout = chained(FIXTURE, WORKERS)
+    with pytest.raises(PairsError, match="worker 'w9' holds no live replica"):
+        layout.fail("w9")
+    with pytest.raises(PairsError, match="a catch-up needs exactly one dead replica"):
+        layout.register("G1", 0, "w4")
+    with pytest.raises(PairsError, match="holds its survivor"):
+        layout.fail_replica("G1", 0, "A").register("G1", 0, "w1")
+    with pytest.raises(PairsError, match="at least two distinct workers"):
+        chained(FIXTURE, ["w0", "w0"])
+
+
+# -- the property test ----------------------------------------------------------------------
+
+OPS = st.lists(st.tuples(st.sampled_from(["fail", "fail_replica", "register", "advance", "fold_in", "discard"]),
+                         st.integers(0, 3), st.integers(0, 1), st.integers(0, 5)), max_size=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS)
+def test_every_transition_keeps_the_pairs_invariants(ops) -> None:
+    """Random take-overs, catch-ups, commits, fold-ins and failed catch-ups. After each step:
+    generations never go down; a replica comes back only through a standby of a higher
+    generation; a partition with an active replica gives every consumer an active source, its
+    own replica id first (the oracle); two live replicas of a pair never share a worker;
+    garbage collection never releases what a live replica has not consumed."""
+    layout = chained({"G1": 2, "G2": 2}, ["w0", "w1", "w2"])
+    spares = iter(f"s{i}" for i in range(100))
+    for op, p, ri, v in ops:
+        task, replica = ("G1", "G2")[p % 2], REPLICAS[ri]
+        partition = p // 2
+        before = layout
+        try:
+            if op == "fail":
+                live = sorted({r.worker for r in layout.replicas if r.status is not Status.DEAD})
+                layout = layout.fail(live[p % len(live)]) if live else layout
+            elif op == "fail_replica":
+                layout = layout.fail_replica(task, partition, replica)
+            elif op == "register":
+                layout = layout.register(task, partition, next(spares))
+            elif op == "advance":
+                r = layout.replica(task, partition, replica)
+                layout = layout.advance(task, partition, replica, r.version + v, r.generation)
+            elif op == "fold_in":
+                layout = layout.fold_in(task, partition)
+            else:
+                layout = layout.discard(task, partition)
+        except PairsError:
+            assert layout == before  # a refused change changes nothing
+        for old, new in zip(before.replicas, layout.replicas):
+            assert new.generation >= old.generation
+            if old.status is Status.DEAD and new.status is not Status.DEAD:
+                assert new.status is Status.STDBY and new.generation > old.generation
+        for t, q in {(r.task, r.partition) for r in layout.replicas}:
+            a, b = layout.pair(t, q)
+            if a.status is not Status.DEAD and b.status is not Status.DEAD:
+                assert a.worker != b.worker
+            assert layout.gc_floor(t, q) <= min([r.version for r in (a, b) if r.status is not Status.DEAD],
+                                                default=0)
+            for consumer in ("A", "B"):
+                active = [r.replica for r in (a, b) if r.status is Status.ACTIVE]
+                expected = consumer if consumer in active else (active[0] if active else None)
+                assert layout.source("G2", 0, consumer, t, q) == expected
+        assert set(layout.lost_partitions()) == {
+            (t, q) for t, q in {(r.task, r.partition) for r in layout.replicas}
+            if all(r.status is not Status.ACTIVE for r in layout.pair(t, q))}
