@@ -12,9 +12,14 @@ class here; every append is idempotent (a repeated append records nothing twice)
 * :class:`Completions`: the committed epochs whose Airflow task instance went on to finish,
   so that Airflow re-running one (Clear, a backfill that reprocesses) is told apart from a
   retry of an attempt that died after its commit.
+* :class:`PairLayouts`: the layout of the DAG's process pairs (:mod:`falkirk.policies.pairs`),
+  one record per change of a replica.
 
 >>> import tempfile
 >>> from falkirk.policies.store.config import StoreConfig
+
+if TYPE_CHECKING:
+    from falkirk.policies.pairs import Layout
 >>> root = tempfile.mkdtemp()
 >>> collections = Collections(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
 >>> collections.mark("orders", {"ingest": 3}), collections.mark("orders", {"ingest": 2})
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
 
 import pyarrow as pa
 
@@ -291,6 +296,86 @@ class Deliveries:
     def through(self, dag_id: str) -> dict[str, int]:
         """Per task that sends to an external system, the last epoch it has accepted (absent: none)."""
         return _highest_through(self.store, self.uri, dag_id)
+
+
+# One change of one replica of a paired task's partition (falkirk.policies.pairs.Replica).
+LAYOUT_SCHEMA = pa.schema(
+    [
+        pa.field("dag_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("replica", pa.string(), nullable=False),
+        pa.field("worker", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("version", pa.int64(), nullable=False),
+        pa.field("generation", pa.int32(), nullable=False),
+        pa.field("recorded_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+class PairLayouts:
+    """The layout of each DAG's process pairs (``_falkirk/layout``): append-only, one record per
+    change of a replica. The current record of a replica is the one with the highest generation,
+    then the highest status rank (a take-over beats a concurrent fold-in of the same generation:
+    ``DEAD`` over ``ACTIVE`` over ``STDBY``), then the highest version; so two processes that
+    make the same change from the same read record it once, and conflicting ones resolve the
+    same way for every reader.
+
+    >>> import tempfile
+    >>> from falkirk.policies.pairs import chained
+    >>> root = tempfile.mkdtemp()
+    >>> layouts = PairLayouts(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
+    >>> start = chained({"t": 2}, ["w0", "w1"])
+    >>> layouts.save("d", start), layouts.save("d", start.fail("w1"), before=start)
+    (4, 2)
+    >>> layouts.load("d") == start.fail("w1")
+    True
+    """
+
+    RANK = {"STDBY": 0, "ACTIVE": 1, "DEAD": 2}
+
+    def __init__(self, store: StoreConfig) -> None:
+        self.store = store
+        self.uri = store.control_uri("layout")
+
+    def save(self, dag_id: str, layout: "Layout", before: "Layout | None" = None) -> int:
+        """Record the replicas of ``layout`` that differ from ``before`` (all of them without it);
+        returns how many records it appended (0: the same change was recorded already)."""
+        old = set(before.replicas) if before is not None else set()
+        changed = [r for r in layout.replicas if r not in old]
+        if not changed:
+            return 0
+        stamp = datetime.now(timezone.utc)
+        rows = [{"dag_id": dag_id, "task_id": r.task, "partition": r.partition, "replica": r.replica,
+                 "worker": r.worker, "status": r.status.value, "version": r.version, "generation": r.generation,
+                 "recorded_at": stamp} for r in changed]
+        key = _Once(f"falkirk-layout/{dag_id}/" + ",".join(
+            f"{r.name}@{r.worker}:{r.status.value}:{r.version}:g{r.generation}" for r in changed))
+        result = append_once(self.uri, pa.Table.from_pylist(rows, schema=LAYOUT_SCHEMA), key,
+                             self.store.options_for(self.uri))
+        return len(rows) if result.applied else 0
+
+    def load(self, dag_id: str) -> "Layout | None":
+        """The DAG's current layout (``None``: it has no paired task), replicas in
+        (task, partition, replica) order."""
+        from falkirk.policies.pairs import Layout, Replica, Status
+
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        if table is None:
+            return None
+        cols = scan(table, where={"dag_id": dag_id}).to_pylist()
+        best: dict[tuple[str, int, str], dict] = {}
+        for row in cols:
+            key = (row["task_id"], row["partition"], row["replica"])
+            rank = (row["generation"], self.RANK[row["status"]], row["version"])
+            held = best.get(key)
+            if held is None or rank > (held["generation"], self.RANK[held["status"]], held["version"]):
+                best[key] = row
+        if not best:
+            return None
+        return Layout(tuple(Replica(t, p, r, row["worker"], Status(row["status"]), row["version"], row["generation"])
+                            for (t, p, r), row in sorted(best.items())))
 
 
 class CompletedRow(CommittedRow, Protocol):

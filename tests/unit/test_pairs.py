@@ -165,3 +165,50 @@ def test_every_transition_keeps_the_pairs_invariants(ops) -> None:
         assert set(layout.lost_partitions()) == {
             (t, q) for t, q in {(r.task, r.partition) for r in layout.replicas}
             if all(r.status is not Status.ACTIVE for r in layout.pair(t, q))}
+
+
+# -- the layout table ------------------------------------------------------------------------
+
+
+def _layouts(tmp_path):
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.control import PairLayouts
+
+    return PairLayouts(StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch")))
+
+
+def test_the_layout_table_keeps_s1s_history_and_reads_back_every_step(tmp_path) -> None:
+    """S1's layout transitions, each saved as what changed and read back whole: the take-over,
+    the survivor's commits, the standby on the spare, its catch-up and fold-in."""
+    table = _layouts(tmp_path)
+    assert table.load("pairs") is None
+    steps = [chained(FIXTURE, WORKERS)]
+    steps.append(steps[-1].fail("w1"))
+    steps.append(steps[-1].advance("G1", 1, "B", 2, 0).advance("G2", 1, "B", 2, 0))
+    steps.append(steps[-1].register("G1", 1, "w4"))
+    steps.append(steps[-1].fold_in("G1", 1))
+    written = [table.save("pairs", steps[0])]
+    for before, after in zip(steps, steps[1:]):
+        written.append(table.save("pairs", after, before=before))
+        assert table.load("pairs") == after
+    assert written == [16, 4, 2, 1, 1]
+    assert table.load("other-dag") is None
+
+
+def test_the_same_take_over_twice_is_recorded_once_and_a_take_over_beats_a_concurrent_fold_in(tmp_path) -> None:
+    table = _layouts(tmp_path)
+    start = chained({"t": 2}, ["w0", "w1", "w2"])
+    table.save("d", start)
+    # two detectors notice w1 gone from the same read: one record
+    assert table.save("d", start.fail("w1"), before=start) == 2
+    assert table.save("d", start.fail("w1"), before=start) == 0
+    taken = start.fail("w1")
+    standby = taken.register("t", 0, "w3")
+    table.save("d", standby, before=taken)
+    # from the same read, one process folds the standby in (it caught up) while a detector declares
+    # its spare lost: every reader resolves it to the take-over
+    caught = standby.advance("t", 0, "B", 0, 2)
+    table.save("d", caught.fold_in("t", 0), before=caught)
+    table.save("d", standby.fail("w3"), before=standby)
+    r = table.load("d").replica("t", 0, "B")
+    assert (r.worker, r.status, r.generation) == ("w3", Status.DEAD, 3)
