@@ -3,7 +3,7 @@
 Give a Falkirk DAG ``schedule=EpochTimetable(clock)`` and Airflow itself keeps its runs on the
 epoch grid, at the moment a run is created, before any task starts:
 
-* a manual run (the UI's Trigger dialog, the REST API, ``airflowctl dags trigger``,
+* a manual run (the UI's Trigger dialog, the REST API, ``falkirk trigger``,
   ``airflow dags test``) whose logical date is not an epoch is refused with the reason and the
   date of the DAG's next epoch (the one after its latest run); the UI's dialog shows the
   message and creates nothing;
@@ -164,8 +164,8 @@ class EpochTimetable(Timetable):
         if data_interval is None:
             raise EpochError(
                 "a run of this DAG is an epoch, so it needs a logical date on the epoch grid "
-                f"{self.clock.describe()}; trigger it with one (in the Trigger dialog, or "
-                "airflowctl dags trigger DAG_ID --logical-date DATE)")
+                f"{self.clock.describe()}; trigger it with one (in the Trigger dialog), or trigger the "
+                f"next epoch with: falkirk trigger --dag DAG_ID")
         epoch = self.clock.epoch_of(data_interval.start)
         return run_type.generate_run_id(suffix=f"epoch-{epoch}")
 
