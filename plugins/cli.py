@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _trigger(args: argparse.Namespace) -> int:
-    from falkirk.plugins.recovery import _regimes
+    from falkirk.plugins.recovery import _regimes, latest_run_epoch
 
     client = _client(args.airflow_url, required=True)
     if not client.dag_exists(args.dag):
@@ -188,8 +188,8 @@ def _trigger(args: argparse.Namespace) -> int:
     if args.wait and client.request("GET", f"/api/v2/dags/{args.dag}").get("is_paused"):
         raise PlanError(f"--wait: DAG {args.dag} is paused, so its runs would wait for ever; unpause it first "
                         f"(airflow dags unpause {args.dag}, or the toggle in the UI)")
-    latest = client.latest_logical_date(args.dag)
-    first = clock.first_epoch if latest is None else clock.epoch_of(latest) + 1
+    latest = latest_run_epoch(args.dag, client, clock)
+    first = clock.first_epoch if latest is None else latest + 1
     for epoch in range(first, first + args.epochs):
         run = client.trigger(args.dag, f"manual__epoch-{epoch}", clock.logical_date(epoch))
         print(f"triggered {args.dag} epoch {epoch}: run {run['dag_run_id']} at {clock.logical_date(epoch).isoformat()}",

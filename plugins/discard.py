@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import getpass
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Callable
 
 from falkirk.plugins.airflow_rest import AirflowClient
-from falkirk.policies.epochs import EpochError
 from falkirk.policies.planning.recovery import DiscardedEpochs, PlanError, RecoveryPlan
 from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.policies.store import StoreConfig
@@ -75,7 +73,7 @@ class Discard:
 def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int) -> Discard:
     """What discarding epochs ``first..last`` of ``dag_id`` withdraws; changes nothing.
     Raises :class:`PlanError`, naming the fix, when the discard would leave the DAG inconsistent."""
-    from falkirk.plugins.recovery import _regimes
+    from falkirk.plugins.recovery import _regimes, latest_run_epoch
 
     if not 1 <= first <= last:
         raise PlanError(f"--epochs {first}-{last}: give FIRST-LAST with 1 <= FIRST <= LAST")
@@ -92,8 +90,7 @@ def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: 
         raise PlanError(f"--epochs {first}-{last}: the ledger has rows up to epoch {newest}; a discard withdraws "
                         f"the newest epochs only (a later epoch may be built on a discarded one): give --epochs "
                         f"{first}-{newest}")
-    latest = client.latest_logical_date(dag_id)
-    latest_epoch = _epoch_or_none(clock, latest)
+    latest_epoch = latest_run_epoch(dag_id, client, clock)
     if latest_epoch is not None and latest_epoch > last:
         raise PlanError(f"--epochs {first}-{last}: the DAG has a run at epoch {latest_epoch}; a discard withdraws "
                         f"the newest epochs only: give --epochs {first}-{latest_epoch}")
@@ -168,15 +165,6 @@ def beyond_note(dag_id: str, last_epoch: int, beyond: tuple[int, int]) -> str:
     return (f"the ledger has rows of epochs {first}..{last} past the DAG's latest run (epoch {last_epoch}), left out "
             f"of this plan; if those runs were made by mistake, withdraw them: falkirk discard --dag {dag_id} "
             f"--epochs {first}-{last}")
-
-
-def _epoch_or_none(clock, moment: datetime | None) -> int | None:
-    if moment is None:
-        return None
-    try:
-        return clock.epoch_of(moment)
-    except EpochError:
-        return None
 
 
 def _span(epochs: list[int]) -> str:

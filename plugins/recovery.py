@@ -103,18 +103,18 @@ def plan(
         failures += found
     if last_epoch is None and client is not None and clock is not None:
         # Runs created after the failure (queued behind it, or on a lost worker's queue) are re-run too.
-        last_epoch = _latest_run_epoch(dag_id, client, clock, Ledger(store))
+        last_epoch = latest_run_epoch(dag_id, client, clock)
     failures += [LostScratch(loc) for loc in lost_scratch]
     failures += [LostWorker(name) for name in lost_workers]
     failures += [BadEpoch(t, e) for t, e in bad_epochs]
     return compute_plan(dag_id, store, failures, regimes, last_epoch=last_epoch, record=record)
 
 
-def _latest_run_epoch(dag_id: str, client: AirflowClient, clock: EpochClock, ledger: Ledger) -> int | None:
-    """The last epoch a plan covers: the epoch of the DAG's latest run (``airflow dags test``
-    runs left out), which may be past the ledger's newest epoch (runs that committed nothing
-    yet) or before it (rows of runs deleted since: see :func:`falkirk.plugins.discard.beyond_note`);
-    ``None`` when the DAG has no run on its epoch grid (the ledger's newest is the last epoch)."""
+def latest_run_epoch(dag_id: str, client: AirflowClient, clock: EpochClock) -> int | None:
+    """The epoch of the DAG's latest run (``airflow dags test`` runs left out): the last epoch a
+    plan covers, which may be past the ledger's newest epoch (runs that committed nothing yet)
+    or before it (rows of runs deleted since: see :func:`falkirk.plugins.discard.beyond_note`);
+    ``None`` when the DAG has no run on its epoch grid."""
     latest = client.latest_logical_date(dag_id)
     if latest is None:
         return None
@@ -279,14 +279,8 @@ def _check_no_rows_without_runs(recovery: RecoveryPlan, ledger: Ledger, client: 
     if beyond is None:
         return
     _, clock = _regimes(recovery.dag_id, client)
-    latest = client.latest_logical_date(recovery.dag_id)
-    if clock is None or latest is None:
-        return
-    try:
-        latest_epoch = clock.epoch_of(latest)
-    except EpochError:
-        return
-    if latest_epoch < beyond[1]:
+    latest_epoch = latest_run_epoch(recovery.dag_id, client, clock) if clock is not None else None
+    if latest_epoch is not None and latest_epoch < beyond[1]:
         gone = (max(beyond[0], latest_epoch + 1), beyond[1])
         raise PlanError(f"plan {recovery.plan_id}: {beyond_note(recovery.dag_id, latest_epoch, gone)}; the replay "
                         f"cannot clear task instances of runs that do not exist, so discard them first, then plan "
