@@ -52,7 +52,8 @@ def run_in_process(
 ) -> float:
     """Run every task of ``dag_id`` (job modules ``{package}.{task}``) for ``epochs``; returns seconds.
 
-    A task in ``partitions`` runs once per partition, as its mapped task instances would."""
+    A task in ``partitions`` runs once per partition (per replica of each partition, under
+    process pairs), as its mapped task instances would."""
     counts = dict(partitions or {})
     started = time.monotonic()
     order = list(regimes)  # the caller lists tasks upstream first
@@ -63,10 +64,13 @@ def run_in_process(
     with _environ({**conf, **store.env(), **(env or {})}):
         for epoch in epochs:
             for task in order:
-                for index in range(counts[task]) if task in counts else (-1,):
+                replicas = regimes[task].replicas
+                for index in range(counts[task] * replicas) if task in counts else (-1,):
                     spec = JobSpec(dag_id, task, epoch, regimes[task], f"epoch-{epoch}", inputs=upstream[task],
                                    map_index=index, partitions=counts.get(task),
-                                   input_partitions=tuple((u, counts[u]) for u in upstream[task] if u in counts))
+                                   input_partitions=tuple((u, counts[u]) for u in upstream[task] if u in counts),
+                                   replicas=replicas,
+                                   paired_inputs=tuple(u for u in upstream[task] if regimes[u].replicas > 1))
                     code = run_job(jobs[task], spec.argv())
                     if code != 0:
                         raise RuntimeError(f"{dag_id}.{spec.processor} epoch {epoch} exited {code}")

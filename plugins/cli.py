@@ -150,14 +150,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     trigger.add_argument("--wait", action="store_true",
                          help="wait for each run to end, printing its task states; if one fails, print the end of "
                               "its failed task instances' logs, trigger no more and exit 1")
-    for p in (plan, replay, discard, trigger):
+    pairs = sub.add_parser("pairs", help="process pairs: show the layout, declare a worker or replica dead, "
+                                         "recreate lost replicas on a spare",
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog=AIRFLOW_VARIABLES + "\nexamples:\n  falkirk pairs --dag falkirk_pairs\n"
+                           "  falkirk pairs --dag falkirk_pairs --fail-worker worker-1\n"
+                           "  falkirk pairs --dag falkirk_pairs --fail-replica sessions[1].A\n"
+                           "  falkirk pairs --dag falkirk_pairs --catch-up [--spare worker-4]\n")
+    pairs.add_argument("--dag", required=True)
+    action = pairs.add_mutually_exclusive_group()
+    action.add_argument("--fail-worker", metavar="WORKER", help="take over every replica on WORKER (it is lost)")
+    action.add_argument("--fail-replica", metavar="TASK[P].R", help="take over one replica, e.g. sessions[1].A")
+    action.add_argument("--catch-up", action="store_true", help="recreate each lost replica on a spare, bottom-up")
+    pairs.add_argument("--spare", metavar="WORKER", help="the worker --catch-up recreates replicas on (default: the "
+                                                         "first of FALKIRK_WORKERS holding none)")
+    for p in (plan, replay, discard, trigger, pairs):
         p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
     args = parser.parse_args(argv)
     try:
         return {"plan": _plan, "replay": _replay, "gc": _gc, "delivered": _delivered,
                 "release": _release, "discard": _discard, "new-job": _new_job,
-                "trigger": _trigger}[args.command](args)
+                "trigger": _trigger, "pairs": _pairs}[args.command](args)
     except (PlanError, AirflowError, ValueError) as exc:  # ScaffoldError is a ValueError
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -174,6 +188,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"falkirk {args.command}: the store cannot be read: {exc}. A table's _delta_log is damaged: restore "
               f"it from a backup (nothing was changed)", file=sys.stderr)
         return EXIT_STORE
+
+
+def _pairs(args: argparse.Namespace) -> int:
+    from falkirk.plugins import pairs
+    from falkirk.policies.pairs import PairsError
+    from falkirk.policies.store.control import PairLayouts
+    from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
+    from falkirk.policies.workers import configured_workers
+
+    store = _store()
+    try:
+        if args.fail_worker or args.fail_replica:
+            pairs.take_over(args.dag, store, _client(args.airflow_url, required=True), worker=args.fail_worker,
+                            replica=args.fail_replica, reason="falkirk pairs, by hand")
+        elif args.catch_up:
+            pairs.catch_up(args.dag, store, _client(args.airflow_url, required=True), spare=args.spare,
+                           workers=configured_workers(os.environ))
+        layout = PairLayouts(store).load(args.dag)
+        if layout is None:
+            raise PairsError(f"--dag {args.dag}: no process pairs are recorded for this DAG (has a ProcessPairs task "
+                             f"run?)")
+        print(pairs.layout_table(layout, LedgerSnapshot(Ledger(store), args.dag)))
+    except PairsError as exc:
+        print(f"falkirk pairs: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    return 0
 
 
 def _trigger(args: argparse.Namespace) -> int:

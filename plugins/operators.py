@@ -59,7 +59,7 @@ from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
 from falkirk.plugins.task_metadata import epoch_clock_of, partitions_of, regime_of  # noqa: F401 (re-exported)
 from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.epochs import EpochClock
-from falkirk.policies.job_spec import REFUSED_EXIT_CODE, JobSpec
+from falkirk.policies.job_spec import REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec
 from falkirk.policies.partitions import check_count
 from falkirk.policies.regimes import Regime, RegimeError, Tier
 from falkirk.policies.store import StoreConfig, StoreError
@@ -104,7 +104,9 @@ class PartitionedPartial:
             self._inner._expand_called = True  # the DAG fails to import with this error, not a warning
             raise
         self._inner.kwargs["partitions"] = count
-        return self._inner.expand(partition=list(range(count)))
+        replicas = self._inner.kwargs["regime"].replicas
+        # Process pairs: replicas A and B of partition p are task instances 2p and 2p+1.
+        return self._inner.expand(partition=[p for p in range(count) for _ in range(replicas)])
 
     def expand_kwargs(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise mapping_refused(self._task_id, ".expand_kwargs() maps over arguments decided at run time")
@@ -152,6 +154,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         # Mapped tasks are not constructed when the DAG is parsed: what __init__ would default
         # for the scheduler goes in here.
         kwargs.setdefault("depends_on_past", regime.keeps_state)
+        if regime.replicas > 1:
+            kwargs["retries"] = 0  # a lost replica is taken over by its twin, never retried
         return PartitionedPartial(super().partial(**kwargs), task_id)
 
     def __init__(
@@ -178,6 +182,13 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             check_count(task_id, partitions)
             if not isinstance(partition, int) or not 0 <= partition < partitions:
                 raise mapping_refused(task_id, f"partition={partition!r} is not one of 0..{partitions - 1}")
+        if isinstance(regime, Regime) and regime.replicas > 1:
+            if partitions is None:
+                raise RegimeError(f"task {task_id!r}: {regime.spec()} runs each partition twice: partition the task "
+                                  f"with .partial(task_id={task_id!r}, ...).expand(partition=range(N))")
+            # A lost replica is taken over by its twin, never retried: a retry would be a second
+            # writer of the same replica (flux: retries=0 on replica tasks).
+            kwargs["retries"] = 0
         if isinstance(products, str) or not all(isinstance(p, str) and p for p in products):
             raise TypeError(f"task {task_id!r}: products={products!r}: give a list of output names, "
                             f"e.g. products=[\"output\"]")
@@ -232,7 +243,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         dag_run = context["dag_run"]
         ti = context["ti"]
         map_index = ti.map_index if ti.map_index is not None else -1
-        if self.partitions is not None and map_index != self.partition:
+        if self.partitions is not None and map_index // self.regime.replicas != self.partition:
             raise RuntimeError(f"{self.task_id}: task instance {map_index} runs partition {self.partition}; "
                                f"a Falkirk task is mapped only with .expand(partition=range(N))")
         dag = self._dag if self.has_dag() else None
@@ -252,6 +263,9 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             input_partitions=tuple((t, n) for t in inputs
                                    if dag is not None and (n := partitions_of(dag.get_task(t))) is not None),
             deterministic=self.deterministic,
+            replicas=self.regime.replicas,
+            paired_inputs=tuple(t for t in inputs if dag is not None and (r := regime_of(dag.get_task(t))) is not None
+                                and r.replicas > 1),
         )
 
     def _check_concurrent_inputs(self, dag: Any) -> None:
@@ -296,6 +310,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             code = self._job_hook.run_connect(self.application, self.application_args, self.env_vars, self.conf)
             if code == REFUSED_EXIT_CODE:
                 raise _refused(self._job_hook.refusal, spec)
+            if code == TAKEN_OVER_EXIT_CODE:
+                raise _taken_over(self._job_hook.refusal, spec)
             if code != 0:
                 raise RuntimeError(f"{self.task_id}: the job exited with code {code}; its output is above")
             return
@@ -305,6 +321,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             submitted = getattr(getattr(self, "_hook", None), "_submit_sp", None)
             if submitted is not None and submitted.returncode == REFUSED_EXIT_CODE:
                 raise _refused(None, spec) from None
+            if submitted is not None and submitted.returncode == TAKEN_OVER_EXIT_CODE:
+                raise _taken_over(None, spec) from None
             raise
 
     def _spark_connection(self) -> Any:
@@ -339,6 +357,14 @@ def _refused(refusal: str | None, spec: JobSpec) -> Exception:
         f"output above says more). To redo it, plan a recovery and replay it:",
         f"    falkirk plan --dag {spec.dag_id} --bad-epoch {spec.processor}:{spec.epoch}",
         "    falkirk replay PLAN_ID"]))
+
+
+def _taken_over(said: str | None, spec: JobSpec) -> Exception:
+    """A replica whose twin took over ends skipped: the partition's epoch is its twin's, so
+    neither its readers nor the DAG run wait on it or count it as failed."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    return AirflowSkipException(said or f"{spec.replica} epoch {spec.epoch}: taken over by its twin")
 
 
 class FalkirkSettingsWarning(UserWarning):

@@ -75,6 +75,10 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
     dag = task.dag
     tasks = {t.task_id: (regime_of(t), tuple(t.upstream_task_ids)) for t in dag.tasks}
     workers = configured_workers(os.environ)
+    regime = tasks[task.task_id][0]
+    if regime is not None and regime.replicas > 1 and workers and map_index is not None and map_index >= 0:
+        return replica_worker(StoreConfig.from_env(), dag.dag_id, task.task_id, partitions_of(task), map_index,
+                              workers)
     group = group_of(task.task_id, scratch_groups(tasks))
     if group is None or not workers:
         return None
@@ -115,6 +119,23 @@ def _placement_facts(store: Any, dag_id: str) -> tuple[list[Any], dict[str, Any]
     with _FACTS_LOCK:
         _FACTS[key] = (versions, entries, lost)
     return entries, lost
+
+
+def replica_worker(store: Any, dag_id: str, task_id: str, partitions: int | None, map_index: int,
+                   workers: tuple[str, ...]) -> str:
+    """The worker of a paired task's replica, as the layout places it (chained over ``workers``
+    before its first epoch records it); a replica declared dead runs on its twin's worker, where
+    it ends skipped at once."""
+    from falkirk.policies.pairs import Status, with_task
+    from falkirk.policies.partitions import replica_of
+    from falkirk.policies.store.control import PairLayouts
+
+    layout = with_task(PairLayouts(store).load(dag_id), task_id, partitions or 1, workers)
+    partition, name = replica_of(map_index)
+    replica = layout.replica(task_id, partition, name)
+    if replica.status is Status.DEAD:
+        return next(r.worker for r in layout.pair(task_id, partition) if r.replica != name)
+    return replica.worker
 
 
 def is_falkirk_task(task: Any) -> bool:

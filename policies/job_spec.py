@@ -16,6 +16,10 @@ True
 False
 >>> JobSpec.parse(JobSpec("s", "draw", 1, EagerCheckpoint(), "epoch-1", task_instance=True).argv()).task_instance
 True
+>>> pair = JobSpec("f", "stats", 1, EagerCheckpoint(), "epoch-1", map_index=3, partitions=2, replicas=2,
+...                inputs=("sessions",), input_partitions=(("sessions", 2),), paired_inputs=("sessions",))
+>>> JobSpec.parse(pair.argv()) == pair, pair.processor, pair.replica
+(True, 'stats[3]', 'stats[1].B')
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Sequence
 
-from falkirk.policies.partitions import processor_id
+from falkirk.policies.partitions import processor_id, replica_label
 from falkirk.policies.regimes import Regime, RegimeError
 
 
@@ -32,6 +36,9 @@ from falkirk.policies.regimes import Regime, RegimeError
 # (the operator fails the task instance without retries); the refusal is the job's last line,
 # after REFUSAL_PREFIX.
 REFUSED_EXIT_CODE = 3
+# The exit code of a replica of a paired task that its twin took over (declared dead before it
+# started, or while it ran: its commit fenced); the operator marks the task instance skipped.
+TAKEN_OVER_EXIT_CODE = 4
 REFUSAL_PREFIX = "[falkirk] refused: "
 
 
@@ -87,11 +94,20 @@ class JobSpec:
     # True: this run is an Airflow task instance. The job then refuses a re-run of an epoch whose
     # task instance completed (exit code REFUSED_EXIT_CODE) and records its own completion.
     task_instance: bool = False
+    # Replicas per partition (2: process pairs; map_index is then 2 * partition + replica).
+    replicas: int = 1
+    # The partitioned inputs run as process pairs: each partition is read from one of its replicas.
+    paired_inputs: tuple[str, ...] = ()
 
     @property
     def processor(self) -> str:
         """The task, or its partition ``task[i]``, as the planner and the CLI name it."""
         return processor_id(self.task_id, self.map_index)
+
+    @property
+    def replica(self) -> str | None:
+        """``task[p].R`` for a replica of a paired task (``None`` otherwise), as logs name it."""
+        return replica_label(self.task_id, self.map_index) if self.replicas > 1 else None
 
     @classmethod
     def parse(cls, argv: Sequence[str] | None = None) -> "JobSpec":
@@ -116,6 +132,10 @@ class JobSpec:
                             help="a re-run may compute other results: save the determinants durably")
         parser.add_argument("--task-instance", action="store_true",
                             help="run as an Airflow task instance: refuse a re-run of a completed epoch")
+        parser.add_argument("--replicas", type=int, default=1, choices=(1, 2),
+                            help="replicas per partition (2: process pairs)")
+        parser.add_argument("--paired-input", action="append", default=[], dest="paired_inputs",
+                            help="a partitioned input run as process pairs (repeatable)")
         ns = parser.parse_args(argv)
         counts = []
         for item in ns.input_partitions:
@@ -123,15 +143,18 @@ class JobSpec:
             if not task or not n.isdigit() or int(n) < 1:
                 parser.error(f"--input-partitions {item!r}: write TASK=N, N the input's partition count")
             counts.append((task, int(n)))
-        if ns.partitions is not None and not 0 <= ns.map_index < ns.partitions:
-            parser.error(f"--map-index {ns.map_index}: a task of {ns.partitions} partitions runs 0..{ns.partitions - 1}")
+        instances = (ns.partitions or 0) * ns.replicas
+        if ns.partitions is not None and not 0 <= ns.map_index < instances:
+            parser.error(f"--map-index {ns.map_index}: a task of {ns.partitions} partitions and {ns.replicas} "
+                         f"replica(s) runs 0..{instances - 1}")
         try:
             regime = Regime.parse(ns.regime)
         except RegimeError as exc:
             parser.error(f"--regime: {exc}")
         return cls(ns.dag_id, ns.task_id, ns.epoch, regime, ns.run_id, ns.try_number, ns.map_index,
                    ns.incarnation, tuple(ns.inputs), tuple(ns.products), ns.partitions, tuple(counts),
-                   deterministic=not ns.nondeterministic, task_instance=ns.task_instance)
+                   deterministic=not ns.nondeterministic, task_instance=ns.task_instance,
+                   replicas=ns.replicas, paired_inputs=tuple(ns.paired_inputs))
 
     def argv(self) -> list[str]:
         """The command line that :meth:`parse` reads back."""
@@ -150,4 +173,8 @@ class JobSpec:
             out.append("--nondeterministic")
         if self.task_instance:
             out.append("--task-instance")
+        if self.replicas != 1:
+            out += ["--replicas", str(self.replicas)]
+        for name in self.paired_inputs:
+            out += ["--paired-input", name]
         return out

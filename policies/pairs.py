@@ -143,7 +143,7 @@ class Layout:
         """(task, partition) pairs with no active replica: an epoch must not be emitted without
         them; the durable path restores and re-executes them alone.
 
-        >>> chained({"t": 2}, ["w0", "w1", "w2"]).fail("w1").fail("w2").lost_partitions()
+        >>> chained({"t": 3}, ["w0", "w1", "w2"]).fail("w1").fail("w2").lost_partitions()
         [('t', 1)]
         """
         out = []
@@ -162,7 +162,7 @@ class Layout:
         ('w4', 'STDBY', 2)
         """
         dead, survivor = self._dead_and_survivor(task, partition)
-        if spare in (survivor.worker,):
+        if spare == survivor.worker and len({r.worker for r in self.replicas}) > 1:
             raise PairsError(f"{task}[{partition}]: {spare} holds its survivor {survivor.name}; a pair needs two "
                              f"workers: choose another spare")
         if spare in {r.worker for r in self.replicas if r.status is Status.DEAD}:
@@ -246,21 +246,52 @@ class Layout:
 
 def chained(partitions: Mapping[str, int], workers: Sequence[str]) -> Layout:
     """Chained declustering: replica A of partition p on worker ``p mod n``, replica B on the next
-    one, for every paired task (so each worker holds one A and one B per task).
+    one, for every paired task (so each worker holds one A and one B per task). A task of N
+    partitions uses the first ``max(N, 2)`` workers; the workers after them are its spares,
+    where a catch-up recreates lost replicas. One worker (a single machine) holds both
+    replicas: that pair survives a failed task instance, not a lost machine.
 
     >>> [(r.name, r.worker) for r in chained({"t": 3}, ["w0", "w1", "w2"]).replicas]
     [('t[0].A', 'w0'), ('t[0].B', 'w1'), ('t[1].A', 'w1'), ('t[1].B', 'w2'), ('t[2].A', 'w2'), ('t[2].B', 'w0')]
+    >>> [r.worker for r in chained({"t": 2}, ["w0", "w1", "spare"]).replicas]
+    ['w0', 'w1', 'w1', 'w0']
     """
-    if len(set(workers)) < 2:
-        raise PairsError(f"workers={list(workers)!r:.120}: process pairs need at least two distinct workers")
-    n = len(workers)
+    if not workers or len(set(workers)) != len(workers):
+        raise PairsError(f"workers={list(workers)!r:.120}: name each worker once (FALKIRK_WORKERS)")
     out = []
     for task, count in partitions.items():
         if count < 1:
             raise PairsError(f"{task}: {count} partitions; give at least 1")
+        used = list(workers[:max(count, 2)])
+        n = len(used)
         for p in range(count):
-            out += [Replica(task, p, "A", workers[p % n]), Replica(task, p, "B", workers[(p + 1) % n])]
+            out += [Replica(task, p, "A", used[p % n]), Replica(task, p, "B", used[(p + 1) % n])]
     return Layout(tuple(out))
+
+
+def with_task(layout: Layout | None, task: str, partitions: int, workers: Sequence[str]) -> Layout:
+    """``layout`` with ``task``'s replicas added, chained over ``workers``, if it has none yet
+    (a paired task's first epoch).
+
+    >>> layout = with_task(None, "g1", 2, ["w0", "w1"])
+    >>> with_task(layout, "g1", 2, ["w9"]) is layout, len(with_task(layout, "g2", 2, ["w0", "w1"]).replicas)
+    (True, 8)
+    """
+    if layout is not None and any(r.task == task for r in layout.replicas):
+        return layout
+    added = chained({task: partitions}, workers).replicas
+    return Layout((*(layout.replicas if layout else ()), *added))
+
+
+def spares(layout: Layout, workers: Sequence[str]) -> list[str]:
+    """The workers that hold no live replica and were never lost: where a catch-up may go.
+
+    >>> spares(chained({"t": 2}, ["w0", "w1", "w2"]).fail("w1"), ["w0", "w1", "w2"])
+    ['w2']
+    """
+    busy = {r.worker for r in layout.replicas if r.status is not Status.DEAD}
+    lost = {r.worker for r in layout.replicas if r.status is Status.DEAD} - busy
+    return [w for w in workers if w not in busy and w not in lost]
 
 
 def catch_up_order(layout: Layout, levels: Sequence[str]) -> list[tuple[str, int]]:
@@ -283,4 +314,4 @@ def _other(replica: str) -> str:
     return REPLICAS[1 - REPLICAS.index(replica)]
 
 
-__all__ = ["Layout", "PairsError", "REPLICAS", "Replica", "Status", "catch_up_order", "chained"]
+__all__ = ["Layout", "PairsError", "REPLICAS", "Replica", "Status", "catch_up_order", "chained", "spares", "with_task"]

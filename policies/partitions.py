@@ -68,16 +68,48 @@ def task_of(processor: str) -> str:
     return split_processor(processor)[0]
 
 
-def processors(task_id: str, partitions: int | None) -> tuple[str, ...]:
-    """The processors of ``task_id`` with ``partitions`` partitions (``None``: unpartitioned).
+def processors(task_id: str, partitions: int | None, replicas: int = 1) -> tuple[str, ...]:
+    """The processors of ``task_id`` with ``partitions`` partitions (``None``: unpartitioned),
+    each run by ``replicas`` replicas (process pairs: 2, see :func:`replica_index`).
 
-    >>> processors("tally", 3), processors("report", None)
-    (('tally[0]', 'tally[1]', 'tally[2]'), ('report',))
+    >>> processors("tally", 3), processors("report", None), processors("stats", 2, replicas=2)
+    (('tally[0]', 'tally[1]', 'tally[2]'), ('report',), ('stats[0]', 'stats[1]', 'stats[2]', 'stats[3]'))
     """
     if partitions is None:
         return (task_id,)
     check_count(task_id, partitions)
-    return tuple(processor_id(task_id, i) for i in range(partitions))
+    return tuple(processor_id(task_id, i) for i in range(partitions * replicas))
+
+
+REPLICA_NAMES = ("A", "B")
+
+
+def replica_index(partition: int, replica: str) -> int:
+    """The map index of ``replica`` (``"A"`` or ``"B"``) of ``partition`` of a paired task: Airflow
+    maps ``.expand(partition=range(N))`` of a :class:`~falkirk.policies.regimes.ProcessPairs` task
+    into 2N task instances, the two replicas of partition ``p`` at map indexes ``2p`` and ``2p + 1``.
+
+    >>> replica_index(1, "A"), replica_index(1, "B"), replica_of(3)
+    (2, 3, (1, 'B'))
+    """
+    if replica not in REPLICA_NAMES:
+        raise PartitionError(f"replica {replica!r:.20}: a pair's replicas are {' and '.join(REPLICA_NAMES)}")
+    return partition * len(REPLICA_NAMES) + REPLICA_NAMES.index(replica)
+
+
+def replica_of(map_index: int) -> tuple[int, str]:
+    """``(partition, replica)`` of a paired task's map index (see :func:`replica_index`)."""
+    return map_index // len(REPLICA_NAMES), REPLICA_NAMES[map_index % len(REPLICA_NAMES)]
+
+
+def replica_label(task_id: str, map_index: int) -> str:
+    """How logs and the view name a replica: ``task[p].R``.
+
+    >>> replica_label("stats", 3)
+    'stats[1].B'
+    """
+    partition, replica = replica_of(map_index)
+    return f"{task_id}[{partition}].{replica}"
 
 
 def check_count(task_id: str, partitions: object) -> int:
@@ -97,13 +129,15 @@ def check_count(task_id: str, partitions: object) -> int:
 MAX_PARTITIONS = 1024
 
 
-def expand_to_processors(by_task: Mapping[str, object], partitions: Mapping[str, int | None]) -> dict[str, object]:
+def expand_to_processors(by_task: Mapping[str, object], partitions: Mapping[str, int | None],
+                         replicas: Mapping[str, int] | None = None) -> dict[str, object]:
     """A per-task mapping (regimes, say) keyed by processor instead.
 
     >>> expand_to_processors({"tally": "eager", "report": "batch"}, {"tally": 2})
     {'tally[0]': 'eager', 'tally[1]': 'eager', 'report': 'batch'}
     """
-    return {p: value for task, value in by_task.items() for p in processors(task, partitions.get(task))}
+    return {p: value for task, value in by_task.items()
+            for p in processors(task, partitions.get(task), (replicas or {}).get(task, 1))}
 
 
 @dataclass(frozen=True)

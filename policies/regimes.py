@@ -46,10 +46,12 @@ class RegimeError(ValueError):
 
 @dataclass(frozen=True)
 class Regime:
-    """Base class of the four regimes. Use a subclass; see the module docstring."""
+    """Base class of the regimes. Use a subclass; see the module docstring."""
 
     name: ClassVar[str] = ""
     keeps_state: ClassVar[bool] = False
+    # How many replicas run each partition (2: process pairs, each a processor of its own).
+    replicas: ClassVar[int] = 1
 
     def output_tier(self, epoch: int) -> Tier:
         """The tier that receives this task's outputs for ``epoch``."""
@@ -185,8 +187,34 @@ class EagerCheckpoint(Regime):
         return (Tier.DURABLE,)
 
 
+@dataclass(frozen=True)
+class ProcessPairs(Regime):
+    """Keeps state; runs each partition twice, as replicas ``A`` and ``B`` on two workers, each
+    saving its state and outputs durably every epoch (Flux's process pairs, seed 002).
+
+    A lost replica costs no rollback: its twin's output of the epoch is already committed, and
+    readers switch to it (:mod:`falkirk.policies.pairs`). Twice the compute, for no re-run and
+    no wait. Only a partitioned task can be paired; to the planner each replica is a processor
+    checkpointed like :class:`EagerCheckpoint`, so when both replicas of a partition are lost
+    the partition alone is restored from its durable state and re-executed.
+
+    >>> ProcessPairs().replicas, ProcessPairs().state_tier(epoch=2), Regime.parse("process_pairs")
+    (2, <Tier.DURABLE: 'durable'>, ProcessPairs())
+    """
+
+    name: ClassVar[str] = "process_pairs"
+    keeps_state: ClassVar[bool] = True
+    replicas: ClassVar[int] = 2
+
+    def output_tier(self, epoch: int) -> Tier:
+        return Tier.DURABLE
+
+    def state_tiers(self, epoch: int) -> tuple[Tier, ...]:
+        return (Tier.DURABLE,)
+
+
 _REGIMES: dict[str, type[Regime]] = {
-    cls.name: cls for cls in (Ephemeral, Batch, LazyCheckpoint, EagerCheckpoint)
+    cls.name: cls for cls in (Ephemeral, Batch, LazyCheckpoint, EagerCheckpoint, ProcessPairs)
 }
 
 

@@ -36,8 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from falkirk.policies.job_spec import REFUSAL_PREFIX, REFUSED_EXIT_CODE, JobSpec, completed_epoch_refusal
-from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id
+from falkirk.policies.job_spec import (REFUSAL_PREFIX, REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec,
+                                       completed_epoch_refusal)
+from falkirk.policies.pairs import Layout, Status
+from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id, replica_of
 from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import BadEpoch, Failure, LostScratch, LostWorker
 from falkirk.policies.regimes import Regime, Tier
@@ -50,7 +52,7 @@ from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
 from falkirk.spark_jobs.job_log import say
 from falkirk.spark_jobs.faults import crash_point
-from falkirk.spark_jobs import steps
+from falkirk.spark_jobs import pairs, steps
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
     from pyspark.sql import DataFrame, SparkSession
@@ -98,6 +100,9 @@ class EpochResult:
     outputs: dict[str, "DataFrame"] = field(default_factory=dict)
     state: "DataFrame | None" = None
     sent: dict[str, Sent] = field(default_factory=dict)
+    # A paired task's egress rows for this partition, written once for both replicas
+    # (:func:`falkirk.spark_jobs.pairs.write_sink`).
+    sink: "DataFrame | None" = None
 
 
 @dataclass
@@ -125,6 +130,7 @@ class EpochContext:
     # first use when not given); ``ledger`` stays the live table, for appends and for jobs that poll.
     snapshot: LedgerSnapshot | None = None
     _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
+    _layout: "Layout | None" = field(default=None, repr=False)
     _cached: list["DataFrame"] = field(default_factory=list, repr=False)
 
     @property
@@ -141,7 +147,19 @@ class EpochContext:
     @property
     def partition(self) -> int | None:
         """This task instance's partition of a partitioned task (``None``: the task is not partitioned)."""
-        return self.args.map_index if self.args.partitions is not None else None
+        return self.args.map_index // self.args.replicas if self.args.partitions is not None else None
+
+    @property
+    def replica(self) -> str | None:
+        """This replica's id, ``"A"`` or ``"B"``, for a task under process pairs (``None`` otherwise)."""
+        return replica_of(self.args.map_index)[1] if self.args.replicas > 1 else None
+
+    @property
+    def layout(self) -> Layout:
+        """The DAG's process-pair layout as this job read it first (:mod:`falkirk.spark_jobs.pairs`)."""
+        if self._layout is None:
+            self._layout = pairs.layout_for(self)
+        return self._layout
 
     @property
     def partitions(self) -> int | None:
@@ -195,6 +213,8 @@ class EpochContext:
                                f"Broadcast() or Repartition(key=COLUMN)")
             routing = Broadcast()
         sources = routing.sources(self.partition or 0, count)
+        if task_id in self.args.paired_inputs:  # each partition from one replica: its own id first
+            sources = tuple(pairs.read_from(self, task_id, p, epoch) for p in sources)
         frames = [self._read_partition(task_id, output, epoch, p) for p in sources]
         frame = frames[0]
         for more in frames[1:]:
@@ -362,13 +382,23 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     if incarnation != args.incarnation:
         say(f"{label}: rolled back by a recovery; redoing it as incarnation {incarnation}")
         args = dataclasses.replace(args, incarnation=incarnation)
+    if args.replicas > 1:
+        taken_over = _taken_over(args, store, ledger, snapshot)
+        if taken_over is not None:
+            return taken_over
     started = time.monotonic()
     spark = _spark_session()
     ctx = None
     try:
         ctx = EpochContext(args, store, ledger, spark, snapshot=snapshot)
+        if args.replicas > 1:
+            ctx.layout  # the generation this replica runs under, read before it computes anything
         result = compute(ctx)
-        entry = commit(ctx, result)
+        try:
+            entry = commit(ctx, result)
+        except pairs.Fenced as exc:
+            print(REFUSAL_PREFIX + str(exc), flush=True)
+            return TAKEN_OVER_EXIT_CODE
         try:
             if ctx.checkpoints_inside:
                 steps.discard(ctx)
@@ -386,6 +416,21 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
         + f" in {time.monotonic() - started:.1f}s (ledger read {Ledger.reads}x, rollbacks read "
         f"{Invalidations.reads}x, snapshot brought up to date {snapshot.refreshes}x)")
     return 0
+
+
+def _taken_over(args: JobSpec, store: StoreConfig, ledger: Ledger, snapshot: LedgerSnapshot) -> int | None:
+    """:data:`TAKEN_OVER_EXIT_CODE` for a replica the layout has declared dead (its twin runs the
+    partition until a catch-up recreates it on a spare); ``None`` when it runs."""
+    ctx = EpochContext(args, store, ledger, spark=None, snapshot=snapshot)  # type: ignore[arg-type]
+    partition, replica = replica_of(args.map_index)
+    current = ctx.layout.replica(args.task_id, partition, replica)
+    if current.status is not Status.DEAD:
+        return None
+    twin = next(r for r in ctx.layout.pair(args.task_id, partition) if r.replica != replica)
+    print(REFUSAL_PREFIX + f"{args.replica} epoch {args.epoch}: this replica was declared dead (generation "
+          f"{current.generation}) and its twin {twin.name} ({twin.status.value} on {twin.worker}) runs the "
+          f"partition; nothing to do. Recreate it on a spare: falkirk pairs catch-up --dag {args.dag_id}", flush=True)
+    return TAKEN_OVER_EXIT_CODE
 
 
 def plan_size(store: StoreConfig, snapshot: LedgerSnapshot, args: JobSpec, failure: Failure,
@@ -518,6 +563,11 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         crash_point(args.processor, args.epoch, "after-outputs", dag_id=args.dag_id)
     crash_point(args.processor, args.epoch, "after-state", dag_id=args.dag_id)
 
+    pairs.fence(ctx)  # a replica declared dead meanwhile commits nothing
+    if result.sink is not None:
+        written = pairs.write_sink(ctx, result.sink)
+        say(f"  sink -> {written.uri} (v{written.version}, {written.rows} rows"
+            + ("" if written.applied else ", already written by the twin") + ")")
     consumed = {(i.task_id, i.output, i.map_index): i.through for i in previous.inputs} if previous else {}
     for k, through in ctx.consumed.items():
         consumed[k] = max(consumed.get(k, through), through)
@@ -538,6 +588,8 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     entry = dataclasses.replace(entry, rollbacks_seen=_check_still_current(ctx, entry, appended=False))
     ctx.ledger.append(entry)
     _check_still_current(ctx, entry, appended=True)
+    if args.replicas > 1 and pairs.fold_in_if_caught_up(ctx, args.epoch):
+        say(f"  {args.replica} caught up with its twin at epoch {args.epoch}: active again")
     if result.sent and all(s.accepted for s in result.sent.values()):
         _record_accepted(ctx)
     return entry

@@ -107,7 +107,7 @@ def test_bad_layout_changes_are_refused_naming_the_fix() -> None:
         layout.register("G1", 0, "w4")
     with pytest.raises(PairsError, match="holds its survivor"):
         layout.fail_replica("G1", 0, "A").register("G1", 0, "w1")
-    with pytest.raises(PairsError, match="at least two distinct workers"):
+    with pytest.raises(PairsError, match="name each worker once"):
         chained(FIXTURE, ["w0", "w0"])
 
 

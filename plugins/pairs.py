@@ -1,0 +1,293 @@
+"""Airflow's side of process pairs: take-over, catch-up onto a spare, and the readers' trigger rule.
+
+* :func:`take_over`: a worker (or one replica) is lost. The layout marks its replicas ``DEAD``,
+  one generation on (:meth:`~falkirk.policies.pairs.Layout.fail`); each of their task instances
+  that has not succeeded is set to skipped, with a note naming the twin that holds the
+  partition, and a DAG run left failed only by them is settled to success. Nothing re-runs:
+  the twins' outputs are already committed, and readers read them
+  (:mod:`falkirk.spark_jobs.pairs`).
+* :func:`catch_up`: each partition that lost a replica gets it back on a spare, bottom-up.
+  The new replica is registered as a standby at its survivor's committed epoch ``v``, the
+  survivor's state and outputs of ``v`` are copied to it, and its skipped task instances after
+  ``v`` are cleared: Airflow runs them on the spare (placement follows the layout), in order
+  (``depends_on_past``). The last of them to commit folds the replica back in, once it has
+  caught up with its survivor. Only the partitions that lost a replica are touched.
+* :func:`dag_policy` (a cluster policy): a task that reads a paired task waits for its
+  replicas to be done, not successful (``all_done``): a replica taken over ends skipped, and
+  one on a lost worker may end failed before anyone declares it dead; the reader reads its twin.
+
+The ``falkirk pairs`` command (:mod:`falkirk.plugins.cli`) calls these.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from airflow.policies import hookimpl
+
+log = logging.getLogger(__name__)
+
+DONE = ("success", "skipped")
+
+
+@hookimpl
+def dag_policy(dag: Any) -> None:
+    """Readers of a paired task run once its replicas are done (see the module docstring)."""
+    from falkirk.plugins.task_metadata import regime_of
+
+    paired = {t.task_id for t in dag.tasks if (r := regime_of(t)) is not None and r.replicas > 1}
+    if not paired:
+        return
+    for task in dag.tasks:
+        if set(task.upstream_task_ids) & paired and task.trigger_rule == "all_success":
+            task.trigger_rule = "all_done"
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    """What a take-over did: the replicas it declared dead, the task instances it skipped
+    (run id, processor) and the DAG runs it settled to success."""
+
+    dead: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+    settled: tuple[str, ...] = ()
+
+
+def take_over(dag_id: str, store: Any, client: Any, *, worker: str | None = None,
+              replica: str | None = None, reason: str = "declared by hand",
+              progress: Callable[[str], None] = print) -> TakeOver:
+    """Declare ``worker`` (all its replicas) or one ``replica`` (``task[p].R``) dead; see the module docstring."""
+    from falkirk.policies.pairs import PairsError, Status
+    from falkirk.policies.store.control import PairLayouts
+
+    layouts = PairLayouts(store)
+    before = layouts.load(dag_id)
+    if before is None:
+        raise PairsError(f"--dag {dag_id}: no process pairs are recorded for this DAG (has a ProcessPairs task run?)")
+    if (worker is None) == (replica is None):
+        raise PairsError("name the lost worker (--worker W) or one replica (--replica TASK[P].R), not both")
+    if worker is not None:
+        after = before.fail(worker)
+    else:
+        task, partition, name = parse_replica(replica or "")
+        after = before.fail_replica(task, partition, name)
+    layouts.save(dag_id, after, before=before)
+    dead = [r for r in after.replicas if r.status is Status.DEAD and r not in before.replicas]
+    progress(f"{dag_id}: {', '.join(r.name for r in dead) or 'nothing new'} declared dead ({reason}); their twins "
+             f"hold their partitions, nothing re-runs")
+    skipped, touched = _skip_dead(dag_id, client, after, dead)
+    for run, processor in skipped:
+        progress(f"  {run}: {processor} skipped (taken over)")
+    settled = _settle(dag_id, client, touched)
+    for run in settled:
+        progress(f"  {run}: every task instance done: the DAG run is success")
+    return TakeOver(tuple(r.name for r in dead), tuple(skipped), tuple(settled))
+
+
+def _skip_dead(dag_id: str, client: Any, layout: Any, dead: Sequence[Any]) -> tuple[list[tuple[str, str]], set[str]]:
+    from falkirk.policies.partitions import processor_id, replica_index
+
+    wanted = {processor_id(r.task, replica_index(r.partition, r.replica)): r for r in dead}
+    skipped, touched = [], set()
+    for run, instances in sorted(client.task_instances_by_run(dag_id).items()):
+        for processor, ti in sorted(instances.items()):
+            r = wanted.get(processor)
+            if r is None or ti.get("state") in DONE:
+                continue
+            twin = next(t for t in layout.pair(r.task, r.partition) if t.replica != r.replica)
+            client.set_state(dag_id, run, processor, "skipped",
+                             note=f"Falkirk: replica {r.name} on {r.worker} declared dead (generation {r.generation}); "
+                                  f"its twin {twin.name} holds the partition")
+            skipped.append((run, processor))
+            touched.add(run)
+    return skipped, touched
+
+
+def _settle(dag_id: str, client: Any, runs: set[str]) -> list[str]:
+    from falkirk.policies.planning.replay_decisions import runs_to_settle
+
+    states = {}
+    for run in sorted(runs):
+        state = client.dag_run(dag_id, run).get("state")
+        if state == "failed":
+            states[run] = (state, {t: ti.get("state") for t, ti in client.task_instances(dag_id, run).items()})
+    decided = runs_to_settle(states)
+    for run in decided.success:
+        client.set_run_state(dag_id, run, "success", note="Falkirk: the replicas that failed were taken over by "
+                                                          "their twins; every partition of this epoch is done")
+    return list(decided.success)
+
+
+@dataclass
+class CatchUp:
+    """A catch-up under way: per recreated replica, its spare, the epoch its copied state is of,
+    the bytes copied and the epochs cleared for it to replay."""
+
+    replicas: list[dict[str, Any]] = field(default_factory=list)
+
+
+def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, workers: Sequence[str] = (),
+             progress: Callable[[str], None] = print) -> CatchUp:
+    """Recreate every replica the layout has lost, on ``spare`` (else the first spare of
+    ``workers``); see the module docstring."""
+    from falkirk.policies.pairs import PairsError, catch_up_order, spares
+    from falkirk.policies.store.control import PairLayouts
+    from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
+
+    layouts = PairLayouts(store)
+    layout = layouts.load(dag_id)
+    if layout is None:
+        raise PairsError(f"--dag {dag_id}: no process pairs are recorded for this DAG")
+    snapshot = LedgerSnapshot(Ledger(store), dag_id)
+    levels = _upstream_first(snapshot, sorted({r.task for r in layout.replicas}))
+    todo = [(t, p) for t, p in catch_up_order(layout, levels) if (t, p) not in layout.lost_partitions()]
+    if not todo:
+        progress(f"{dag_id}: every pair has both replicas; nothing to catch up")
+        return CatchUp()
+    if spare is None:
+        free = spares(layout, workers) if workers else []
+        workers_held = sorted({r.worker for r in layout.replicas})
+        if not free and len(workers_held) > 1:
+            raise PairsError(f"no spare worker: every worker in {list(workers)} holds replicas or was lost; start "
+                             f"one and name it with --spare (a lost worker comes back under a new name)")
+        spare = free[0] if free else workers_held[0]
+    runs = {run: ti for run, ti in client.task_instances_by_run(dag_id).items()}
+    done = CatchUp()
+    for task, partition in todo:
+        before = layouts.load(dag_id)
+        after = before.register(task, partition, spare)
+        layouts.save(dag_id, after, before=before)
+        standby = next(r for r in after.pair(task, partition) if r.replica not in
+                       {x.replica for x in before.pair(task, partition) if x.status.value == "ACTIVE"})
+        survivor = next(r for r in after.pair(task, partition) if r is not standby)
+        record = _install(store, snapshot, dag_id, task, partition, survivor.replica, standby.replica)
+        cleared = _clear_after(dag_id, client, runs, task, partition, standby.replica, record["epoch"])
+        record.update(replica=standby.name, spare=spare, generation=standby.generation, cleared=cleared)
+        done.replicas.append(record)
+        progress(f"{dag_id}: {standby.name} registered on {spare} as a standby at epoch {record['epoch']} (generation "
+                 f"{standby.generation}); copied {record['bytes']} bytes of {survivor.name}'s state and outputs; "
+                 f"replaying epochs {', '.join(map(str, sorted(cleared))) or 'none'}")
+    return done
+
+
+def _upstream_first(snapshot: Any, tasks: list[str]) -> list[str]:
+    """The paired tasks in the order their ledger rows read each other, upstream first."""
+    from falkirk.policies.partitions import task_of
+
+    reads = {t: set() for t in tasks}
+    for e in snapshot.entries():
+        if e.task_id in reads:
+            reads[e.task_id] |= {task_of(i.task_id) for i in e.inputs if task_of(i.task_id) in reads}
+    order: list[str] = []
+    while len(order) < len(tasks):
+        ready = sorted(t for t in tasks if t not in order and reads[t] <= set(order) | {t})
+        order += ready or sorted(t for t in tasks if t not in order)[:1]
+    return order
+
+
+def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, survivor: str,
+             standby: str) -> dict[str, Any]:
+    """Copy the survivor's state and outputs of its latest committed epoch ``v`` to the standby's
+    own tables, committed under the standby's key, and its ledger row for ``v``: the standby's
+    next epoch restores from there."""
+    import dataclasses
+
+    from falkirk.policies.partitions import replica_index
+    from falkirk.policies.regimes import Tier
+    from falkirk.policies.store.commits import CommitKey, commit_epoch, read_epoch
+    from falkirk.policies.store.ledger import Ledger
+
+    src_index, dst_index = replica_index(partition, survivor), replica_index(partition, standby)
+    rows = [e for e in snapshot.entries() if e.task_id == task and e.map_index == src_index]
+    if not rows:
+        raise ValueError(f"{task}[{partition}].{survivor} has committed nothing yet: nothing to copy")
+    source = max(rows, key=lambda e: (e.epoch, e.incarnation))
+    incarnation = snapshot.next_incarnation(task, source.epoch, dst_index)
+    key = CommitKey(dag_id, task, source.epoch, dst_index, incarnation)
+    copied = 0
+
+    def copy(uri: str, name: str) -> tuple[str, int, int]:
+        nonlocal copied
+        data = read_epoch(uri, source.epoch, store.options_for(uri))
+        copied += data.nbytes
+        target = store.table_uri(Tier.DURABLE, dag_id, task, name, dst_index)
+        result = commit_epoch(target, data, key, store.options_for(target))
+        return target, result.version, data.num_rows
+
+    outputs = []
+    for ref in source.outputs:
+        uri, version, n = copy(ref.uri, ref.name)
+        outputs.append(dataclasses.replace(ref, uri=uri, version=version, rows=n))
+    state = copy(source.state_uri, "state") if source.state_uri else None
+    entry = dataclasses.replace(
+        source, map_index=dst_index, incarnation=incarnation, outputs=tuple(outputs),
+        state_uri=state[0] if state else None, state_version=state[1] if state else None,
+        state_rows=state[2] if state else None, run_id=f"catch-up:{source.run_id}", worker=None)
+    Ledger(store).append(entry)
+    return {"epoch": source.epoch, "bytes": copied, "from": f"{task}[{src_index}]"}
+
+
+def _clear_after(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, Any]]], task: str, partition: int,
+                 replica: str, epoch: int) -> list[int]:
+    """Clear the standby's task instances of the epochs after ``epoch``: Airflow runs them on
+    the spare, in epoch order."""
+    from falkirk.policies.partitions import processor_id, replica_index
+
+    processor = processor_id(task, replica_index(partition, replica))
+    cleared = []
+    for run, instances in sorted(runs.items()):
+        ti = instances.get(processor)
+        e = _epoch_of(run, ti)
+        if ti is None or e is None or e <= epoch:
+            continue
+        client.clear(dag_id, run, [processor])
+        cleared.append(e)
+    return cleared
+
+
+def _epoch_of(run: str, ti: dict[str, Any] | None) -> int | None:
+    """The epoch of a DAG run whose id is ``epoch-N`` (the runs Falkirk triggers), else from its
+    instance's rendered epoch; ``None`` when unknown."""
+    if run.startswith("epoch-") and run[6:].isdigit():
+        return int(run[6:])
+    return None
+
+
+def parse_replica(text: str) -> tuple[str, int, str]:
+    """``task[p].R`` as ``(task, p, R)``.
+
+    >>> parse_replica("stats[1].B")
+    ('stats', 1, 'B')
+    """
+    import re
+
+    from falkirk.policies.pairs import PairsError
+
+    m = re.fullmatch(r"([^\[\]]+)\[(\d+)\]\.([AB])", text.strip())
+    if not m:
+        raise PairsError(f"--replica {text!r:.60}: write TASK[PARTITION].A or .B, e.g. stats[1].B")
+    return m[1], int(m[2]), m[3]
+
+
+def layout_table(layout: Any, snapshot: Any | None = None) -> str:
+    """The layout as ``falkirk pairs`` prints it: one line per replica, with its latest epoch."""
+    from falkirk.policies.partitions import replica_index
+
+    lines = [f"{'replica':<22} {'worker':<14} {'status':<7} {'gen':>3}  latest epoch"]
+    for r in layout.replicas:
+        latest = "-"
+        if snapshot is not None:
+            epochs = [e.epoch for e in snapshot.entries()
+                      if e.task_id == r.task and e.map_index == replica_index(r.partition, r.replica)]
+            latest = str(max(epochs)) if epochs else "-"
+        lines.append(f"{r.name:<22} {r.worker:<14} {r.status.value:<7} {r.generation:>3}  {latest}")
+    lost = layout.lost_partitions()
+    if lost:
+        lines.append("lost (no active replica; restore on the durable path): "
+                     + ", ".join(f"{t}[{p}]" for t, p in lost))
+    return "\n".join(lines)
+
+
+__all__ = ["CatchUp", "TakeOver", "catch_up", "dag_policy", "layout_table", "parse_replica", "take_over"]

@@ -1,0 +1,140 @@
+"""The job's side of process pairs: which replica of a paired input to read, the generation
+fence on a replica's commit, and the sink both final replicas write.
+
+The decisions are :mod:`falkirk.policies.pairs`'s; this module applies them to the store:
+
+* :func:`layout_for`: the DAG's layout, with this task's replicas added (chained over the
+  workers) on its first epoch;
+* :func:`read_from`: the map index of the replica a consumer reads a producer partition from:
+  its own replica id while that one is active and has committed the epoch, else its twin
+  (the take-over: nothing re-runs, the twin's output is already there); a partition with no
+  active replica left stops the job, naming the durable path;
+* :func:`fence`: a replica declared dead after it started (a zombie) commits nothing;
+* :func:`write_sink`: the partition's rows of an egress table, written by both replicas of a
+  final task under one key: the first commit wins, the second is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from falkirk.policies.pairs import Layout, PairsError, Status, with_task
+from falkirk.policies.partitions import REPLICA_NAMES, replica_index, replica_label, replica_of
+from falkirk.policies.store.commits import CommitKey, CommitResult
+from falkirk.policies.store.control import PairLayouts
+from falkirk.policies.workers import configured_workers, worker_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from falkirk.spark_jobs.runtime import EpochContext
+
+
+class Fenced(RuntimeError):
+    """A replica was declared dead while it ran: its commit would be a zombie's, and is not made."""
+
+
+def pair_workers(environ: "os._Environ[str] | dict[str, str] | None" = None) -> tuple[str, ...]:
+    """The workers pairs are placed on: ``FALKIRK_WORKERS``, or this machine alone."""
+    env = os.environ if environ is None else environ
+    return configured_workers(env) or (worker_name(env),)
+
+
+def layout_for(ctx: "EpochContext") -> Layout:
+    """The DAG's layout as it is now, with this task's replicas recorded if it had none."""
+    layouts = PairLayouts(ctx.store)
+    a = ctx.args
+    current = layouts.load(a.dag_id)
+    if a.replicas > 1 and a.partitions is not None:
+        wanted = with_task(current, a.task_id, a.partitions, pair_workers())
+        if wanted is not current:
+            layouts.save(a.dag_id, wanted, before=current)
+            current = layouts.load(a.dag_id)  # another replica may have recorded it first: one answer
+    if current is None:
+        raise PairsError(f"{a.processor}: DAG {a.dag_id} has no process pairs recorded; its paired inputs "
+                         f"{list(a.paired_inputs)} have not run yet")
+    return current
+
+
+def read_from(ctx: "EpochContext", producer: str, partition: int, epoch: int) -> int:
+    """The map index of the replica of ``producer[partition]`` that this job reads for ``epoch``."""
+    layout = ctx.layout
+    own = replica_of(ctx.args.map_index)[1] if ctx.args.replicas > 1 else REPLICA_NAMES[0]
+    order = [own, *(r for r in REPLICA_NAMES if r != own)]
+    active = [r for r in order if layout.replica(producer, partition, r).status is Status.ACTIVE]
+    if not active:
+        dead = [replica_label(producer, replica_index(partition, r)) for r in REPLICA_NAMES]
+        raise PairsError(
+            f"{ctx.args.processor} epoch {ctx.epoch}: both replicas of {producer}[{partition}] ({', '.join(dead)}) "
+            f"are lost, so no replica holds its epoch {epoch}; not running without that partition. Restore it "
+            f"from its durable state and re-execute it alone: falkirk plan --dag {ctx.args.dag_id} "
+            f"--failed-task {producer}[{replica_index(partition, 'A')}]:{epoch} "
+            f"--failed-task {producer}[{replica_index(partition, 'B')}]:{epoch}")
+    # The twin's output of an epoch is the same rows (replicas are deterministic): a replica that
+    # is active but has not committed the epoch (failed, not yet declared dead) is read around.
+    for r in active:
+        if ctx.rows.find(producer, epoch, replica_index(partition, r)) is not None:
+            return replica_index(partition, r)
+    return replica_index(partition, active[0])  # none committed: the reader names the first
+
+
+def fence(ctx: "EpochContext") -> None:
+    """Refuse the commit of a replica declared dead (or replaced) since the job read the layout."""
+    a = ctx.args
+    if a.replicas < 2:
+        return
+    partition, replica = replica_of(a.map_index)
+    started = ctx.layout.replica(a.task_id, partition, replica)
+    now = PairLayouts(ctx.store).load(a.dag_id)
+    current = now.replica(a.task_id, partition, replica) if now is not None else started
+    if current.status is Status.DEAD or current.generation != started.generation:
+        raise Fenced(f"{a.replica} epoch {a.epoch}: declared {current.status.value} (generation "
+                     f"{current.generation}, this run started under {started.generation}) while it ran; its twin "
+                     f"took over, so this commit is not made")
+
+
+def fold_in_if_caught_up(ctx: "EpochContext", epoch: int) -> bool:
+    """After a standby's commit of ``epoch``: make it active once it has caught up with its survivor
+    (both have committed the same epochs); returns whether it did."""
+    a = ctx.args
+    if a.replicas < 2:
+        return False
+    partition, replica = replica_of(a.map_index)
+    layouts = PairLayouts(ctx.store)
+    before = layouts.load(a.dag_id)
+    me = before.replica(a.task_id, partition, replica) if before is not None else None
+    if me is None or me.status is not Status.STDBY:
+        return False
+    twin = next(r for r in before.pair(a.task_id, partition) if r.replica != replica)
+    latest = max((e.epoch for e in ctx.ledger.entries(a.dag_id, a.task_id)
+                  if e.map_index == replica_index(partition, twin.replica)), default=0)
+    if latest > epoch:
+        return False  # the survivor is ahead: this replica's next epochs replay the rest
+    after = (before.advance(a.task_id, partition, replica, epoch, me.generation)
+             .advance(a.task_id, partition, twin.replica, latest, twin.generation)
+             .fold_in(a.task_id, partition))
+    layouts.save(a.dag_id, after, before=before)
+    return True
+
+
+def write_sink(ctx: "EpochContext", frame: "DataFrame", name: str = "sink") -> CommitResult:
+    """Write this partition's rows of epoch ``ctx.epoch`` to the egress table ``name``, once for
+    both replicas: they share the commit key (the partition, not the replica), so the first
+    commit wins and the second writes nothing. A redone epoch (a higher incarnation) replaces it."""
+    from falkirk.spark_jobs.delta_sink import commit_frame
+
+    a = ctx.args
+    partition = ctx.partition if ctx.partition is not None else -1
+    uri = sink_uri(ctx.store, a.dag_id, a.task_id, partition, name)
+    key = CommitKey(a.dag_id, f"{a.task_id}/{name}", a.epoch, partition, a.incarnation)
+    return commit_frame(frame, uri, key, ctx.store.options_for(uri))
+
+
+def sink_uri(store, dag_id: str, task_id: str, partition: int, name: str = "sink") -> str:  # noqa: ANN001
+    """The egress table of one partition of a paired task (one table per partition: only a
+    partition's two replicas ever race on it)."""
+    return f"{store.durable_uri.rstrip('/')}/{dag_id}/{task_id}/{name}/partition={partition}"
+
+
+__all__ = ["Fenced", "fence", "fold_in_if_caught_up", "layout_for", "pair_workers", "read_from", "sink_uri", "write_sink"]
