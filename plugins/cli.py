@@ -164,14 +164,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     action.add_argument("--catch-up", action="store_true", help="recreate each lost replica on a spare, bottom-up")
     pairs.add_argument("--spare", metavar="WORKER", help="the worker --catch-up recreates replicas on (default: the "
                                                          "first of FALKIRK_WORKERS holding none)")
-    for p in (plan, replay, discard, trigger, pairs):
+    watch = sub.add_parser("watch", help="notice lost workers by their heartbeats and respond: take over their "
+                                         "process pairs, plan (and where the DAG opts in, replay) the rest",
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog=AIRFLOW_VARIABLES + "\nA DAG opts in to replays without a person with the tag "
+                           "falkirk:auto_recover.\nexample:\n  falkirk watch --dag falkirk_pairs --dag falkirk_shards "
+                           "--timeout 30\n")
+    watch.add_argument("--dag", action="append", required=True, help="a DAG to respond for (repeatable)")
+    watch.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                       help="silence after which a worker is lost (default 30)")
+    watch.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help="time between pings (default 5)")
+    for p in (plan, replay, discard, trigger, pairs, watch):
         p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
     args = parser.parse_args(argv)
     try:
         return {"plan": _plan, "replay": _replay, "gc": _gc, "delivered": _delivered,
                 "release": _release, "discard": _discard, "new-job": _new_job,
-                "trigger": _trigger, "pairs": _pairs}[args.command](args)
+                "trigger": _trigger, "pairs": _pairs, "watch": _watch}[args.command](args)
     except (PlanError, AirflowError, ValueError) as exc:  # ScaffoldError is a ValueError
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -213,6 +223,21 @@ def _pairs(args: argparse.Namespace) -> int:
     except PairsError as exc:
         print(f"falkirk pairs: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from falkirk.plugins.watch import watch
+    from falkirk.policies.workers import configured_workers
+
+    workers = configured_workers(os.environ)
+    if not workers:
+        raise PlanError("FALKIRK_WORKERS: name the workers to watch (comma-separated), as the scheduler has them")
+    try:
+        watch(args.dag, _store(), _client(args.airflow_url, required=True), workers, timeout=args.timeout,
+              poll=args.poll, progress=lambda m: print(m, flush=True))
+    except KeyboardInterrupt:
+        return 0
     return 0
 
 

@@ -3,7 +3,9 @@
 * :func:`take_over`: a worker (or one replica) is lost. The layout marks its replicas ``DEAD``,
   one generation on (:meth:`~falkirk.policies.pairs.Layout.fail`); each of their task instances
   that has not succeeded is set to skipped, with a note naming the twin that holds the
-  partition, and a DAG run left failed only by them is settled to success. Nothing re-runs:
+  partition. A DAG run left failed only by them is settled to success; one that Airflow failed
+  as deadlocked (its instances waited on a failed replica, by ``depends_on_past``, which for a
+  mapped task waits on every map index) is queued again. Nothing re-runs:
   the twins' outputs are already committed, and readers read them
   (:mod:`falkirk.spark_jobs.pairs`).
 * :func:`catch_up`: each partition that lost a replica gets it back on a spare, bottom-up.
@@ -117,6 +119,11 @@ def _settle(dag_id: str, client: Any, runs: set[str]) -> list[str]:
     for run in decided.success:
         client.set_run_state(dag_id, run, "success", note="Falkirk: the replicas that failed were taken over by "
                                                           "their twins; every partition of this epoch is done")
+    for run in decided.left:
+        # Failed as deadlocked (its instances waited, by depends_on_past, on a failed replica):
+        # queued again, the scheduler runs what the take-over unblocked.
+        client.queue_run(dag_id, run, note="Falkirk: the replicas that failed were taken over by their twins; "
+                                           "the rest of this epoch runs")
     return list(decided.success)
 
 
@@ -206,12 +213,13 @@ def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, 
     source = max(rows, key=lambda e: (e.epoch, e.incarnation))
     incarnation = snapshot.next_incarnation(task, source.epoch, dst_index)
     key = CommitKey(dag_id, task, source.epoch, dst_index, incarnation)
-    copied = 0
+    copied, rows_copied = 0, {}
 
     def copy(uri: str, name: str) -> tuple[str, int, int]:
         nonlocal copied
         data = read_epoch(uri, source.epoch, store.options_for(uri))
         copied += data.nbytes
+        rows_copied[name] = data.num_rows
         target = store.table_uri(Tier.DURABLE, dag_id, task, name, dst_index)
         result = commit_epoch(target, data, key, store.options_for(target))
         return target, result.version, data.num_rows
@@ -226,7 +234,7 @@ def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, 
         state_uri=state[0] if state else None, state_version=state[1] if state else None,
         state_rows=state[2] if state else None, run_id=f"catch-up:{source.run_id}", worker=None)
     Ledger(store).append(entry)
-    return {"epoch": source.epoch, "bytes": copied, "from": f"{task}[{src_index}]"}
+    return {"epoch": source.epoch, "bytes": copied, "rows": rows_copied, "from": f"{task}[{src_index}]"}
 
 
 def _clear_after(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, Any]]], task: str, partition: int,

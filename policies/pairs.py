@@ -165,7 +165,7 @@ class Layout:
         if spare == survivor.worker and len({r.worker for r in self.replicas}) > 1:
             raise PairsError(f"{task}[{partition}]: {spare} holds its survivor {survivor.name}; a pair needs two "
                              f"workers: choose another spare")
-        if spare in {r.worker for r in self.replicas if r.status is Status.DEAD}:
+        if spare in {r.worker for r in self.replicas if r.status is Status.DEAD} and not self.on(spare):
             raise PairsError(f"{spare} was lost; a worker that comes back is a new spare under a new name")
         return self._replace({dead: dataclasses.replace(dead, worker=spare, status=Status.STDBY,
                                                         version=survivor.version, generation=dead.generation + 1)})
@@ -193,14 +193,20 @@ class Layout:
         return current.status is not Status.DEAD and generation == current.generation
 
     def fold_in(self, task: str, partition: int) -> Layout:
-        """The standby of ``task[partition]`` becomes active: only once its version equals its
-        survivor's (both have consumed the same epochs)."""
+        """The standby of ``task[partition]`` becomes active: only once its version has reached
+        its survivor's (it has consumed every epoch the survivor has; it may be one ahead, the
+        survivor's commit of that epoch still under way).
+
+        >>> layout = chained({"t": 1}, ["w0", "w1", "w2"]).fail("w1").register("t", 0, "w2")
+        >>> layout.advance("t", 0, "B", 4, 2).fold_in("t", 0).replica("t", 0, "B").status.value
+        'ACTIVE'
+        """
         a, b = self.pair(task, partition)
         standby = next((r for r in (a, b) if r.status is Status.STDBY), None)
         if standby is None:
             raise PairsError(f"{task}[{partition}] has no standby to fold in")
         survivor = b if standby is a else a
-        if standby.version != survivor.version:
+        if standby.version < survivor.version:
             raise PairsError(f"{standby.name} is at version {standby.version}, its survivor {survivor.name} at "
                              f"{survivor.version}: replay epochs {standby.version + 1}..{survivor.version} first")
         return self._replace({standby: dataclasses.replace(standby, status=Status.ACTIVE)})
@@ -310,8 +316,25 @@ def catch_up_order(layout: Layout, levels: Sequence[str]) -> list[tuple[str, int
     return order
 
 
+def lost_partition_refusal(dag_id: str, reader: str, epoch: int, producer: str, partition: int,
+                           producer_epoch: int) -> str:
+    """Why ``reader`` does not run its ``epoch`` when both replicas of ``producer[partition]`` are
+    lost, and the plan that restores the partition on the durable path (its replicas are task
+    instances ``2p`` and ``2p + 1``).
+
+    >>> print(lost_partition_refusal("falkirk_pairs", "stats[0]", 2, "sessions", 2, 2))
+    stats[0] epoch 2: both replicas of sessions[2] (sessions[2].A, sessions[2].B) are lost, so no replica holds its epoch 2; not running without that partition. Restore it from its durable state and re-execute it alone: falkirk plan --dag falkirk_pairs --failed-task sessions[4]:2 --failed-task sessions[5]:2
+    """
+    a, b = partition * len(REPLICAS), partition * len(REPLICAS) + 1
+    return (f"{reader} epoch {epoch}: both replicas of {producer}[{partition}] ({producer}[{partition}].A, "
+            f"{producer}[{partition}].B) are lost, so no replica holds its epoch {producer_epoch}; not running without "
+            f"that partition. Restore it from its durable state and re-execute it alone: falkirk plan --dag {dag_id} "
+            f"--failed-task {producer}[{a}]:{producer_epoch} --failed-task {producer}[{b}]:{producer_epoch}")
+
+
 def _other(replica: str) -> str:
     return REPLICAS[1 - REPLICAS.index(replica)]
 
 
-__all__ = ["Layout", "PairsError", "REPLICAS", "Replica", "Status", "catch_up_order", "chained", "spares", "with_task"]
+__all__ = ["Layout", "PairsError", "REPLICAS", "Replica", "Status", "catch_up_order", "chained", "lost_partition_refusal",
+           "spares", "with_task"]

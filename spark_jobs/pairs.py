@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from falkirk.policies.pairs import Layout, PairsError, Status, with_task
-from falkirk.policies.partitions import REPLICA_NAMES, replica_index, replica_label, replica_of
+from falkirk.policies.pairs import Layout, PairsError, Status, lost_partition_refusal, with_task
+from falkirk.policies.partitions import REPLICA_NAMES, replica_index, replica_of
 from falkirk.policies.store.commits import CommitKey, CommitResult
 from falkirk.policies.store.control import PairLayouts
 from falkirk.policies.workers import configured_workers, worker_name
@@ -64,13 +64,8 @@ def read_from(ctx: "EpochContext", producer: str, partition: int, epoch: int) ->
     order = [own, *(r for r in REPLICA_NAMES if r != own)]
     active = [r for r in order if layout.replica(producer, partition, r).status is Status.ACTIVE]
     if not active:
-        dead = [replica_label(producer, replica_index(partition, r)) for r in REPLICA_NAMES]
-        raise PairsError(
-            f"{ctx.args.processor} epoch {ctx.epoch}: both replicas of {producer}[{partition}] ({', '.join(dead)}) "
-            f"are lost, so no replica holds its epoch {epoch}; not running without that partition. Restore it "
-            f"from its durable state and re-execute it alone: falkirk plan --dag {ctx.args.dag_id} "
-            f"--failed-task {producer}[{replica_index(partition, 'A')}]:{epoch} "
-            f"--failed-task {producer}[{replica_index(partition, 'B')}]:{epoch}")
+        raise PairsError(lost_partition_refusal(ctx.args.dag_id, ctx.args.processor, ctx.epoch, producer, partition,
+                                                epoch))
     # The twin's output of an epoch is the same rows (replicas are deterministic): a replica that
     # is active but has not committed the epoch (failed, not yet declared dead) is read around.
     for r in active:

@@ -568,6 +568,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         written = pairs.write_sink(ctx, result.sink)
         say(f"  sink -> {written.uri} (v{written.version}, {written.rows} rows"
             + ("" if written.applied else ", already written by the twin") + ")")
+        crash_point(args.processor, args.epoch, "after-sink", dag_id=args.dag_id)
     consumed = {(i.task_id, i.output, i.map_index): i.through for i in previous.inputs} if previous else {}
     for k, through in ctx.consumed.items():
         consumed[k] = max(consumed.get(k, through), through)
@@ -588,8 +589,12 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     entry = dataclasses.replace(entry, rollbacks_seen=_check_still_current(ctx, entry, appended=False))
     ctx.ledger.append(entry)
     _check_still_current(ctx, entry, appended=True)
-    if args.replicas > 1 and pairs.fold_in_if_caught_up(ctx, args.epoch):
-        say(f"  {args.replica} caught up with its twin at epoch {args.epoch}: active again")
+    if args.replicas > 1:
+        try:
+            if pairs.fold_in_if_caught_up(ctx, args.epoch):
+                say(f"  {args.replica} caught up with its twin at epoch {args.epoch}: active again")
+        except Exception as exc:  # noqa: BLE001 - the epoch is committed; the next epoch's commit tries again
+            say(f"  {args.replica}: not folded in yet ({type(exc).__name__}: {exc}); its next epoch tries again")
     if result.sent and all(s.accepted for s in result.sent.values()):
         _record_accepted(ctx)
     return entry

@@ -17,7 +17,8 @@ sys.path.insert(0, str(DOCS / "_ext"))
 
 from falkirk_docs import command_help, message_of  # noqa: E402
 
-COMMANDS = ["", "trigger", "plan", "replay", "discard", "gc", "release", "delivered", "new-job", "solve"]
+COMMANDS = ["", "trigger", "plan", "replay", "discard", "gc", "release", "delivered", "pairs", "watch", "new-job",
+            "solve"]
 MESSAGE = re.compile(r"```\{falkirk-message\}\n(.*?)```", re.S)
 
 

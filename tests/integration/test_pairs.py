@@ -1,0 +1,191 @@
+"""Process pairs through Airflow: a replica fails, its twin takes over, nothing re-runs.
+
+``pairs_a``, a copy of ``dags/falkirk_pairs.py`` (Flux's running example: ``sessions`` and
+``stats``, each 4 partitions run as replicas A and B), runs on Airflow (LocalExecutor, jobs
+as Spark Connect clients). Replica ``sessions[1].A`` (task instance ``sessions[2]``) dies
+before its commit of epoch 2, for real (SIGKILL at the crash point). Its readers do not wait:
+``stats`` reads partition 1 of epoch 2 from ``sessions[1].B``. Epoch 3's ``sessions[1].A``
+waits on its failed predecessor until ``falkirk pairs --fail-replica`` declares it dead and
+skips it; epoch 3 then completes. ``falkirk pairs --catch-up`` recreates the replica from its
+twin's state of epoch 3; it commits epoch 4 and folds back in, and the ``stats`` replicas A
+read their own replica id again. Nothing re-runs (every task instance ran once, every ledger
+row is incarnation 0), the sink holds Flux's five rows exactly once each, and every table
+equals a failure-free run's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from devstack.airflow import AirflowStack
+from devstack.demo import dag_epoch_clock, run_id_of
+from devstack.inprocess import run_reference_process
+from devstack.spark import SparkConnectServer
+from falkirk.plugins.pairs import catch_up, take_over
+from falkirk.policies.partitions import processors, replica_index
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.control import PairLayouts
+from falkirk.policies.store.ledger import Ledger
+from falkirk.spark_jobs.pairs import sink_uri
+from tests.integration.recovery.drill import wait_states
+from tests.oracle import canonical
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+A, REF = "pairs_a", "pairs_ref"
+DAG_FILE = '''"""Airflow DAG file: a copy of dags/falkirk_pairs.py (a DAG factory)."""
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("falkirk_pairs_dag", {path!r})
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+pairs_a = _module.build_dag("pairs_a")
+'''
+# Flux's required sink content (research/flux.md §5.5): (sn, app, src, max, avg), each SN once.
+SINK = [(3, "http", "a", 5, 5.0), (5, "ftp", "b", 8, 8.0), (6, "http", "a", 5, 4.0), (9, "http", "c", 4, 4.0),
+        (10, "http", "a", 7, 5.0)]
+LOST = "sessions[2]"  # replica sessions[1].A
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("falkirk_pairs_dag", ROOT / "dags" / "falkirk_pairs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PAIRS = _module()
+PROCESSORS = [p for t, (regime, n) in PAIRS.TASKS.items() for p in processors(t, n, regime.replicas)]
+SUCCESS = {p: {"success"} for p in PROCESSORS}
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
+    root = tmp_path_factory.mktemp("pairs")
+    store = StoreConfig(str(root / "durable"), str(root / "scratch"))
+    dags = root / "dags"
+    dags.mkdir()
+    (dags / "pairs.py").write_text(DAG_FILE.format(path=str(ROOT / "dags" / "falkirk_pairs.py")))
+    faults = root / "faults"
+    faults.write_text(f"{A}/{LOST}:2:before-commit\n")
+    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=dags, extra_env={
+        **spark_connect.airflow_env(), "FALKIRK_CRASH_AT": f"@{faults}"})
+    stack.init()
+    stack.start()
+    try:
+        client = stack.client()
+        clock = dag_epoch_clock(ROOT / "dags" / "falkirk_pairs.py")
+        client.wait_for_dag(A)
+        client.set_paused(A, False)
+        for e in (1, 2, 3):
+            client.trigger(A, run_id_of(e), clock.logical_date(e))
+        run_reference_process(str(ROOT / "dags" / "falkirk_pairs.py"), REF, "falkirk.spark_jobs.sessions", 4,
+                              {**store.env(), "SPARK_REMOTE": spark_connect.url})
+        # stats reads around the failed replica (all_done); epoch 3's sessions wait on it (depends_on_past
+        # waits on every map index of a mapped task)
+        waiting = {**SUCCESS, **{p: {None, "scheduled"} for p in PROCESSORS if p != "ingress"}}
+        wait_states(client, A, {1: SUCCESS, 2: {**SUCCESS, LOST: {"failed"}}, 3: waiting}, timeout=1200)
+        faults.write_text("")
+        before = PairLayouts(store).load(A)
+        took = take_over(A, store, client, replica="sessions[1].A", reason="its task instance failed")
+        wait_states(client, A, {3: {**SUCCESS, LOST: {"skipped"}}}, timeout=900)
+        caught = catch_up(A, store, client)
+        client.trigger(A, run_id_of(4), clock.logical_date(4))
+        wait_states(client, A, {4: SUCCESS}, timeout=900)
+        yield SimpleState(stack, store, client, before, took, caught)
+    finally:
+        stack.stop()
+
+
+class SimpleState:
+    def __init__(self, stack, store, client, before, took, caught) -> None:  # noqa: ANN001
+        self.stack, self.store, self.client = stack, store, client
+        self.before, self.took, self.caught = before, took, caught
+
+
+def test_the_take_over_skips_the_dead_replica_and_nothing_re_runs(paired) -> None:
+    assert paired.took.dead == ("sessions[1].A",)
+    assert sorted(paired.took.skipped) == [(run_id_of(2), LOST), (run_id_of(3), LOST)]
+    runs = paired.client.task_instances_by_run(A)
+    # every task instance ran once: the twin's outputs were read, nothing was retried or cleared
+    # (the recreated replica's epoch 4 is its first try too)
+    assert {(run, p): ti["try_number"] for run, tis in runs.items() for p, ti in tis.items() if ti["try_number"] > 1} == {}
+    assert all(paired.client.dag_run(A, run_id_of(e))["state"] == "success" for e in (1, 2, 3, 4))
+    rows = Ledger(paired.store).entries(A)
+    assert {r.incarnation for r in rows} == {0}
+    # the dead replica committed epoch 1, then its copy of epoch 3 (from its twin), then epoch 4
+    assert sorted((r.epoch, r.run_id) for r in rows if r.processor == LOST) == [
+        (1, run_id_of(1)), (3, f"catch-up:{run_id_of(3)}"), (4, run_id_of(4))]
+
+
+def test_readers_switch_to_the_twin_and_back_after_the_fold_in(paired) -> None:
+    rows = Ledger(paired.store).entries(A)
+    read = {(r.map_index, r.epoch): sorted(i.map_index for i in r.inputs if i.task_id == "sessions" and i.through ==
+                                           r.epoch) for r in rows if r.task_id == "stats"}
+    for p in range(4):
+        a, b = replica_index(p, "A"), replica_index(p, "B")
+        assert read[a, 1] == [0, 2, 4, 6] and read[b, 1] == [1, 3, 5, 7]
+        assert read[a, 2] == read[a, 3] == [0, 3, 4, 6], "replicas A read partition 1 from its B while A was dead"
+        assert read[a, 4] == [0, 2, 4, 6], "after the fold-in, replicas A read their own replica id again"
+        assert read[b, 2] == [1, 3, 5, 7]
+
+
+def test_the_layout_records_the_take_over_and_the_catch_up(paired) -> None:
+    layout = PairLayouts(paired.store).load(A)
+    r = layout.replica("sessions", 1, "A")
+    assert (r.status.value, r.generation) == ("ACTIVE", 2)
+    assert all(x.status.value == "ACTIVE" and x.generation == 0 for x in layout.replicas if x is not r)
+    table = open_table(PairLayouts(paired.store).uri)
+    history = sorted((row["generation"], row["status"]) for row in scan(table, where={"dag_id": A}).to_pylist()
+                     if (row["task_id"], row["partition"], row["replica"]) == ("sessions", 1, "A"))
+    assert history == [(0, "ACTIVE"), (1, "DEAD"), (2, "ACTIVE"), (2, "STDBY")]
+    [copied] = paired.caught.replicas
+    assert (copied["replica"], copied["epoch"], copied["cleared"]) == ("sessions[1].A", 3, [])
+    # sessions[1] holds no open session after epoch 2: its copied state of epoch 3 is empty, like its epoch-3 output
+    assert (copied["from"], copied["rows"]) == ("sessions[3]", {"output": 0, "state": 0})
+    shown = subprocess.run([sys.executable, "-m", "falkirk.plugins.cli", "pairs", "--dag", A], capture_output=True,
+                           text=True, env={**os.environ, **paired.store.env()}, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "sessions[1].A" in shown.stdout and shown.stdout.count("ACTIVE") == 16
+
+
+def test_the_sink_holds_each_update_once(paired) -> None:
+    rows = []
+    for p in range(4):
+        table = open_table(sink_uri(paired.store, A, "stats", p))
+        rows += scan(table).to_pylist() if table is not None else []
+    assert sorted((r["sn"], r["app"], r["src"], r["longest"], r["avg"]) for r in rows) == SINK
+
+
+def test_every_table_equals_the_failure_free_run(paired) -> None:
+    store = paired.store
+    compared = 0
+    for task, (regime, n) in PAIRS.TASKS.items():
+        for index in range(n * regime.replicas) if n else (-1,):
+            for table in ("output", "state") if regime.keeps_state else ("output",):
+                ref, got = (_rows(store, dag, task, table, index) for dag in (REF, A))
+                if f"{task}[{index}]" == LOST:  # it holds epochs 1, 3 (its copy) and 4
+                    ref = [row for row in ref if dict(row)["epoch"] in (1, 3, 4)]
+                assert got == ref, f"{task}[{index}] {table} differs from the failure-free run"
+                compared += len(ref)
+    assert compared == 52  # sessions hold no open session at an epoch's end; stats hold and emit rows
+    # both replicas of every partition hold the same state at epoch 4
+    for task in ("sessions", "stats"):
+        for p in range(4):
+            a, b = (_rows(store, A, task, "state", replica_index(p, r)) for r in "AB")
+            assert [x for x in a if dict(x)["epoch"] == 4] == [x for x in b if dict(x)["epoch"] == 4]
+
+
+def _rows(store: StoreConfig, dag: str, task: str, table: str, index: int) -> list[tuple]:
+    from falkirk.policies.regimes import Tier
+
+    t = open_table(store.table_uri(Tier.DURABLE, dag, task, table, index))
+    return canonical(scan(t).to_pylist()) if t is not None else []
+
