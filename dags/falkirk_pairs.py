@@ -15,12 +15,13 @@ and their twins' outputs, already committed, are read instead: nothing re-runs. 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Mapping, Sequence
 
 from airflow.sdk import DAG
 
 from falkirk.plugins.operators import RegimeSparkSubmitOperator
 from falkirk.plugins.timetable import EpochTimetable
-from falkirk.policies import Batch, EpochClock, ProcessPairs
+from falkirk.policies import Batch, EpochClock, ProcessPairs, Regime
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
 JOBS = "falkirk.spark_jobs.sessions"
@@ -32,8 +33,12 @@ PARTITIONS = {task: n for task, (_, n) in TASKS.items() if n}
 EDGES = list(zip(TASKS, list(TASKS)[1:]))
 
 
-def build_dag(dag_id: str = "falkirk_pairs", conn_id: str = "spark_default") -> DAG:
-    """The pipeline under ``dag_id`` (several copies can live side by side, each with its own tables)."""
+def build_dag(dag_id: str = "falkirk_pairs", conn_id: str = "spark_default", partitions: int = 4,
+              regimes: Mapping[str, Regime] | None = None, queues: Mapping[str, str] | None = None,
+              tags: Sequence[str] = ()) -> DAG:
+    """The pipeline under ``dag_id`` (several copies can live side by side, each with its own
+    tables), with ``partitions`` partitions per paired task; ``regimes`` replaces tasks' regimes
+    (process pairs beside the checkpointing regimes, say) and ``queues`` gives tasks a queue."""
     with DAG(
         dag_id=dag_id,
         description="Events -> sessions per (src, dst) -> running statistics per (app, src), paired partitions",
@@ -41,17 +46,21 @@ def build_dag(dag_id: str = "falkirk_pairs", conn_id: str = "spark_default") -> 
         start_date=EPOCHS.first,
         catchup=False,
         max_active_runs=4,
-        tags=["falkirk"],
+        tags=["falkirk", *tags],
         default_args={"conn_id": conn_id, "retries": 0},
         doc_md=__doc__,
     ) as dag:
         tasks = []
-        for task, (regime, partitions) in TASKS.items():
-            if partitions is None:
-                tasks.append(RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime))
+        for task, (regime, count) in TASKS.items():
+            regime = (regimes or {}).get(task, regime)
+            queue = {"queue": queues[task]} if queues and task in queues else {}
+            if count is None:
+                tasks.append(RegimeSparkSubmitOperator(task_id=task, application=f"{JOBS}.{task}", regime=regime,
+                                                       **queue))
             else:
                 tasks.append(RegimeSparkSubmitOperator.partial(task_id=task, application=f"{JOBS}.{task}",
-                                                               regime=regime).expand(partition=range(partitions)))
+                                                               regime=regime, **queue)
+                             .expand(partition=range(partitions)))
         for up, down in zip(tasks, tasks[1:]):
             up >> down
     return dag

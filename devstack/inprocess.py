@@ -79,14 +79,18 @@ def run_in_process(
 
 
 def run_reference_process(dag_file: str, dag_id: str, package: str, epochs: int, env: Mapping[str, str],
-                          timeout: float = 1800) -> None:
+                          timeout: float = 1800, partitions: Mapping[str, int] | None = None,
+                          regimes: Mapping[str, Regime] | None = None) -> None:
     """:func:`main` in a process of its own (the caller may hold a Spark session of another kind),
-    with ``env`` (the store's variables and ``SPARK_REMOTE``) added to this one's environment."""
+    with ``env`` (the store's variables and ``SPARK_REMOTE``) added to this one's environment;
+    ``partitions`` and ``regimes`` replace the DAG file's for the tasks they name."""
     import subprocess
     import sys
 
+    extra = [f"--partitions={t}={n}" for t, n in (partitions or {}).items()]
+    extra += [f"--regime={t}={r.spec()}" for t, r in (regimes or {}).items()]
     done = subprocess.run([sys.executable, "-m", "devstack.inprocess", dag_file, dag_id, package, "--epochs",
-                           str(epochs)], env={**os.environ, **env}, cwd=Path(__file__).resolve().parents[1],
+                           str(epochs), *extra], env={**os.environ, **env}, cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"the reference run of {dag_id} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
@@ -105,15 +109,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("dag_id")
     parser.add_argument("package", help="the job modules' package, e.g. falkirk.spark_jobs.figure1")
     parser.add_argument("--epochs", type=int, required=True, help="run epochs 1..N")
+    parser.add_argument("--partitions", action="append", default=[], metavar="TASK=N",
+                        help="a task's partition count instead of the DAG file's (repeatable)")
+    parser.add_argument("--regime", action="append", default=[], metavar="TASK=SPEC",
+                        help="a task's regime instead of the DAG file's (repeatable)")
     args = parser.parse_args(argv)
     spec = importlib.util.spec_from_file_location("falkirk_reference_dag", args.dag_file)
     if spec is None or spec.loader is None:
         parser.error(f"dag_file {args.dag_file!r}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    seconds = run_in_process(args.dag_id, args.package, module.REGIMES, module.EDGES, range(1, args.epochs + 1),
-                             StoreConfig.from_env(), progress=lambda m: print(m, flush=True),
-                             partitions=getattr(module, "PARTITIONS", None))
+    counts = {**getattr(module, "PARTITIONS", {}), **{t: int(n) for t, _, n in (a.partition("=") for a in
+                                                                               args.partitions)}}
+    regimes = {**module.REGIMES, **{t: Regime.parse(r) for t, _, r in (a.partition("=") for a in args.regime)}}
+    seconds = run_in_process(args.dag_id, args.package, regimes, module.EDGES, range(1, args.epochs + 1),
+                             StoreConfig.from_env(), progress=lambda m: print(m, flush=True), partitions=counts)
     print(f"reference: {args.epochs} epochs in {seconds:.0f}s", flush=True)
     return 0
 

@@ -131,10 +131,15 @@ def wait_verdict(todo: Collection[Instance], states: Mapping[Instance, str | Non
     (('b', 1), 'upstream_failed')
     >>> wait_verdict([("a", 1)], {("a", 1): "success"}).finished
     True
+
+    A replica of a paired task that its twin took over ends skipped: done as well.
+
+    >>> wait_verdict([("s[2]", 3), ("s[3]", 3)], {("s[2]", 3): "skipped", ("s[3]", 3): "success"}).finished
+    True
     """
     ordered = sorted(todo, key=lambda k: (k[1], k[0]))
     failed = next(((k, states[k]) for k in ordered if states.get(k) in FAILED), None)
-    return Wait(sum(states.get(k) == "success" for k in ordered), len(ordered), failed)
+    return Wait(sum(states.get(k) in ("success", "skipped") for k in ordered), len(ordered), failed)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,15 @@ def events(epoch: int) -> list[tuple]:
 
 
 def compute(ctx: EpochContext) -> EpochResult:
-    return EpochResult(outputs={"output": ctx.spark.createDataFrame(events(ctx.epoch), schema=SCHEMA)})
+    rows = events(ctx.epoch)
+    output = ctx.spark.createDataFrame(rows, schema=SCHEMA)
+    if not ctx.args.regime.keeps_state:
+        return EpochResult(outputs={"output": output})
+    # Under a checkpointing regime it also counts the events it has ingested (its state).
+    previous = ctx.previous_state()
+    seen = previous.collect()[0]["events"] if previous is not None else 0
+    return EpochResult(outputs={"output": output},
+                       state=ctx.spark.createDataFrame([(seen + len(rows),)], schema="events long"))
 
 
 if __name__ == "__main__":
