@@ -14,7 +14,7 @@ BENCH_ARGS ?=
 # so the default stays one process until the cluster shape survives that.
 TEST_WORKERS ?= 0
 
-.PHONY: demo cluster-demo docs test test-faults test-unit bench bench-overhead bench-ledger bench-regimes bench-recovery bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo docs test test-faults test-unit bench bench-overhead bench-ledger bench-regimes bench-recovery bench-pairs bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -64,6 +64,11 @@ bench-ledger: install
 ## the Falkirk plan against clear-downstream and a restart; each regime's overhead, scratch tier on and off
 bench-recovery: install cluster-tools
 	$(PY) -m benchmarks.recovery_bench $(BENCH_ARGS)
+
+## bench-pairs: process pairs on the distributed shape, one of four workers lost at epoch 10 of 20: output and
+## latency of the recovering and other partitions, state copied, input dropped; unreplicated vs cluster pairs vs process pairs
+bench-pairs: install cluster-tools
+	$(PY) -m benchmarks.pairs_bench $(BENCH_ARGS)
 
 ## bench-regimes: one Spark job over 8.5M rows per epoch, durable store on moto_server: each regime's per-epoch time as a ratio to no fault tolerance
 bench-regimes: install

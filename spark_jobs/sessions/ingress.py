@@ -7,6 +7,8 @@ produces the same rows, so both replicas downstream see the same input.
 
 from __future__ import annotations
 
+import os
+
 from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 
 SCHEMA = "sn long, src string, dst string, kind string, app string, ts long"
@@ -18,17 +20,33 @@ EVENTS = {
 }
 
 
-def events(epoch: int) -> list[tuple]:
-    """The events of one epoch, in SN order.
+# Events per epoch of a synthetic stream instead of the fixture (the benchmark's load): one
+# session opened and closed per two events, over KEYS (src, dst) pairs and ten applications.
+SYNTHETIC_ENV = "FALKIRK_PAIRS_EVENTS"
+KEYS = 1000
+
+
+def events(epoch: int, synthetic: int = 0) -> list[tuple]:
+    """The events of one epoch, in SN order: the fixture's, or ``synthetic`` numbered ones.
 
     >>> [e[0] for e in events(2)], events(3)
     ([7, 8, 9, 10], [])
+    >>> events(2, synthetic=4)
+    [(5, 's2', 'd0', 'START', 'app2', 5), (6, 's2', 'd0', 'END', None, 8), (7, 's3', 'd0', 'START', 'app3', 7), (8, 's3', 'd0', 'END', None, 11)]
     """
-    return list(EVENTS.get(epoch, []))
+    if not synthetic:
+        return list(EVENTS.get(epoch, []))
+    out, base = [], (epoch - 1) * synthetic
+    for j in range(synthetic // 2):
+        k = (base // 2 + j) % KEYS
+        src, dst, app = f"s{k % 200}", f"d{k // 200}", f"app{k % 10}"
+        sn = base + 2 * j + 1
+        out += [(sn, src, dst, "START", app, sn), (sn + 1, src, dst, "END", None, sn + 1 + k % 7)]
+    return out
 
 
 def compute(ctx: EpochContext) -> EpochResult:
-    rows = events(ctx.epoch)
+    rows = events(ctx.epoch, int(os.environ.get(SYNTHETIC_ENV, "0") or 0))
     output = ctx.spark.createDataFrame(rows, schema=SCHEMA)
     if not ctx.args.regime.keeps_state:
         return EpochResult(outputs={"output": output})

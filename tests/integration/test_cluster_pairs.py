@@ -227,13 +227,12 @@ def test_every_table_equals_the_failure_free_run(lost) -> None:
                     elif dag == M and name in ON_B:
                         want = [row for row in want if dict(row)["epoch"] in (1, 2)]
                     assert got == want, f"{dag}: {proc} {table} differs from the failure-free run"
-    for p in range(2):
-        table = open_table(sink_uri(store, P, "stats", p))
-        assert table is not None
-    rows = [r for p in range(2) for r in scan(open_table(sink_uri(store, P, "stats", p))).to_pylist()]
+    sinks = [sink_uri(store, P, "stats", p) for p in range(2)]
+    rows = [r for uri in sinks for r in scan(open_table(uri, store.options_for(uri))).to_pylist()]
     assert sorted((r["sn"], r["app"], r["src"], r["longest"], r["avg"]) for r in rows) == SINK
 
 
 def _rows(store, dag: str, task: str, table: str, index: int) -> list[tuple]:  # noqa: ANN001
-    t = open_table(store.table_uri(Tier.DURABLE, dag, task, table, index))
+    uri = store.table_uri(Tier.DURABLE, dag, task, table, index)
+    t = open_table(uri, store.options_for(uri))
     return canonical(scan(t).to_pylist()) if t is not None else []
