@@ -300,7 +300,7 @@ MAX_UNPLACED_RUNS = 1000
 
 def _failures(spec: FailureSpec, tasks: list[DagTask], store: StoreConfig, last_epoch: int) -> list[Failure]:
     """The spec's failures, each checked against the DAG and the store (422 naming the field)."""
-    known = {t.task_id for t in tasks} | {p for t in tasks for p in processors(t.task_id, t.partitions)}
+    known = {t.task_id for t in tasks} | {p for t in tasks for p in processors(t.task_id, t.partitions, t.replicas)}
     failures: list[Failure] = []
     for field in ("failed_tasks", "bad_epochs"):
         for i, item in enumerate(getattr(spec, field)):
@@ -337,7 +337,7 @@ def _plan(dag_id: str, spec: FailureSpec, record: bool):
     last = max(_runs_at_epochs(dag_id, tasks), default=None) or max(e.epoch for e in [*entries, *rolled_back])
     failures = _failures(spec, tasks, store, last)
     last = max([last, *(f.epoch for f in failures if isinstance(f, (FailedTask, BadEpoch)))])
-    regimes = {p: Regime.parse(t.regime) for t in tasks if t.regime for p in processors(t.task_id, t.partitions)}
+    regimes = {p: Regime.parse(t.regime) for t in tasks if t.regime for p in processors(t.task_id, t.partitions, t.replicas)}
     try:
         return compute_plan(dag_id, store, failures, regimes, last_epoch=last, record=record, snapshot=snapshot)
     except PlanError as exc:
@@ -385,7 +385,7 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     collected = Collections(store).through(dag_id)
     # Scratch cells are read as the planner reads them: a deleted directory shows as lost.
     readable = StoreReadability(store, lambda: entries_of(snapshot.rows, set())[0])
-    grid = grid_from_ledger(snapshot, dag_id, [p for t in tasks for p in processors(t.task_id, t.partitions)],
+    grid = grid_from_ledger(snapshot, dag_id, [p for t in tasks for p in processors(t.task_id, t.partitions, t.replicas)],
                             collected_through=collected, readable=readable)
     # Runs with no ledger row at all (each of their task instances failed or has not run yet).
     grid = with_runs(grid, _runs_at_epochs(dag_id, tasks, {run for _, run in live} - set(grid.runs.values())))
@@ -415,7 +415,7 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
 def _succeeded_without_row(dag_id: str, tasks: list[DagTask], grid: CheckpointGrid) -> set[tuple[str, str]]:
     """The (task, run) pairs Airflow reports successful among the grid's missing or rolled-back cells of
     Falkirk tasks (at most the newest 1,000 such runs: the cells a person looks at)."""
-    missing = {(p, e) for t in tasks if t.regime for p in processors(t.task_id, t.partitions) for e in grid.runs
+    missing = {(p, e) for t in tasks if t.regime for p in processors(t.task_id, t.partitions, t.replicas) for e in grid.runs
                if 1 <= e <= grid.last_epoch and grid.status.get(p, "")[e - 1:e] in ("-", "I")}
     runs = [grid.runs[e] for e in sorted({e for _, e in missing}, reverse=True)[:1000]]
     missing = {(t, grid.runs[e]) for t, e in missing}

@@ -655,7 +655,7 @@ def _regimes(dag_id: str, client: AirflowClient) -> tuple[dict[str, Regime], Epo
                         f"({exc}); is falkirk-airflow installed where Airflow's API server runs?") from None
     # Keyed by processor: every partition of a partitioned task is one (falkirk.policies.partitions).
     regimes = {p: Regime.parse(t["regime"]) for t in body["tasks"] if t.get("regime")
-               for p in processors(t["task_id"], t.get("partitions"))}
+               for p in processors(t["task_id"], t.get("partitions"), Regime.parse(t["regime"]).replicas)}
     clocks = {t["epoch_clock"] for t in body["tasks"] if t.get("epoch_clock")}
     return regimes, EpochClock.parse(clocks.pop()) if len(clocks) == 1 else None
 

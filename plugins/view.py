@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from falkirk.plugins.grid_status import CheckpointGrid, CheckpointStatus
-from falkirk.policies.partitions import processors, split_processor
+from falkirk.policies.partitions import processors, replica_label, split_processor
 from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.regimes import Regime, RegimeError
 from falkirk.policies.planning.recovery_log import GC_PREFIX, lease_seconds
@@ -45,6 +45,11 @@ class DagTask:
     epoch_clock: str | None = None
     # A partitioned task's partition count (None: not partitioned).
     partitions: int | None = None
+
+    @property
+    def replicas(self) -> int:
+        """Replicas per partition: 2 under process pairs (task instances 2p and 2p+1), else 1."""
+        return Regime.parse(self.regime).replicas if self.regime else 1
 
     @property
     def regime_name(self) -> str | None:
@@ -95,8 +100,10 @@ def dag_view(
     """
     ordered = topological(tasks)
     # The grid's rows: a task, or each partition of a partitioned one (falkirk.policies.partitions).
-    rows = [{"row_id": p, "task_id": t.task_id, "partition": split_processor(p)[1] if t.partitions else None}
-            for t in ordered for p in processors(t.task_id, t.partitions)]
+    rows = [{"row_id": p, "task_id": t.task_id,
+             "partition": split_processor(p)[1] // t.replicas if t.partitions else None,
+             "replica": replica_label(t.task_id, split_processor(p)[1]) if t.replicas > 1 else None}
+            for t in ordered for p in processors(t.task_id, t.partitions, t.replicas)]
     ids = [r["row_id"] for r in rows]
     task_ids = [t.task_id for t in ordered]
     runs, last = grid.runs, grid.last_epoch

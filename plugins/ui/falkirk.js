@@ -614,8 +614,9 @@ function Grid({ view, plan }) {
     if (open) {
       for (const r of members) {
         rows.push(h("div", { key: r.row_id, style: rowStyle, "data-testid": `grid-row-${r.row_id}` },
-          label(h("span", { title: `${r.row_id}: partition ${r.partition} of ${t.task_id}`, style: { paddingLeft: 18 } },
-            `[${r.partition}]`), "label"),
+          label(h("span", { title: r.replica ? `${r.replica}: replica ${r.replica.slice(-1)} of partition ${r.partition} of ${t.task_id} (task instance ${r.row_id})`
+            : `${r.row_id}: partition ${r.partition} of ${t.task_id}`, style: { paddingLeft: 18 } },
+            r.replica ? r.replica.slice(t.task_id.length) : `[${r.partition}]`), "label"),
           cellsOf([r.row_id], r.row_id)));
       }
     }

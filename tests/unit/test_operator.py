@@ -374,3 +374,36 @@ def test_a_partitions_refusal_names_the_partition_and_its_plan() -> None:
     assert text.startswith("tokenize[1] epoch 8 already completed")
     assert "    falkirk plan --dag words --bad-epoch tokenize[1]:8 (re-runs 13 task instances, through epoch 9)" in \
         text.splitlines()
+
+
+def test_a_paired_task_maps_into_two_replicas_per_partition_and_its_readers_wait_for_them_to_be_done(
+        tmp_path: Path) -> None:
+    """``ProcessPairs()`` with ``.expand(partition=range(4))``: 8 task instances (replicas A and B of
+    partition p at map indexes 2p and 2p+1), never retried; a task reading it runs once its
+    replicas are done (a taken-over replica ends skipped, a lost one may end failed); a paired
+    task that is not partitioned is refused, naming the fix."""
+    import shutil
+
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from falkirk.plugins.task_metadata import partitions_of, regime_of
+    from falkirk.policies import ProcessPairs
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "dags" / "falkirk_pairs.py", dags / "falkirk_pairs.py")
+    bag = DagBag(str(dags))
+    assert bag.import_errors == {}
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["falkirk_pairs"]))
+    sessions, stats = dag.get_task("sessions"), dag.get_task("stats")
+    assert (regime_of(sessions), partitions_of(sessions)) == (ProcessPairs(), 4)
+    assert sessions.expand_input.value["partition"] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert sessions.partial_kwargs.get("retries", sessions.retries) == 0
+    assert (sessions.trigger_rule, stats.trigger_rule) == ("all_success", "all_done")
+    (dags / "unpartitioned.py").write_text(MAPPED_DAG.format(dag_id="unpartitioned", mapping=(
+        'RegimeSparkSubmitOperator(task_id="pair", application="falkirk.spark_jobs.pipeline.ingest", '
+        'regime=ProcessPairs())')).replace("EagerCheckpoint, EpochClock", "EagerCheckpoint, EpochClock, ProcessPairs"))
+    errors = DagBag(str(dags)).import_errors
+    [error] = [e for path, e in errors.items() if "unpartitioned" in path]
+    assert "process_pairs runs each partition twice: partition the task with .partial(task_id='pair', ...)" in error

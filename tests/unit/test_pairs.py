@@ -1,13 +1,14 @@
 """Process pairs' layout (policies/pairs.py) on the fixture of the Flux scenarios: chained
 placement of G1 (sessionize) and G2 (statistics), 4 partitions each, on w0..w3 with the spare
 w4; then a property test of every transition against an oracle that recomputes the answers
-from the history of events alone."""
+from the history of events alone, and one of the failure detector's bound."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from falkirk.policies.liveness import Heartbeats
 from falkirk.policies.pairs import REPLICAS, Layout, PairsError, Status, catch_up_order, chained
 
 WORKERS = ["w0", "w1", "w2", "w3"]
@@ -212,3 +213,29 @@ def test_the_same_take_over_twice_is_recorded_once_and_a_take_over_beats_a_concu
     table.save("d", standby.fail("w3"), before=standby)
     r = table.load("d").replica("t", 0, "B")
     assert (r.worker, r.status, r.generation) == ("w3", Status.DEAD, 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["w0", "w1", "w2"]), st.integers(0, 40)), max_size=40),
+       st.integers(1, 10), st.integers(1, 5))
+def test_a_worker_is_declared_lost_once_after_its_silence_exceeds_the_timeout(beats, timeout, poll) -> None:
+    """Polled every ``poll`` seconds, a worker is declared lost at the first poll after its last
+    answer plus ``timeout``, never before, and once."""
+    heard = Heartbeats(["w0", "w1", "w2"], timeout=timeout, started=0)
+    last = {"w0": 0, "w1": 0, "w2": 0}
+    declared: dict[str, int] = {}
+    answers = sorted(beats, key=lambda b: b[1])
+    for now in range(0, 60, poll):
+        ready = [w for w, at in answers if at <= now and at > now - poll]
+        heard.heard(ready, now)
+        for w in ready:
+            if w not in declared:
+                last[w] = now
+        for w in heard.lost(now):
+            assert w not in declared
+            declared[w] = now
+    for w, at in declared.items():
+        assert at - last[w] > timeout and at - last[w] <= timeout + poll
+    final = list(range(0, 60, poll))[-1]
+    for w in set(last) - set(declared):
+        assert final - last[w] <= timeout
