@@ -10,7 +10,8 @@
   (:mod:`falkirk.spark_jobs.pairs`).
 * :func:`catch_up`: each partition that lost a replica gets it back on a spare, bottom-up.
   The new replica is registered as a standby at its survivor's committed epoch ``v``, the
-  survivor's state and outputs of ``v`` are copied to it, and its skipped task instances after
+  survivor's state and outputs of the epochs it missed, through ``v``, are copied to it (so its
+  checkpoints have no gap), and its skipped task instances after
   ``v`` are cleared: Airflow runs them on the spare (placement follows the layout), in order
   (``depends_on_past``). The last of them to commit folds the replica back in, once it has
   caught up with its survivor. Only the partitions that lost a replica are touched.
@@ -82,6 +83,10 @@ def take_over(dag_id: str, store: Any, client: Any, *, worker: str | None = None
     skipped, touched = _skip_dead(dag_id, client, after, dead)
     for run, processor in skipped:
         progress(f"  {run}: {processor} skipped (taken over)")
+    for task, partition in after.lost_partitions():
+        progress(f"  {task}[{partition}] lost both replicas: its task instances stay failed (the epoch is not done "
+                 f"without it); restore it on the durable path: falkirk plan --dag {dag_id} --failed-task "
+                 f"{task}[{2 * partition}]:EPOCH --failed-task {task}[{2 * partition + 1}]:EPOCH, then falkirk replay")
     settled = _settle(dag_id, client, touched)
     for run in settled:
         progress(f"  {run}: every task instance done: the DAG run is success")
@@ -91,7 +96,11 @@ def take_over(dag_id: str, store: Any, client: Any, *, worker: str | None = None
 def _skip_dead(dag_id: str, client: Any, layout: Any, dead: Sequence[Any]) -> tuple[list[tuple[str, str]], set[str]]:
     from falkirk.policies.partitions import processor_id, replica_index
 
-    wanted = {processor_id(r.task, replica_index(r.partition, r.replica)): r for r in dead}
+    # A replica whose twin is dead too is not taken over by anyone: its partition is lost, and its
+    # failed instances stay failed until the durable path restores it.
+    lost = set(layout.lost_partitions())
+    wanted = {processor_id(r.task, replica_index(r.partition, r.replica)): r for r in dead
+              if (r.task, r.partition) not in lost}
     skipped, touched = [], set()
     for run, instances in sorted(client.task_instances_by_run(dag_id).items()):
         for processor, ti in sorted(instances.items()):
@@ -174,7 +183,8 @@ def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, 
         record.update(replica=standby.name, spare=spare, generation=standby.generation, cleared=cleared)
         done.replicas.append(record)
         progress(f"{dag_id}: {standby.name} registered on {spare} as a standby at epoch {record['epoch']} (generation "
-                 f"{standby.generation}); copied {record['bytes']} bytes of {survivor.name}'s state and outputs; "
+                 f"{standby.generation}); copied {record['bytes']} bytes of {survivor.name}'s state and outputs "
+                 f"(epochs {', '.join(map(str, record['epochs']))}); "
                  f"replaying epochs {', '.join(map(str, sorted(cleared))) or 'none'}")
     return done
 
@@ -196,31 +206,46 @@ def _upstream_first(snapshot: Any, tasks: list[str]) -> list[str]:
 
 def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, survivor: str,
              standby: str) -> dict[str, Any]:
-    """Copy the survivor's state and outputs of its latest committed epoch ``v`` to the standby's
-    own tables, committed under the standby's key, and its ledger row for ``v``: the standby's
-    next epoch restores from there."""
-    import dataclasses
-
+    """Copy the survivor's state and outputs of every epoch the standby's replica missed, up to the
+    survivor's latest committed epoch ``v``, to the standby's own tables (committed under the
+    standby's key), with a ledger row each: the standby's next epoch restores from ``v``, and its
+    checkpoints have no gap for a recovery to mistake for a failure."""
     from falkirk.policies.partitions import replica_index
-    from falkirk.policies.regimes import Tier
-    from falkirk.policies.store.commits import CommitKey, commit_epoch, read_epoch
     from falkirk.policies.store.ledger import Ledger
 
     src_index, dst_index = replica_index(partition, survivor), replica_index(partition, standby)
-    rows = [e for e in snapshot.entries() if e.task_id == task and e.map_index == src_index]
+    current = snapshot.entries()
+    rows = {e.epoch: e for e in current if e.task_id == task and e.map_index == src_index}
     if not rows:
         raise ValueError(f"{task}[{partition}].{survivor} has committed nothing yet: nothing to copy")
-    source = max(rows, key=lambda e: (e.epoch, e.incarnation))
-    incarnation = snapshot.next_incarnation(task, source.epoch, dst_index)
-    key = CommitKey(dag_id, task, source.epoch, dst_index, incarnation)
-    copied, rows_copied = 0, {}
+    held = {e.epoch for e in current if e.task_id == task and e.map_index == dst_index}
+    v = max(rows)
+    missed = [e for e in sorted(rows) if e not in held and e > max(held, default=0)]
+    totals = {"bytes": 0, "rows": {}}
+    ledger = Ledger(store)
+    for epoch in missed:
+        ledger.append(_copied_row(store, snapshot, dag_id, rows[epoch], dst_index, totals, last=epoch == v))
+    return {"epoch": v, "epochs": missed, "bytes": totals["bytes"], "rows": totals["rows"],
+            "from": f"{task}[{src_index}]"}
+
+
+def _copied_row(store: Any, snapshot: Any, dag_id: str, source: Any, dst_index: int, totals: dict[str, Any],
+                last: bool) -> Any:
+    """The survivor's ``source`` row, its tables copied to the standby's (``dst_index``)."""
+    import dataclasses
+
+    from falkirk.policies.regimes import Tier
+    from falkirk.policies.store.commits import CommitKey, commit_epoch, read_epoch
+
+    incarnation = snapshot.next_incarnation(source.task_id, source.epoch, dst_index)
+    key = CommitKey(dag_id, source.task_id, source.epoch, dst_index, incarnation)
 
     def copy(uri: str, name: str) -> tuple[str, int, int]:
-        nonlocal copied
         data = read_epoch(uri, source.epoch, store.options_for(uri))
-        copied += data.nbytes
-        rows_copied[name] = data.num_rows
-        target = store.table_uri(Tier.DURABLE, dag_id, task, name, dst_index)
+        totals["bytes"] += data.nbytes
+        if last:
+            totals["rows"][name] = data.num_rows
+        target = store.table_uri(Tier.DURABLE, dag_id, source.task_id, name, dst_index)
         result = commit_epoch(target, data, key, store.options_for(target))
         return target, result.version, data.num_rows
 
@@ -229,12 +254,10 @@ def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, 
         uri, version, n = copy(ref.uri, ref.name)
         outputs.append(dataclasses.replace(ref, uri=uri, version=version, rows=n))
     state = copy(source.state_uri, "state") if source.state_uri else None
-    entry = dataclasses.replace(
+    return dataclasses.replace(
         source, map_index=dst_index, incarnation=incarnation, outputs=tuple(outputs),
         state_uri=state[0] if state else None, state_version=state[1] if state else None,
         state_rows=state[2] if state else None, run_id=f"catch-up:{source.run_id}", worker=None)
-    Ledger(store).append(entry)
-    return {"epoch": source.epoch, "bytes": copied, "rows": rows_copied, "from": f"{task}[{src_index}]"}
 
 
 def _clear_after(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, Any]]], task: str, partition: int,

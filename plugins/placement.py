@@ -93,6 +93,8 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
 # dag_id (and store) -> the versions read at, the DAG's current ledger rows, its lost workers
 _FACTS: dict[tuple[str, str], tuple[tuple[Any, ...], list[Any], dict[str, Any]]] = {}
 _FACTS_LOCK = threading.Lock()
+# dag_id (and store) -> the layout table's version and the DAG's process-pair layout at it
+_LAYOUTS: dict[tuple[str, str], tuple[Any, Any]] = {}
 
 
 def _placement_facts(store: Any, dag_id: str) -> tuple[list[Any], dict[str, Any]]:
@@ -128,9 +130,19 @@ def replica_worker(store: Any, dag_id: str, task_id: str, partitions: int | None
     it ends skipped at once."""
     from falkirk.policies.pairs import Status, with_task
     from falkirk.policies.partitions import replica_of
+    from falkirk.policies.store.commits import latest_version
     from falkirk.policies.store.control import PairLayouts
 
-    layout = with_task(PairLayouts(store).load(dag_id), task_id, partitions or 1, workers)
+    layouts = PairLayouts(store)
+    version = latest_version(layouts.uri, store.options_for(layouts.uri))
+    key = (store.durable_uri, dag_id)
+    with _FACTS_LOCK:  # read again only when the layout table has a new version
+        held = _LAYOUTS.get(key)
+    if held is None or held[0] != version:
+        held = (version, layouts.load(dag_id))
+        with _FACTS_LOCK:
+            _LAYOUTS[key] = held
+    layout = with_task(held[1], task_id, partitions or 1, workers)
     partition, name = replica_of(map_index)
     replica = layout.replica(task_id, partition, name)
     if replica.status is Status.DEAD:

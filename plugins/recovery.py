@@ -260,6 +260,7 @@ def start_replay(
         crash_point("replay", 0, "after-invalidations", dag_id=recovery.dag_id)
         _sweep_later_rows(running, ledger, progress)
         _settle_kept_instances(running, ledger, progress)
+        _restore_lost_pairs(running, progress)
         todo = _to_clear(running, ledger)
         skipped = len(rerun) - len(todo)
         if skipped:
@@ -360,10 +361,54 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     # Instances waiting on a lost worker's queue never run there: cleared, placement sends them
     # to a live worker (and a resumed replay finds them on that worker's queue).
     lost = {f.worker for f in recovery.failures if isinstance(f, LostWorker)}
+    # A replica its twin took over stays skipped: run again it would only find itself dead.
+    dead = _dead_replicas(running.store, recovery.dag_id) if running.store is not None else set()
+    wanted = {(t, e) for t, e in wanted if not (t in dead and runs[e].states.get(t) == "skipped")}
     decided = clears_needed(wanted, runs, set(rows), completed, lost)
     for task, epoch in decided.mark_success:
         _mark_completed(running, task, epoch)
     return set(decided.clear)
+
+
+def _restore_lost_pairs(running: RunningReplay, progress: Progress) -> None:
+    """Partitions of paired tasks that lost both replicas and that the plan re-executes (the
+    durable path) get two new replicas, active, on live workers, before anything is cleared."""
+    from falkirk.policies.pairs import Status
+    from falkirk.policies.partitions import replica_of, split_processor
+    from falkirk.policies.store.control import PairLayouts
+    from falkirk.policies.workers import pair_workers
+
+    if running.store is None:
+        return
+    layouts = PairLayouts(running.store)
+    before = layouts.load(running.plan.dag_id)
+    if before is None:
+        return
+    lost = set(before.lost_partitions())
+    wanted = {(task, replica_of(index)[0]) for task, index in (split_processor(p) for p, _ in running.plan.rerun_set())
+              if index >= 0} & lost
+    if not wanted:
+        return
+    gone = {r.worker for r in before.replicas if r.status is Status.DEAD} - {
+        r.worker for r in before.replicas if r.status is not Status.DEAD}
+    live = [w for w in pair_workers() if w not in gone]
+    after = before
+    for task, partition in sorted(wanted):
+        after = after.restore(task, partition, live)
+    layouts.save(running.plan.dag_id, after, before=before)
+    progress(f"plan {running.plan.plan_id}: restored {', '.join(f'{t}[{p}]' for t, p in sorted(wanted))} on the "
+             f"durable path: both replicas re-run from their durable state on {', '.join(live)}")
+
+
+def _dead_replicas(store: StoreConfig, dag_id: str) -> set[str]:
+    """The processors (``task[i]``) of the DAG's replicas that the process-pair layout has declared dead."""
+    from falkirk.policies.pairs import Status
+    from falkirk.policies.partitions import replica_index
+    from falkirk.policies.store.control import PairLayouts
+
+    layout = PairLayouts(store).load(dag_id)
+    return {processor_id(r.task, replica_index(r.partition, r.replica)) for r in (layout.replicas if layout else ())
+            if r.status is Status.DEAD}
 
 
 def _settle_runs(running: RunningReplay, progress: Progress) -> None:

@@ -139,6 +139,18 @@ class Layout:
                 return candidate
         return None
 
+    def taken_over(self) -> list[str]:
+        """The processors (``task[i]``, Airflow's map index) of dead replicas whose twin is alive:
+        out of the dataflow, their partition held by the twin. A recovery plans without them (their
+        missing epochs are not failures); a catch-up brings them back.
+
+        >>> chained({"t": 2}, ["w0", "w1"]).fail_replica("t", 1, "A").taken_over()
+        ['t[2]']
+        """
+        lost = set(self.lost_partitions())
+        return sorted(f"{r.task}[{r.partition * len(REPLICAS) + REPLICAS.index(r.replica)}]" for r in self.replicas
+                      if r.status is Status.DEAD and (r.task, r.partition) not in lost)
+
     def lost_partitions(self) -> list[tuple[str, int]]:
         """(task, partition) pairs with no active replica: an epoch must not be emitted without
         them; the durable path restores and re-executes them alone.
@@ -220,6 +232,27 @@ class Layout:
             raise PairsError(f"{task}[{partition}] has no standby to discard")
         return self._replace({standby: dataclasses.replace(standby, status=Status.DEAD,
                                                            generation=standby.generation + 1)})
+
+    def restore(self, task: str, partition: int, workers: Sequence[str]) -> Layout:
+        """The durable path for a partition that lost both replicas: a recovery re-executes it
+        from its durable state, as two new replicas (one generation on) placed chained over the
+        live ``workers``.
+
+        >>> layout = chained({"t": 3}, ["w0", "w1", "w2"]).fail("w1").fail("w2")
+        >>> [(r.name, r.worker, r.status.value, r.generation) for r in layout.restore("t", 1, ["w0"]).pair("t", 1)]
+        [('t[1].A', 'w0', 'ACTIVE', 2), ('t[1].B', 'w0', 'ACTIVE', 2)]
+        """
+        a, b = self.pair(task, partition)
+        if Status.ACTIVE in (a.status, b.status):
+            raise PairsError(f"{task}[{partition}] has an active replica: it is taken over, not restored")
+        if not workers:
+            raise PairsError(f"{task}[{partition}]: no live worker to restore it on")
+        used = list(workers)
+        return self._replace({
+            a: dataclasses.replace(a, worker=used[partition % len(used)], status=Status.ACTIVE,
+                                   generation=max(a.generation, b.generation) + 1),
+            b: dataclasses.replace(b, worker=used[(partition + 1) % len(used)], status=Status.ACTIVE,
+                                   generation=max(a.generation, b.generation) + 1)})
 
     def gc_floor(self, task: str, partition: int) -> int:
         """The last epoch of ``task[partition]``'s inputs that every live consumer replica has

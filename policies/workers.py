@@ -34,3 +34,13 @@ def configured_workers(environ: Mapping[str, str]) -> tuple[str, ...]:
     ('worker-a', 'worker-b')
     """
     return tuple(w.strip() for w in environ.get(WORKERS_ENV, "").split(",") if w.strip())
+
+
+def pair_workers(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The workers process pairs are placed on: ``FALKIRK_WORKERS``, or this machine alone.
+
+    >>> pair_workers({"FALKIRK_WORKERS": "w0,w1"}), pair_workers({"FALKIRK_WORKER": "solo"})
+    (('w0', 'w1'), ('solo',))
+    """
+    env = os.environ if environ is None else environ
+    return configured_workers(env) or (worker_name(env),)

@@ -16,14 +16,13 @@ The decisions are :mod:`falkirk.policies.pairs`'s; this module applies them to t
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from falkirk.policies.pairs import Layout, PairsError, Status, lost_partition_refusal, with_task
 from falkirk.policies.partitions import REPLICA_NAMES, replica_index, replica_of
-from falkirk.policies.store.commits import CommitKey, CommitResult
+from falkirk.policies.store.commits import CommitKey, CommitResult, latest_version
 from falkirk.policies.store.control import PairLayouts
-from falkirk.policies.workers import configured_workers, worker_name
+from falkirk.policies.workers import pair_workers
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -35,26 +34,23 @@ class Fenced(RuntimeError):
     """A replica was declared dead while it ran: its commit would be a zombie's, and is not made."""
 
 
-def pair_workers(environ: "os._Environ[str] | dict[str, str] | None" = None) -> tuple[str, ...]:
-    """The workers pairs are placed on: ``FALKIRK_WORKERS``, or this machine alone."""
-    env = os.environ if environ is None else environ
-    return configured_workers(env) or (worker_name(env),)
-
-
-def layout_for(ctx: "EpochContext") -> Layout:
-    """The DAG's layout as it is now, with this task's replicas recorded if it had none."""
+def layout_for(ctx: "EpochContext") -> tuple[Layout, int | None]:
+    """The DAG's layout as it is now, with this task's replicas recorded if it had none, and the
+    layout table's version it was read at."""
     layouts = PairLayouts(ctx.store)
     a = ctx.args
+    version = latest_version(layouts.uri, ctx.store.options_for(layouts.uri))
     current = layouts.load(a.dag_id)
     if a.replicas > 1 and a.partitions is not None:
         wanted = with_task(current, a.task_id, a.partitions, pair_workers())
         if wanted is not current:
             layouts.save(a.dag_id, wanted, before=current)
+            version = latest_version(layouts.uri, ctx.store.options_for(layouts.uri))
             current = layouts.load(a.dag_id)  # another replica may have recorded it first: one answer
     if current is None:
         raise PairsError(f"{a.processor}: DAG {a.dag_id} has no process pairs recorded; its paired inputs "
                          f"{list(a.paired_inputs)} have not run yet")
-    return current
+    return current, version
 
 
 def read_from(ctx: "EpochContext", producer: str, partition: int, epoch: int) -> int:
@@ -81,7 +77,10 @@ def fence(ctx: "EpochContext") -> None:
         return
     partition, replica = replica_of(a.map_index)
     started = ctx.layout.replica(a.task_id, partition, replica)
-    now = PairLayouts(ctx.store).load(a.dag_id)
+    layouts = PairLayouts(ctx.store)
+    if latest_version(layouts.uri, ctx.store.options_for(layouts.uri)) == ctx.layout_version:
+        return  # no layout change since the job read it (a listing of its log, not a scan)
+    now = layouts.load(a.dag_id)
     current = now.replica(a.task_id, partition, replica) if now is not None else started
     if current.status is Status.DEAD or current.generation != started.generation:
         raise Fenced(f"{a.replica} epoch {a.epoch}: declared {current.status.value} (generation "
@@ -96,6 +95,8 @@ def fold_in_if_caught_up(ctx: "EpochContext", epoch: int) -> bool:
     if a.replicas < 2:
         return False
     partition, replica = replica_of(a.map_index)
+    if ctx.layout.replica(a.task_id, partition, replica).status is not Status.STDBY:
+        return False  # only a standby folds in (as this job read the layout; the fence checked it since)
     layouts = PairLayouts(ctx.store)
     before = layouts.load(a.dag_id)
     me = before.replica(a.task_id, partition, replica) if before is not None else None
@@ -132,4 +133,4 @@ def sink_uri(store, dag_id: str, task_id: str, partition: int, name: str = "sink
     return f"{store.durable_uri.rstrip('/')}/{dag_id}/{task_id}/{name}/partition={partition}"
 
 
-__all__ = ["Fenced", "fence", "fold_in_if_caught_up", "layout_for", "pair_workers", "read_from", "sink_uri", "write_sink"]
+__all__ = ["Fenced", "fence", "fold_in_if_caught_up", "layout_for", "read_from", "sink_uri", "write_sink"]

@@ -131,6 +131,7 @@ class EpochContext:
     snapshot: LedgerSnapshot | None = None
     _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
     _layout: "Layout | None" = field(default=None, repr=False)
+    layout_version: int | None = field(default=None, repr=False)  # the layout table's, as first read
     _cached: list["DataFrame"] = field(default_factory=list, repr=False)
 
     @property
@@ -158,7 +159,7 @@ class EpochContext:
     def layout(self) -> Layout:
         """The DAG's process-pair layout as this job read it first (:mod:`falkirk.spark_jobs.pairs`)."""
         if self._layout is None:
-            self._layout = pairs.layout_for(self)
+            self._layout, self.layout_version = pairs.layout_for(self)
         return self._layout
 
     @property
@@ -382,17 +383,18 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     if incarnation != args.incarnation:
         say(f"{label}: rolled back by a recovery; redoing it as incarnation {incarnation}")
         args = dataclasses.replace(args, incarnation=incarnation)
-    if args.replicas > 1:
-        taken_over = _taken_over(args, store, ledger, snapshot)
-        if taken_over is not None:
-            return taken_over
+    # A replica reads the layout (the generation it runs under) before it computes anything, and
+    # does nothing once its twin has taken over.
+    paired = EpochContext(args, store, ledger, spark=None, snapshot=snapshot) if args.replicas > 1 else None  # type: ignore[arg-type]
+    if paired is not None and (taken_over := _taken_over(paired)) is not None:
+        return taken_over
     started = time.monotonic()
     spark = _spark_session()
     ctx = None
     try:
         ctx = EpochContext(args, store, ledger, spark, snapshot=snapshot)
-        if args.replicas > 1:
-            ctx.layout  # the generation this replica runs under, read before it computes anything
+        if paired is not None:
+            ctx._layout, ctx.layout_version = paired.layout, paired.layout_version
         result = compute(ctx)
         try:
             entry = commit(ctx, result)
@@ -418,10 +420,10 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     return 0
 
 
-def _taken_over(args: JobSpec, store: StoreConfig, ledger: Ledger, snapshot: LedgerSnapshot) -> int | None:
+def _taken_over(ctx: EpochContext) -> int | None:
     """:data:`TAKEN_OVER_EXIT_CODE` for a replica the layout has declared dead (its twin runs the
     partition until a catch-up recreates it on a spare); ``None`` when it runs."""
-    ctx = EpochContext(args, store, ledger, spark=None, snapshot=snapshot)  # type: ignore[arg-type]
+    args = ctx.args
     partition, replica = replica_of(args.map_index)
     current = ctx.layout.replica(args.task_id, partition, replica)
     if current.status is not Status.DEAD:

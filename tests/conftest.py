@@ -19,7 +19,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # `make test TEST_WORKERS=2` runs the suite on two pytest-xdist workers (one process by default,
 # see the Makefile). Tests that share a started component stay on one worker, as one group: a
 # module with its module-scoped deployment, the recovery drills with their package's Airflow,
-# and the two cluster modules one after the other (each starts a whole distributed shape; two
+# and the cluster modules one after the other (each starts a whole distributed shape; two
 # at once on two cores only slow both). Groups are handed out in this order, the rest after them
 # in collection order: the cluster group first, beside the lighter long modules, so that it
 # never runs beside the recovery drills (the two heaviest on CPU: together, each took three
@@ -40,7 +40,7 @@ def worker_group(path: Path) -> str:
         return "unit"
     if "recovery" in path.parts:
         return "recovery"
-    if path.stem in ("test_cluster", "test_cluster_partitions"):
+    if path.stem in ("test_cluster", "test_cluster_partitions", "test_cluster_pairs"):
         return "cluster"
     return path.stem
 

@@ -15,6 +15,7 @@ from falkirk.policies.planning.recovery import LostScratch, LostWorker, Failure,
 from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.policies.regimes import Regime, Tier
 from falkirk.policies.store import StoreConfig, StoreError
+from falkirk.policies.store.control import PairLayouts
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
 from falkirk.policies.store.readability import StoreReadability, under
 from falkirk.policies.store.steps import StepLog
@@ -41,6 +42,14 @@ def compute_plan(
         snapshot = LedgerSnapshot(ledger, dag_id)  # one read of the DAG's rows and one of its rollbacks
     version = snapshot.dag_version
     entries, rolled_back = entries_of(snapshot.rows, snapshot.gone)
+    # Replicas of process pairs taken over by their twins are out of the dataflow until a
+    # catch-up brings them back: their missing epochs are not failures (falkirk.policies.pairs).
+    layout = PairLayouts(store).load(dag_id)
+    taken_over = set(layout.taken_over()) if layout is not None else set()
+    if taken_over:
+        entries = [e for e in entries if e.processor not in taken_over]
+        rolled_back = [e for e in rolled_back if e.processor not in taken_over]
+        regimes = {p: r for p, r in regimes.items() if p not in taken_over}
     if not entries:
         raise PlanError(f"--dag: the ledger at {ledger.uri} has no rows for DAG {dag_id!r}; "
                         f"has it run with Falkirk's operator?")

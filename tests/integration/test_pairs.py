@@ -27,6 +27,7 @@ from devstack.demo import dag_epoch_clock, run_id_of
 from devstack.inprocess import run_reference_process
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.pairs import catch_up, take_over
+from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.partitions import processors, replica_index
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table, scan
@@ -86,7 +87,7 @@ def paired(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
         client.set_paused(A, False)
         for e in (1, 2, 3):
             client.trigger(A, run_id_of(e), clock.logical_date(e))
-        run_reference_process(str(ROOT / "dags" / "falkirk_pairs.py"), REF, "falkirk.spark_jobs.sessions", 4,
+        run_reference_process(str(ROOT / "dags" / "falkirk_pairs.py"), REF, "falkirk.spark_jobs.sessions", 5,
                               {**store.env(), "SPARK_REMOTE": spark_connect.url})
         # stats reads around the failed replica (all_done); epoch 3's sessions wait on it (depends_on_past
         # waits on every map index of a mapped task)
@@ -99,15 +100,26 @@ def paired(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
         caught = catch_up(A, store, client)
         client.trigger(A, run_id_of(4), clock.logical_date(4))
         wait_states(client, A, {4: SUCCESS}, timeout=900)
-        yield SimpleState(stack, store, client, before, took, caught)
+        # Both replicas of stats[2] die in epoch 5: the epoch is not done (its run fails), the
+        # take-over skips nothing; the durable path restores the partition alone.
+        faults.write_text(f"{A}/stats[4]:5:before-commit\n{A}/stats[5]:5:before-commit\n")
+        client.trigger(A, run_id_of(5), clock.logical_date(5))
+        wait_states(client, A, {5: {**SUCCESS, "stats[4]": {"failed"}, "stats[5]": {"failed"}}}, timeout=900)
+        faults.write_text("")
+        assert client.wait_for_run(A, run_id_of(5), timeout=120) == "failed"
+        both = take_over(A, store, client, replica="stats[2].A", reason="failed")
+        both = (both, take_over(A, store, client, replica="stats[2].B", reason="failed"))
+        durable = plan(A, store, client, failed_instances=[("stats[4]", 5), ("stats[5]", 5)])
+        replay(durable.plan_id, store, client, progress=print)
+        yield SimpleState(stack, store, client, before, took, caught, both, durable)
     finally:
         stack.stop()
 
 
 class SimpleState:
-    def __init__(self, stack, store, client, before, took, caught) -> None:  # noqa: ANN001
+    def __init__(self, stack, store, client, before, took, caught, both, durable) -> None:  # noqa: ANN001
         self.stack, self.store, self.client = stack, store, client
-        self.before, self.took, self.caught = before, took, caught
+        self.before, self.took, self.caught, self.both, self.durable = before, took, caught, both, durable
 
 
 def test_the_take_over_skips_the_dead_replica_and_nothing_re_runs(paired) -> None:
@@ -116,13 +128,16 @@ def test_the_take_over_skips_the_dead_replica_and_nothing_re_runs(paired) -> Non
     runs = paired.client.task_instances_by_run(A)
     # every task instance ran once: the twin's outputs were read, nothing was retried or cleared
     # (the recreated replica's epoch 4 is its first try too)
-    assert {(run, p): ti["try_number"] for run, tis in runs.items() for p, ti in tis.items() if ti["try_number"] > 1} == {}
-    assert all(paired.client.dag_run(A, run_id_of(e))["state"] == "success" for e in (1, 2, 3, 4))
+    # (but for epoch 5's stats[2], both of whose replicas died: the durable path re-ran them)
+    assert {(run, p): ti["try_number"] for run, tis in runs.items() for p, ti in tis.items() if ti["try_number"] > 1} == {
+        (run_id_of(5), "stats[4]"): 2, (run_id_of(5), "stats[5]"): 2}
+    assert all(paired.client.dag_run(A, run_id_of(e))["state"] == "success" for e in (1, 2, 3, 4, 5))
     rows = Ledger(paired.store).entries(A)
     assert {r.incarnation for r in rows} == {0}
-    # the dead replica committed epoch 1, then its copy of epoch 3 (from its twin), then epoch 4
+    # the dead replica committed epoch 1, then its copies of the epochs it missed (from its twin), then 4 and 5
     assert sorted((r.epoch, r.run_id) for r in rows if r.processor == LOST) == [
-        (1, run_id_of(1)), (3, f"catch-up:{run_id_of(3)}"), (4, run_id_of(4))]
+        (1, run_id_of(1)), (2, f"catch-up:{run_id_of(2)}"), (3, f"catch-up:{run_id_of(3)}"), (4, run_id_of(4)),
+        (5, run_id_of(5))]
 
 
 def test_readers_switch_to_the_twin_and_back_after_the_fold_in(paired) -> None:
@@ -141,13 +156,16 @@ def test_the_layout_records_the_take_over_and_the_catch_up(paired) -> None:
     layout = PairLayouts(paired.store).load(A)
     r = layout.replica("sessions", 1, "A")
     assert (r.status.value, r.generation) == ("ACTIVE", 2)
-    assert all(x.status.value == "ACTIVE" and x.generation == 0 for x in layout.replicas if x is not r)
+    restored = layout.pair("stats", 2)
+    assert [(x.status.value, x.generation) for x in restored] == [("ACTIVE", 2), ("ACTIVE", 2)]
+    assert all(x.status.value == "ACTIVE" and x.generation == 0 for x in layout.replicas
+               if x is not r and x not in restored)
     table = open_table(PairLayouts(paired.store).uri)
     history = sorted((row["generation"], row["status"]) for row in scan(table, where={"dag_id": A}).to_pylist()
                      if (row["task_id"], row["partition"], row["replica"]) == ("sessions", 1, "A"))
     assert history == [(0, "ACTIVE"), (1, "DEAD"), (2, "ACTIVE"), (2, "STDBY")]
     [copied] = paired.caught.replicas
-    assert (copied["replica"], copied["epoch"], copied["cleared"]) == ("sessions[1].A", 3, [])
+    assert (copied["replica"], copied["epoch"], copied["epochs"], copied["cleared"]) == ("sessions[1].A", 3, [2, 3], [])
     # sessions[1] holds no open session after epoch 2: its copied state of epoch 3 is empty, like its epoch-3 output
     assert (copied["from"], copied["rows"]) == ("sessions[3]", {"output": 0, "state": 0})
     shown = subprocess.run([sys.executable, "-m", "falkirk.plugins.cli", "pairs", "--dag", A], capture_output=True,
@@ -171,16 +189,23 @@ def test_every_table_equals_the_failure_free_run(paired) -> None:
         for index in range(n * regime.replicas) if n else (-1,):
             for table in ("output", "state") if regime.keeps_state else ("output",):
                 ref, got = (_rows(store, dag, task, table, index) for dag in (REF, A))
-                if f"{task}[{index}]" == LOST:  # it holds epochs 1, 3 (its copy) and 4
-                    ref = [row for row in ref if dict(row)["epoch"] in (1, 3, 4)]
                 assert got == ref, f"{task}[{index}] {table} differs from the failure-free run"
                 compared += len(ref)
-    assert compared == 52  # sessions hold no open session at an epoch's end; stats hold and emit rows
-    # both replicas of every partition hold the same state at epoch 4
+    assert compared == 58  # sessions hold no open session at an epoch's end; stats hold and emit rows
+    # both replicas of every partition hold the same state at epochs 4 and 5
     for task in ("sessions", "stats"):
         for p in range(4):
             a, b = (_rows(store, A, task, "state", replica_index(p, r)) for r in "AB")
-            assert [x for x in a if dict(x)["epoch"] == 4] == [x for x in b if dict(x)["epoch"] == 4]
+            assert [x for x in a if dict(x)["epoch"] >= 4] == [x for x in b if dict(x)["epoch"] >= 4]
+
+
+def test_both_replicas_lost_the_epoch_is_not_done_until_the_durable_path_restores_the_partition(paired) -> None:
+    took_a, took_b = paired.both
+    # the first take-over skips stats[2].A (its twin still counted as alive); the second finds both
+    # dead: nobody holds the partition, so its instance stays failed and no run is settled
+    assert (took_a.skipped, took_b.skipped, took_b.settled) == (((run_id_of(5), "stats[4]"),), (), ())
+    assert {t.task_id: list(t.rerun) for t in paired.durable.tasks if t.rerun} == {"stats[4]": [5], "stats[5]": [5]}
+    assert paired.durable.task("stats[4]").restore_from.epoch == 4
 
 
 def _rows(store: StoreConfig, dag: str, task: str, table: str, index: int) -> list[tuple]:
