@@ -8,8 +8,10 @@ job that has to stop and names the smallest plan that fixes it, with its size.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Sequence
 
+from falkirk.policies.partitions import processor_id
 from falkirk.policies.planning.chains import TaskGraph
 from falkirk.policies.planning.recovery import LostScratch, LostWorker, Failure, PlanError, RecoveryPlan, plan_recovery
 from falkirk.policies.planning.recovery_log import RecoveryLog
@@ -47,7 +49,9 @@ def compute_plan(
     layout = PairLayouts(store).load(dag_id)
     taken_over = set(layout.taken_over()) if layout is not None else set()
     if taken_over:
-        entries = [e for e in entries if e.processor not in taken_over]
+        # Their rows, and their readers' reads of them (made before the take-over, from durable
+        # outputs no plan can roll back while they are out), leave the graph together.
+        entries = [_without_reads_of(e, taken_over) for e in entries if e.processor not in taken_over]
         rolled_back = [e for e in rolled_back if e.processor not in taken_over]
         regimes = {p: r for p, r in regimes.items() if p not in taken_over}
     if not entries:
@@ -87,6 +91,12 @@ def compute_plan(
     if record:
         RecoveryLog(store).record(result)
     return result
+
+
+def _without_reads_of(entry: LedgerEntry, processors: set[str]) -> LedgerEntry:
+    """``entry`` without its inputs read from ``processors``."""
+    kept = tuple(i for i in entry.inputs if processor_id(i.task_id, i.map_index) not in processors)
+    return entry if len(kept) == len(entry.inputs) else dataclasses.replace(entry, inputs=kept)
 
 
 def _check_holds_something(location: str, dag_id: str, entries: Sequence[LedgerEntry]) -> None:
