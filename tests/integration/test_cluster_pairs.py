@@ -20,7 +20,6 @@ epoch 5 folds in. Every table equals a failure-free run's; the sink holds Flux's
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -44,6 +43,7 @@ from falkirk.policies.store.commits import open_table, scan
 from falkirk.policies.store.control import PairLayouts
 from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.pairs import sink_uri
+from tests.integration.test_pairs import PAIRS  # dags/falkirk_pairs.py, loaded once
 from tests.oracle import canonical
 
 pytestmark = pytest.mark.integration
@@ -72,14 +72,6 @@ SINK = [(3, "http", "a", 5, 5.0), (5, "ftp", "b", 8, 8.0), (6, "http", "a", 5, 4
 ON_B = {"sessions[0].B", "sessions[1].A", "stats[0].B", "stats[1].A"}
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("falkirk_pairs_dag", ROOT / "dags" / "falkirk_pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-PAIRS = _module()
 
 
 def regimes(dag: str) -> dict:

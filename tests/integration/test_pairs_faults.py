@@ -15,7 +15,6 @@ point), or in this one where the test changes the layout while the job runs.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from falkirk.policies.store.commits import open_table, scan
 from falkirk.policies.store.control import PairLayouts
 from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.pairs import sink_uri
+from tests.integration.test_pairs import PAIRS  # dags/falkirk_pairs.py, loaded once
 from tests.oracle import canonical
 
 pytestmark = pytest.mark.integration
@@ -42,14 +42,6 @@ DAG = "pairs_faults"
 JOBS = "falkirk.spark_jobs.sessions"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("falkirk_pairs_dag", ROOT / "dags" / "falkirk_pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-PAIRS = _module()
 
 
 def spec(task: str, epoch: int, index: int = -1) -> JobSpec:
