@@ -173,6 +173,8 @@ class RunningReplay:
     started: float
     store: StoreConfig | None = None
     marked: set[str] = field(default_factory=set)  # runs with instances the replay marked success
+    # Replicas of process pairs that their twins took over (``task[i]``): they stay skipped.
+    dead_replicas: frozenset[str] = frozenset()
 
     def wait(self, progress: Progress = print, timeout: float = 3600, poll: float = 2.0) -> ReplayReport:
         """Wait until every re-run succeeded, renewing the lease, then clear what later DAG runs
@@ -261,6 +263,7 @@ def start_replay(
         _sweep_later_rows(running, ledger, progress)
         _settle_kept_instances(running, ledger, progress)
         _restore_lost_pairs(running, progress)
+        running.dead_replicas = _dead_replicas(store, recovery.dag_id) if store is not None else frozenset()
         todo = _to_clear(running, ledger)
         skipped = len(rerun) - len(todo)
         if skipped:
@@ -362,8 +365,7 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     # to a live worker (and a resumed replay finds them on that worker's queue).
     lost = {f.worker for f in recovery.failures if isinstance(f, LostWorker)}
     # A replica its twin took over stays skipped: run again it would only find itself dead.
-    dead = _dead_replicas(running.store, recovery.dag_id) if running.store is not None else set()
-    wanted = {(t, e) for t, e in wanted if not (t in dead and runs[e].states.get(t) == "skipped")}
+    wanted = {(t, e) for t, e in wanted if not (t in running.dead_replicas and runs[e].states.get(t) == "skipped")}
     decided = clears_needed(wanted, runs, set(rows), completed, lost)
     for task, epoch in decided.mark_success:
         _mark_completed(running, task, epoch)
@@ -400,15 +402,15 @@ def _restore_lost_pairs(running: RunningReplay, progress: Progress) -> None:
              f"durable path: both replicas re-run from their durable state on {', '.join(live)}")
 
 
-def _dead_replicas(store: StoreConfig, dag_id: str) -> set[str]:
+def _dead_replicas(store: StoreConfig, dag_id: str) -> frozenset[str]:
     """The processors (``task[i]``) of the DAG's replicas that the process-pair layout has declared dead."""
     from falkirk.policies.pairs import Status
     from falkirk.policies.partitions import replica_index
     from falkirk.policies.store.control import PairLayouts
 
     layout = PairLayouts(store).load(dag_id)
-    return {processor_id(r.task, replica_index(r.partition, r.replica)) for r in (layout.replicas if layout else ())
-            if r.status is Status.DEAD}
+    return frozenset(processor_id(r.task, replica_index(r.partition, r.replica))
+                     for r in (layout.replicas if layout else ()) if r.status is Status.DEAD)
 
 
 def _settle_runs(running: RunningReplay, progress: Progress) -> None:
