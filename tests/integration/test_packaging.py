@@ -93,7 +93,9 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("team-venv")
     base = Path(sys.base_prefix) / "bin" / "python3"
     subprocess.run([str(base), "-m", "venv", str(root)], check=True, timeout=300)
+    # The wheelhouse holds pyspark built once by `make install` (PyPI has only its source archive).
     installed = subprocess.run([str(VENV_BIN / "uv"), "pip", "install", "--python", str(root / "bin" / "python"),
+                                "--find-links", str(VENV_BIN.parent / "wheelhouse"),
                                 str(wheel), "-c", str(PROJECT_ROOT / "requirements.lock")],
                                capture_output=True, text=True, timeout=1200)
     assert installed.returncode == 0, installed.stderr[-3000:]
