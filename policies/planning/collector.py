@@ -57,6 +57,7 @@ from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, is_external
 from falkirk.policies.store.readability import Readable, StoreReadability, durable_only
 from falkirk.policies.planning.recovery_log import RecoveryLog
+from falkirk.policies.planning.from_ledger import taken_over_replicas, without_processors
 
 LivePartitions = Callable[[str], Mapping[int, int]]
 """The epochs a table at a URI holds now, each with its size in bytes (empty: no table)."""
@@ -260,6 +261,14 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
 def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | None,
           acknowledge: Mapping[str, Callable[[int], object]] | None) -> CollectionPlan:
     rows = ledger.entries(dag_id)
+    # A replica of a process pair its twin took over holds nothing back: its twin's consumers and
+    # its standby (once registered, at the twin's version) pin what the dataflow still needs.
+    taken_over = taken_over_replicas(store, dag_id)
+    if taken_over:
+        rows = without_processors(rows, taken_over)
+        if graph is not None:
+            graph = TaskGraph(tuple(t for t in graph.tasks if t not in taken_over),
+                              tuple(e for e in graph.edges if taken_over.isdisjoint((e.src, e.dst))))
     graph = graph or TaskGraph.from_ledger(rows)
     readable = durable_only(StoreReadability(store, rows), store.scratch_uri)
     plan = plan_collection(dag_id, rows, graph, readable, lambda uri: live_partitions(store, uri),

@@ -46,12 +46,9 @@ def compute_plan(
     entries, rolled_back = entries_of(snapshot.rows, snapshot.gone)
     # Replicas of process pairs taken over by their twins are out of the dataflow until a
     # catch-up brings them back: their missing epochs are not failures (falkirk.policies.pairs).
-    layout = PairLayouts(store).load(dag_id)
-    taken_over = set(layout.taken_over()) if layout is not None else set()
+    taken_over = taken_over_replicas(store, dag_id)
     if taken_over:
-        # Their rows, and their readers' reads of them (made before the take-over, from durable
-        # outputs no plan can roll back while they are out), leave the graph together.
-        entries = [_without_reads_of(e, taken_over) for e in entries if e.processor not in taken_over]
+        entries = without_processors(entries, taken_over)
         rolled_back = [e for e in rolled_back if e.processor not in taken_over]
         regimes = {p: r for p, r in regimes.items() if p not in taken_over}
     if not entries:
@@ -93,10 +90,34 @@ def compute_plan(
     return result
 
 
-def _without_reads_of(entry: LedgerEntry, processors: set[str]) -> LedgerEntry:
-    """``entry`` without its inputs read from ``processors``."""
-    kept = tuple(i for i in entry.inputs if processor_id(i.task_id, i.map_index) not in processors)
-    return entry if len(kept) == len(entry.inputs) else dataclasses.replace(entry, inputs=kept)
+def taken_over_replicas(store: StoreConfig, dag_id: str) -> set[str]:
+    """The processors (``task[i]``) of process-pair replicas their twins took over
+    (:meth:`falkirk.policies.pairs.Layout.taken_over`): out of the dataflow until a catch-up
+    brings them back, so neither a plan nor a collection counts them."""
+    layout = PairLayouts(store).load(dag_id)
+    return set(layout.taken_over()) if layout is not None else set()
+
+
+def without_processors(entries: Sequence[LedgerEntry], processors: set[str]) -> list[LedgerEntry]:
+    """``entries`` without the rows of ``processors`` and without their readers' reads of them.
+
+    A taken-over replica's readers read it before the take-over, from durable outputs no plan
+    rolls back while it is out: its rows and those reads leave the graph together.
+
+    >>> from falkirk.policies.store.ledger import InputRef
+    >>> rows = [LedgerEntry("d", "g1", 1, "process_pairs", "epoch-1", 1, map_index=1),
+    ...         LedgerEntry("d", "g2", 1, "process_pairs", "epoch-1", 1, map_index=0,
+    ...                     inputs=(InputRef("g1", "output", 1, map_index=0), InputRef("g1", "output", 1, map_index=1)))]
+    >>> [(e.processor, [i.map_index for i in e.inputs]) for e in without_processors(rows, {"g1[1]"})]
+    [('g2[0]', [0])]
+    """
+    kept = []
+    for entry in entries:
+        if entry.processor in processors:
+            continue
+        inputs = tuple(i for i in entry.inputs if processor_id(i.task_id, i.map_index) not in processors)
+        kept.append(entry if len(inputs) == len(entry.inputs) else dataclasses.replace(entry, inputs=inputs))
+    return kept
 
 
 def _check_holds_something(location: str, dag_id: str, entries: Sequence[LedgerEntry]) -> None:
