@@ -14,7 +14,10 @@
   checkpoints have no gap), and its skipped task instances after
   ``v`` are cleared: Airflow runs them on the spare (placement follows the layout), in order
   (``depends_on_past``). The last of them to commit folds the replica back in, once it has
-  caught up with its survivor. Only the partitions that lost a replica are touched.
+  caught up with its survivor. Only the partitions that lost a replica are touched. A
+  catch-up that stops part-way is run again: on the same spare, it resumes its standby (every
+  copy is committed once); if the spare was lost, its take-over discarded the standby, and the
+  catch-up registers a new one, a generation on, on another spare.
 * :func:`dag_policy` (a cluster policy): a task that reads a paired task waits for its
   replicas to be done, not successful (``all_done``): a replica taken over ends skipped, and
   one on a lost worker may end failed before anyone declares it dead; the reader reads its twin.
@@ -29,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from airflow.policies import hookimpl
+
+from falkirk.policies.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +153,7 @@ def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, 
              progress: Callable[[str], None] = print) -> CatchUp:
     """Recreate every replica the layout has lost, on ``spare`` (else the first spare of
     ``workers``); see the module docstring."""
-    from falkirk.policies.pairs import PairsError, catch_up_order, spares
+    from falkirk.policies.pairs import PairsError, Status, catch_up_order, spares
     from falkirk.policies.store.control import PairLayouts
     from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
 
@@ -170,21 +175,26 @@ def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, 
                              f"one and name it with --spare (a lost worker comes back under a new name)")
         spare = free[0] if free else workers_held[0]
     runs = {run: ti for run, ti in client.task_instances_by_run(dag_id).items()}
+    epochs = _run_epochs(dag_id, client, runs, snapshot)
     done = CatchUp()
     for task, partition in todo:
         before = layouts.load(dag_id)
-        after = before.register(task, partition, spare)
-        layouts.save(dag_id, after, before=before)
-        standby = next(r for r in after.pair(task, partition) if r.replica not in
-                       {x.replica for x in before.pair(task, partition) if x.status.value == "ACTIVE"})
+        standby = next((r for r in before.pair(task, partition) if r.status is Status.STDBY), None)
+        if standby is None:
+            after = before.register(task, partition, spare)
+            layouts.save(dag_id, after, before=before)
+            standby = next(r for r in after.pair(task, partition) if r.status is Status.STDBY)
+        else:  # registered by a catch-up that did not finish, on a spare that lives: resumed there
+            after = before
+            progress(f"{dag_id}: resuming the catch-up of {standby.name} on {standby.worker}")
         survivor = next(r for r in after.pair(task, partition) if r is not standby)
         record = _install(store, snapshot, dag_id, task, partition, survivor.replica, standby.replica)
-        cleared = _clear_after(dag_id, client, runs, task, partition, standby.replica, record["epoch"])
-        record.update(replica=standby.name, spare=spare, generation=standby.generation, cleared=cleared)
+        cleared = _clear_after(dag_id, client, runs, epochs, task, partition, standby.replica, record["epoch"])
+        record.update(replica=standby.name, spare=standby.worker, generation=standby.generation, cleared=cleared)
         done.replicas.append(record)
-        progress(f"{dag_id}: {standby.name} registered on {spare} as a standby at epoch {record['epoch']} (generation "
-                 f"{standby.generation}); copied {record['bytes']} bytes of {survivor.name}'s state and outputs "
-                 f"(epochs {', '.join(map(str, record['epochs']))}); "
+        progress(f"{dag_id}: {standby.name} registered on {standby.worker} as a standby at epoch {record['epoch']} "
+                 f"(generation {standby.generation}); copied {record['bytes']} bytes of {survivor.name}'s state and "
+                 f"outputs (epochs {', '.join(map(str, record['epochs'])) or 'none'}); "
                  f"replaying epochs {', '.join(map(str, sorted(cleared))) or 'none'}")
     return done
 
@@ -223,8 +233,10 @@ def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, 
     missed = [e for e in sorted(rows) if e not in held and e > max(held, default=0)]
     totals = {"bytes": 0, "rows": {}}
     ledger = Ledger(store)
-    for epoch in missed:
-        ledger.append(_copied_row(store, snapshot, dag_id, rows[epoch], dst_index, totals, last=epoch == v))
+    for epoch in missed:  # tables first, the ledger row last: a retry copies the epoch again, once
+        row = _copied_row(store, snapshot, dag_id, rows[epoch], dst_index, totals, last=epoch == v)
+        crash_point("catch-up", epoch, "after-copy", dag_id=dag_id)
+        ledger.append(row)
     return {"epoch": v, "epochs": missed, "bytes": totals["bytes"], "rows": totals["rows"],
             "from": f"{task}[{src_index}]"}
 
@@ -260,30 +272,51 @@ def _copied_row(store: Any, snapshot: Any, dag_id: str, source: Any, dst_index: 
         state_rows=state[2] if state else None, run_id=f"catch-up:{source.run_id}", worker=None)
 
 
-def _clear_after(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, Any]]], task: str, partition: int,
-                 replica: str, epoch: int) -> list[int]:
-    """Clear the standby's task instances of the epochs after ``epoch``: Airflow runs them on
-    the spare, in epoch order."""
+def _clear_after(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, Any]]], epochs: dict[str, int],
+                 task: str, partition: int, replica: str, epoch: int) -> list[int]:
+    """Clear the standby's task instances of the epochs after ``epoch`` that its dead
+    predecessor left skipped or failed: Airflow runs them on the spare, in epoch order. (One
+    running, queued or done already, on a resumed catch-up, is left alone.)"""
     from falkirk.policies.partitions import processor_id, replica_index
 
     processor = processor_id(task, replica_index(partition, replica))
     cleared = []
-    for run, instances in sorted(runs.items()):
+    for run, instances in sorted(runs.items(), key=lambda item: epochs.get(item[0], 0)):
         ti = instances.get(processor)
-        e = _epoch_of(run, ti)
-        if ti is None or e is None or e <= epoch:
+        e = epochs.get(run)
+        if ti is None or e is None or e <= epoch or ti.get("state") not in LEFT_BY_THE_DEAD:
             continue
         client.clear(dag_id, run, [processor])
         cleared.append(e)
     return cleared
 
 
-def _epoch_of(run: str, ti: dict[str, Any] | None) -> int | None:
-    """The epoch of a DAG run whose id is ``epoch-N`` (the runs Falkirk triggers), else from its
-    instance's rendered epoch; ``None`` when unknown."""
-    if run.startswith("epoch-") and run[6:].isdigit():
-        return int(run[6:])
-    return None
+LEFT_BY_THE_DEAD = ("skipped", "failed", "upstream_failed")
+
+
+def _run_epochs(dag_id: str, client: Any, runs: dict[str, Any], snapshot: Any) -> dict[str, int]:
+    """The epoch of each DAG run: from the ledger's rows, else from the run's logical date on
+    the DAG's epoch clock (a run that has committed nothing yet)."""
+    from falkirk.plugins.recovery import _regimes
+    from falkirk.policies.epochs import EpochError
+
+    epochs = {e.run_id: e.epoch for e in snapshot.entries()}
+    unknown = [run for run in runs if run not in epochs]
+    if unknown:
+        _, clock = _regimes(dag_id, client)
+        for run in unknown:
+            logical = client.dag_run(dag_id, run).get("logical_date") if clock is not None else None
+            try:
+                epochs[run] = clock.epoch_of(_parse_date(logical)) if logical else None
+            except EpochError:
+                epochs[run] = None
+    return {run: e for run, e in epochs.items() if e is not None}
+
+
+def _parse_date(text: str) -> Any:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def parse_replica(text: str) -> tuple[str, int, str]:

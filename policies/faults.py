@@ -6,7 +6,9 @@ task, epoch and step, the process ends at once, killed by SIGKILL with no cleanu
 worker that loses power mid-commit would. (``after-files`` is the point between the
 executors writing an epoch's data files and the driver's Delta commit that makes them
 visible; ``after-sink`` is between a paired task's sink write and its ledger row.) A replay's points use the task name ``replay``: ``replay:0:after-lease``,
-``replay:0:after-invalidations`` and ``replay:E:after-clear`` (once epoch E is cleared).
+``replay:0:after-invalidations`` and ``replay:E:after-clear`` (once epoch E is cleared); a
+process pair's catch-up uses ``catch-up``: ``catch-up:E:after-copy`` (epoch E's tables copied
+to the standby, its ledger row not yet written).
 
 Inside an epoch that checkpoints step by step (:mod:`falkirk.policies.store.steps`) the
 points are ``iteration-N`` (as iteration N starts), ``chunk-N`` (as chunk N starts) and
@@ -27,7 +29,7 @@ False
 >>> crash_requested("aggregate", 2, "halfway", "aggregate:2:halfway")
 Traceback (most recent call last):
 ...
-ValueError: FALKIRK_CRASH_AT: unknown step 'halfway' in 'aggregate:2:halfway'; steps are before-commit, after-files, after-outputs, after-state, after-sink, after-lease, after-invalidations, after-clear, iteration-N, chunk-N, chunk-N-after-files
+ValueError: FALKIRK_CRASH_AT: unknown step 'halfway' in 'aggregate:2:halfway'; steps are before-commit, after-files, after-outputs, after-state, after-sink, after-lease, after-invalidations, after-clear, after-copy, iteration-N, chunk-N, chunk-N-after-files
 >>> crash_requested("rank", 3, "iteration-7", "rank:3:iteration-7")
 True
 """
@@ -41,7 +43,7 @@ import sys
 
 CRASH_ENV = "FALKIRK_CRASH_AT"
 STEPS = ("before-commit", "after-files", "after-outputs", "after-state", "after-sink",
-         "after-lease", "after-invalidations", "after-clear")
+         "after-lease", "after-invalidations", "after-clear", "after-copy")
 STEP_POINTS = re.compile(r"(iteration|chunk)-[1-9][0-9]*|chunk-[1-9][0-9]*-after-files")
 
 
