@@ -409,7 +409,26 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     body["last_run_epoch"] = last_run or grid.last_epoch
     beyond = rows_beyond(snapshot.entries(), last_run) if last_run else None
     body["beyond"] = beyond_note(dag_id, last_run, beyond) if beyond else None
+    body["pairs"] = _pairs(store, dag_id)
     return body
+
+
+def _pairs(store: StoreConfig, dag_id: str) -> dict[str, Any] | None:
+    """The DAG's process pairs (``None``: it has none): each replica's worker, status and
+    generation, and what happened to them (take-overs, catch-ups, fold-ins), newest last."""
+    from falkirk.policies.pairs import layout_events
+    from falkirk.policies.partitions import replica_index
+    from falkirk.policies.store.control import PairLayouts
+
+    layouts = PairLayouts(store)
+    records = layouts.history(dag_id)
+    layout = layouts.load(dag_id) if records else None
+    if layout is None:
+        return None
+    replicas = [{"name": r.name, "task_id": r.task, "partition": r.partition, "replica": r.replica,
+                 "processor": processor_id(r.task, replica_index(r.partition, r.replica)), "worker": r.worker,
+                 "status": r.status.value, "generation": r.generation} for r in layout.replicas]
+    return {"replicas": replicas, "events": [asdict(e) for e in layout_events(records)]}
 
 
 def _succeeded_without_row(dag_id: str, tasks: list[DagTask], grid: CheckpointGrid) -> set[tuple[str, str]]:

@@ -369,5 +369,45 @@ def _other(replica: str) -> str:
     return REPLICAS[1 - REPLICAS.index(replica)]
 
 
-__all__ = ["Layout", "PairsError", "REPLICAS", "Replica", "Status", "catch_up_order", "chained", "lost_partition_refusal",
-           "spares", "with_task"]
+@dataclass(frozen=True)
+class LayoutEvent:
+    """One change of one replica, as the view's history shows it."""
+
+    replica: str  # task[p].R
+    what: str
+    worker: str
+    generation: int
+    at: str  # when it was recorded (ISO 8601)
+
+
+def layout_events(records: Sequence[Mapping[str, object]]) -> list[LayoutEvent]:
+    """What happened to each replica, from the layout's records (``PairLayouts.history``: one
+    per change, oldest first): take-overs, standbys registered by a catch-up, fold-ins,
+    standbys discarded, partitions restored on the durable path. A replica's first placement
+    is not an event.
+
+    >>> rows = [dict(task_id="t", partition=1, replica="A", worker=w, status=s, generation=g, recorded_at=str(g))
+    ...         for w, s, g in [("w1", "ACTIVE", 0), ("w1", "DEAD", 1), ("w4", "STDBY", 2), ("w4", "DEAD", 3),
+    ...                         ("w5", "STDBY", 4), ("w5", "ACTIVE", 4)]]
+    >>> [(e.what, e.worker, e.generation) for e in layout_events(rows)]  # doctest: +NORMALIZE_WHITESPACE
+    [('taken over', 'w1', 1), ('standby registered', 'w4', 2), ('standby discarded', 'w4', 3),
+     ('standby registered', 'w5', 4), ('folded in', 'w5', 4)]
+    """
+    meaning = {("ACTIVE", "DEAD"): "taken over", ("STDBY", "DEAD"): "standby discarded",
+               ("DEAD", "STDBY"): "standby registered", ("STDBY", "ACTIVE"): "folded in",
+               ("DEAD", "ACTIVE"): "restored on the durable path"}
+    last: dict[tuple, str] = {}
+    events = []
+    for row in records:
+        key = (row["task_id"], row["partition"], row["replica"])
+        before, status = last.get(key), str(row["status"])
+        last[key] = status
+        what = meaning.get((before, status)) if before is not None else None
+        if what:
+            events.append(LayoutEvent(f"{key[0]}[{key[1]}].{key[2]}", what, str(row["worker"]),
+                                      int(row["generation"]), str(row["recorded_at"])))
+    return events
+
+
+__all__ = ["Layout", "LayoutEvent", "PairsError", "REPLICAS", "Replica", "Status", "catch_up_order", "chained",
+           "layout_events", "lost_partition_refusal", "spares", "with_task"]

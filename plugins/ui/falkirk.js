@@ -8,7 +8,8 @@
 // Sections: the DAG graph coloured by regime; the failure picker; the plan (frontiers,
 // re-run count next to clear-downstream's); the grid of epochs x tasks with checkpoint
 // statuses and the re-run set highlighted; the roll-back-and-replay action with a
-// confirmation; the history of recoveries, where an admin can release a dead executor's lease.
+// confirmation; the process pairs (where each replica runs, take-overs and catch-ups); the
+// history of recoveries, where an admin can release a dead executor's lease.
 
 // Read by the browser test: ms since navigation started when Airflow's UI loaded this
 // bundle, when the view mounted, and when the grid's visible window first rendered.
@@ -703,6 +704,38 @@ function History({ recoveries, canRelease, onRelease }) {
   );
 }
 
+// -- process pairs: where each replica runs, and what happened to them ------------------------
+
+const PAIR_COLOURS = { ACTIVE: "#2f855a", STDBY: "#d69e2e", DEAD: "#c53030" };
+
+function Pairs({ pairs }) {
+  const cell = { padding: "2px 10px", borderBottom: `1px solid ${C.border}`, textAlign: "left" };
+  const byPartition = new Map();
+  for (const r of pairs.replicas) {
+    const key = `${r.task_id}[${r.partition}]`;
+    if (!byPartition.has(key)) byPartition.set(key, {});
+    byPartition.get(key)[r.replica] = r;
+  }
+  const replicaCell = (r) => h("td", {
+    style: cell, "data-testid": `pair-${r.name}`, "data-status": r.status, "data-worker": r.worker,
+    title: `${r.name} is task instance ${r.processor}`,
+  },
+  h("span", { style: { display: "inline-block", minWidth: 52, padding: "0 6px", marginRight: 6, borderRadius: 3,
+    color: "#fff", background: PAIR_COLOURS[r.status], fontSize: 11, textAlign: "center" } }, r.status),
+  `${r.worker} · g${r.generation}`);
+  return h("div", { "data-testid": "pairs" },
+    h("table", { style: { borderCollapse: "collapse", fontSize: 13 } },
+      h("thead", null, h("tr", null, ...["partition", "replica A", "replica B"].map((c, i) => h("th", { key: i, style: cell }, c)))),
+      h("tbody", null, ...[...byPartition.entries()].map(([key, pair]) =>
+        h("tr", { key }, h("td", { style: cell }, key), replicaCell(pair.A), replicaCell(pair.B))))),
+    pairs.events.length
+      ? h("ol", { "data-testid": "pair-events", style: { fontSize: 13, margin: "8px 0 0", paddingLeft: 20 } },
+        ...pairs.events.map((e, i) => h("li", { key: i, "data-testid": "pair-event", "data-replica": e.replica, "data-what": e.what },
+          `${(e.at || "").replace("T", " ").slice(0, 19)}  ${e.replica} ${e.what} on ${e.worker} (generation ${e.generation})`)))
+      : h("div", { "data-testid": "pair-events-empty", style: { color: C.muted, fontSize: 13, marginTop: 8 } },
+        "No take-over yet: every replica runs where it was placed."));
+}
+
 // -- the view --------------------------------------------------------------------------------
 
 function preselect(view, runId, taskId) {
@@ -850,6 +883,7 @@ function FalkirkView({ dagId, runId, taskId }) {
     replay?.plan_id ? h("div", { "data-testid": "replay-started", style: { marginTop: 8 } },
       `Recovery ${replay.plan_id} started by ${replay.by}: ${replay.rerun_count} task instances cleared.`) : null),
     h(Panel, { title: "Checkpoints (epochs × tasks)", testid: "panel-grid" }, h(Grid, { view, plan })),
+    view.pairs ? h(Panel, { title: "Process pairs", testid: "panel-pairs" }, h(Pairs, { pairs: view.pairs })) : null,
     h(Panel, { title: "Recoveries", testid: "panel-history" },
       h(History, { recoveries: view.recoveries, canRelease: view.can_replay, onRelease: (r) => setReleasing({ recovery: r }) })),
     view.can_discard ? h(Panel, { title: "Discard epochs run by mistake", testid: "panel-discard" },

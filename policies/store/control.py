@@ -378,6 +378,15 @@ class PairLayouts:
                             for (t, p, r), row in sorted(best.items())))
 
 
+    def history(self, dag_id: str) -> list[dict]:
+        """Every record of the DAG's layout, oldest first (for :func:`falkirk.policies.pairs.layout_events`)."""
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        if table is None:
+            return []
+        rows = scan(table, where={"dag_id": dag_id}).to_pylist()
+        return sorted(rows, key=lambda r: (r["recorded_at"], r["generation"], self.RANK[r["status"]]))
+
+
 class CompletedRow(CommittedRow, Protocol):
     run_id: str
     try_number: int
