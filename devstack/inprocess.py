@@ -16,10 +16,10 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Collection, Iterator, Mapping, Sequence
 
 from devstack.spark import SMALL_EPOCHS_SQL_CONF
-from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.job_spec import TAKEN_OVER_EXIT_CODE, JobSpec
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig
 from falkirk.spark_jobs.runtime import run_job
@@ -49,11 +49,14 @@ def run_in_process(
     env: Mapping[str, str] | None = None,
     progress: Callable[[str], None] = print,
     partitions: Mapping[str, int] | None = None,
+    skip: Collection[str] = (),
 ) -> float:
-    """Run every task of ``dag_id`` (job modules ``{package}.{task}``) for ``epochs``; returns seconds.
+    """Run every task of ``dag_id`` (job modules ``{package}.{task}``) for ``epochs``, but the
+    processors in ``skip``; returns seconds.
 
     A task in ``partitions`` runs once per partition (per replica of each partition, under
-    process pairs), as its mapped task instances would."""
+    process pairs), as its mapped task instances would. A replica the layout declared dead
+    exits at once, as its task instance would end skipped: the run goes on."""
     counts = dict(partitions or {})
     started = time.monotonic()
     order = list(regimes)  # the caller lists tasks upstream first
@@ -71,7 +74,12 @@ def run_in_process(
                                    input_partitions=tuple((u, counts[u]) for u in upstream[task] if u in counts),
                                    replicas=replicas,
                                    paired_inputs=tuple(u for u in upstream[task] if regimes[u].replicas > 1))
+                    if spec.processor in skip:
+                        continue
                     code = run_job(jobs[task], spec.argv())
+                    if code == TAKEN_OVER_EXIT_CODE:
+                        progress(f"  {spec.processor} epoch {epoch}: taken over by its twin, skipped")
+                        continue
                     if code != 0:
                         raise RuntimeError(f"{dag_id}.{spec.processor} epoch {epoch} exited {code}")
             progress(f"  reference: epoch {epoch} done ({time.monotonic() - started:.0f}s)")
@@ -80,21 +88,25 @@ def run_in_process(
 
 def run_reference_process(dag_file: str, dag_id: str, package: str, epochs: int, env: Mapping[str, str],
                           timeout: float = 1800, partitions: Mapping[str, int] | None = None,
-                          regimes: Mapping[str, Regime] | None = None) -> None:
+                          regimes: Mapping[str, Regime] | None = None, first: int = 1,
+                          skip: Sequence[str] = ()) -> str:
     """:func:`main` in a process of its own (the caller may hold a Spark session of another kind),
     with ``env`` (the store's variables and ``SPARK_REMOTE``) added to this one's environment;
-    ``partitions`` and ``regimes`` replace the DAG file's for the tasks they name."""
+    epochs ``first``..``epochs``, but the processors in ``skip``; ``partitions`` and ``regimes``
+    replace the DAG file's for the tasks they name. Returns what it printed."""
     import subprocess
     import sys
 
     extra = [f"--partitions={t}={n}" for t, n in (partitions or {}).items()]
     extra += [f"--regime={t}={r.spec()}" for t, r in (regimes or {}).items()]
+    extra += [f"--first={first}", *(f"--skip={p}" for p in skip)]
     done = subprocess.run([sys.executable, "-m", "devstack.inprocess", dag_file, dag_id, package, "--epochs",
                            str(epochs), *extra], env={**os.environ, **env}, cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"the reference run of {dag_id} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
                            f"{done.stderr[-3000:]}")
+    return done.stdout
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -108,7 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("dag_file")
     parser.add_argument("dag_id")
     parser.add_argument("package", help="the job modules' package, e.g. falkirk.spark_jobs.figure1")
-    parser.add_argument("--epochs", type=int, required=True, help="run epochs 1..N")
+    parser.add_argument("--epochs", type=int, required=True, help="run epochs 1..N (from --first)")
+    parser.add_argument("--first", type=int, default=1, help="the first epoch to run (default 1)")
+    parser.add_argument("--skip", action="append", default=[], metavar="PROCESSOR",
+                        help="a task instance (task, or task[i]) not to run (repeatable)")
     parser.add_argument("--partitions", action="append", default=[], metavar="TASK=N",
                         help="a task's partition count instead of the DAG file's (repeatable)")
     parser.add_argument("--regime", action="append", default=[], metavar="TASK=SPEC",
@@ -122,9 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     counts = {**getattr(module, "PARTITIONS", {}), **{t: int(n) for t, _, n in (a.partition("=") for a in
                                                                                args.partitions)}}
     regimes = {**module.REGIMES, **{t: Regime.parse(r) for t, _, r in (a.partition("=") for a in args.regime)}}
-    seconds = run_in_process(args.dag_id, args.package, regimes, module.EDGES, range(1, args.epochs + 1),
-                             StoreConfig.from_env(), progress=lambda m: print(m, flush=True), partitions=counts)
-    print(f"reference: {args.epochs} epochs in {seconds:.0f}s", flush=True)
+    epochs = range(args.first, args.epochs + 1)
+    seconds = run_in_process(args.dag_id, args.package, regimes, module.EDGES, epochs, StoreConfig.from_env(),
+                             progress=lambda m: print(m, flush=True), partitions=counts, skip=set(args.skip))
+    print(f"reference: {len(epochs)} epochs in {seconds:.0f}s", flush=True)
     return 0
 
 

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from devstack.airflow import AirflowStack
@@ -35,6 +36,7 @@ from falkirk.policies.store.control import PairLayouts
 from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.pairs import sink_uri
 from tests.integration.recovery.drill import wait_states
+from tests.integration.test_falkirk_view import browser, login, open_view, shot  # noqa: F401 (browser: a fixture)
 from tests.oracle import canonical
 
 pytestmark = pytest.mark.integration
@@ -97,9 +99,21 @@ def paired(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
         before = PairLayouts(store).load(A)
         took = take_over(A, store, client, replica="sessions[1].A", reason="its task instance failed")
         wait_states(client, A, {3: {**SUCCESS, LOST: {"skipped"}}}, timeout=900)
-        caught = catch_up(A, store, client)
+        # S6: the first catch-up, onto spare-1, is killed after copying epoch 2's tables, and
+        # spare-1 is lost: its take-over discards the standby; the survivors process epoch 4;
+        # the catch-up runs again, onto spare-2.
+        faults.write_text(f"{A}/catch-up:2:after-copy\n")
+        killed = subprocess.run(
+            [sys.executable, "-m", "falkirk.plugins.cli", "pairs", "--dag", A, "--catch-up", "--spare", "spare-1"],
+            env={**os.environ, **store.env(), "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+                 "FALKIRK_AIRFLOW_PASSWORD": "admin", "FALKIRK_CRASH_AT": f"@{faults}"},
+            capture_output=True, text=True, timeout=600)
+        faults.write_text("")
+        half = PairLayouts(store).load(A).replica("sessions", 1, "A")
+        spare_lost = take_over(A, store, client, worker="spare-1", reason="lost during the catch-up")
         client.trigger(A, run_id_of(4), clock.logical_date(4))
-        wait_states(client, A, {4: SUCCESS}, timeout=900)
+        wait_states(client, A, {4: {**SUCCESS, LOST: {"skipped"}}}, timeout=900)
+        caught = catch_up(A, store, client, spare="spare-2")
         # Both replicas of stats[2] die in epoch 5: the epoch is not done (its run fails), the
         # take-over skips nothing; the durable path restores the partition alone.
         faults.write_text(f"{A}/stats[4]:5:before-commit\n{A}/stats[5]:5:before-commit\n")
@@ -111,15 +125,17 @@ def paired(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
         both = (both, take_over(A, store, client, replica="stats[2].B", reason="failed"))
         durable = plan(A, store, client, failed_instances=[("stats[4]", 5), ("stats[5]", 5)])
         replay(durable.plan_id, store, client, progress=print)
-        yield SimpleState(stack, store, client, before, took, caught, both, durable)
+        yield SimpleState(stack, store, client, before, took, caught, both, durable, killed, half, spare_lost)
     finally:
         stack.stop()
 
 
 class SimpleState:
-    def __init__(self, stack, store, client, before, took, caught, both, durable) -> None:  # noqa: ANN001
+    def __init__(self, stack, store, client, before, took, caught, both, durable, killed, half,  # noqa: ANN001
+                 spare_lost) -> None:  # noqa: ANN001
         self.stack, self.store, self.client = stack, store, client
         self.before, self.took, self.caught, self.both, self.durable = before, took, caught, both, durable
+        self.killed, self.half, self.spare_lost = killed, half, spare_lost
 
 
 def test_the_take_over_skips_the_dead_replica_and_nothing_re_runs(paired) -> None:
@@ -134,10 +150,10 @@ def test_the_take_over_skips_the_dead_replica_and_nothing_re_runs(paired) -> Non
     assert all(paired.client.dag_run(A, run_id_of(e))["state"] == "success" for e in (1, 2, 3, 4, 5))
     rows = Ledger(paired.store).entries(A)
     assert {r.incarnation for r in rows} == {0}
-    # the dead replica committed epoch 1, then its copies of the epochs it missed (from its twin), then 4 and 5
+    # the dead replica committed epoch 1, then its copies of the epochs it missed (from its twin), then 5
     assert sorted((r.epoch, r.run_id) for r in rows if r.processor == LOST) == [
-        (1, run_id_of(1)), (2, f"catch-up:{run_id_of(2)}"), (3, f"catch-up:{run_id_of(3)}"), (4, run_id_of(4)),
-        (5, run_id_of(5))]
+        (1, run_id_of(1)), (2, f"catch-up:{run_id_of(2)}"), (3, f"catch-up:{run_id_of(3)}"),
+        (4, f"catch-up:{run_id_of(4)}"), (5, run_id_of(5))]
 
 
 def test_readers_switch_to_the_twin_and_back_after_the_fold_in(paired) -> None:
@@ -147,31 +163,78 @@ def test_readers_switch_to_the_twin_and_back_after_the_fold_in(paired) -> None:
     for p in range(4):
         a, b = replica_index(p, "A"), replica_index(p, "B")
         assert read[a, 1] == [0, 2, 4, 6] and read[b, 1] == [1, 3, 5, 7]
-        assert read[a, 2] == read[a, 3] == [0, 3, 4, 6], "replicas A read partition 1 from its B while A was dead"
-        assert read[a, 4] == [0, 2, 4, 6], "after the fold-in, replicas A read their own replica id again"
+        assert read[a, 2] == read[a, 3] == read[a, 4] == [0, 3, 4, 6], \
+            "replicas A read partition 1 from its B while A was dead"
+        assert read[a, 5] == [0, 2, 4, 6], "after the fold-in, replicas A read their own replica id again"
         assert read[b, 2] == [1, 3, 5, 7]
 
 
 def test_the_layout_records_the_take_over_and_the_catch_up(paired) -> None:
     layout = PairLayouts(paired.store).load(A)
     r = layout.replica("sessions", 1, "A")
-    assert (r.status.value, r.generation) == ("ACTIVE", 2)
+    assert (r.status.value, r.generation, r.worker) == ("ACTIVE", 4, "spare-2")
     restored = layout.pair("stats", 2)
     assert [(x.status.value, x.generation) for x in restored] == [("ACTIVE", 2), ("ACTIVE", 2)]
     assert all(x.status.value == "ACTIVE" and x.generation == 0 for x in layout.replicas
                if x is not r and x not in restored)
     table = open_table(PairLayouts(paired.store).uri)
-    history = sorted((row["generation"], row["status"]) for row in scan(table, where={"dag_id": A}).to_pylist()
+    history = sorted((row["generation"], row["status"], row["worker"])
+                     for row in scan(table, where={"dag_id": A}).to_pylist()
                      if (row["task_id"], row["partition"], row["replica"]) == ("sessions", 1, "A"))
-    assert history == [(0, "ACTIVE"), (1, "DEAD"), (2, "ACTIVE"), (2, "STDBY")]
+    # taken over; a standby on spare-1, discarded when spare-1 was lost; another on spare-2, folded in
+    assert [(g, status) for g, status, _ in history] == [(0, "ACTIVE"), (1, "DEAD"), (2, "STDBY"), (3, "DEAD"),
+                                                          (4, "ACTIVE"), (4, "STDBY")]
+    assert [w for g, _, w in history if g >= 2] == ["spare-1", "spare-1", "spare-2", "spare-2"]
     [copied] = paired.caught.replicas
-    assert (copied["replica"], copied["epoch"], copied["epochs"], copied["cleared"]) == ("sessions[1].A", 3, [2, 3], [])
+    assert (copied["replica"], copied["epoch"], copied["epochs"], copied["cleared"]) == ("sessions[1].A", 4,
+                                                                                         [2, 3, 4], [])
     # sessions[1] holds no open session after epoch 2: its copied state of epoch 3 is empty, like its epoch-3 output
     assert (copied["from"], copied["rows"]) == ("sessions[3]", {"output": 0, "state": 0})
     shown = subprocess.run([sys.executable, "-m", "falkirk.plugins.cli", "pairs", "--dag", A], capture_output=True,
                            text=True, env={**os.environ, **paired.store.env()}, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "sessions[1].A" in shown.stdout and shown.stdout.count("ACTIVE") == 16
+
+
+def test_a_catch_up_killed_on_a_spare_that_is_lost_is_discarded_and_retried_on_another(paired) -> None:
+    """research/flux.md §5.5 S6: the killed catch-up left its standby registered on spare-1 with
+    epoch 2's tables copied and no ledger row; losing spare-1 discarded it; the survivors ran
+    epoch 4 meanwhile; the retry on spare-2 committed each copied epoch once."""
+    assert paired.killed.returncode == -9, paired.killed.stderr[-2000:]
+    assert "injected crash: catch-up epoch 2 at after-copy" in paired.killed.stderr
+    assert (paired.half.status.value, paired.half.worker, paired.half.generation) == ("STDBY", "spare-1", 2)
+    assert paired.spare_lost.dead == ("sessions[1].A",) and paired.spare_lost.skipped == ()
+    assert paired.client.task_instances(A, run_id_of(4))[LOST]["state"] == "skipped"
+    from falkirk.policies.regimes import Tier
+
+    for table in ("output", "state"):  # one commit per epoch, as the failure-free run's: the copy of 2 once
+        ours, ref = (open_table(paired.store.table_uri(Tier.DURABLE, dag, "sessions", table, 2)) for dag in (A, REF))
+        assert ours.version() == ref.version(), (table, ours.history(), ref.history())
+    rows = [r for r in Ledger(paired.store).entries(A, include_invalidated=True) if r.processor == LOST]
+    assert sorted(r.epoch for r in rows) == [1, 2, 3, 4, 5] and {r.incarnation for r in rows} == {0}
+
+
+def test_the_view_shows_each_replica_and_the_take_overs_and_catch_ups(paired, browser) -> None:
+    """The Falkirk view's process-pairs panel: every replica with its worker, status and
+    generation; the history of sessions[1].A, from its take-over to its fold-in on spare-2."""
+    context, page = login(browser, SimpleNamespace(stack=paired.stack), "admin")
+    try:
+        open_view(page, SimpleNamespace(stack=paired.stack), A)
+        page.get_by_test_id("panel-pairs").wait_for(timeout=60_000)
+        replicas = page.eval_on_selector_all("[data-testid^='pair-'][data-status]",
+                                             "els => els.map(e => [e.dataset.testid, e.dataset.status])")
+        assert len(replicas) == 16 and {status for _, status in replicas} == {"ACTIVE"}
+        assert page.get_by_test_id("pair-sessions[1].A").get_attribute("data-worker") == "spare-2"
+        events = page.eval_on_selector_all("[data-testid=pair-event]",
+                                           "els => els.map(e => [e.dataset.replica, e.dataset.what])")
+        assert [what for replica, what in events if replica == "sessions[1].A"] == [
+            "taken over", "standby registered", "standby discarded", "standby registered", "folded in"]
+        # both replicas of stats[2] lost in epoch 5, then restored on the durable path
+        assert [what for replica, what in events if replica == "stats[2].A"] == [
+            "taken over", "restored on the durable path"]
+        shot(page, "pairs-panel")
+    finally:
+        context.close()
 
 
 def test_the_sink_holds_each_update_once(paired) -> None:
