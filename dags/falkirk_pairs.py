@@ -35,10 +35,11 @@ EDGES = list(zip(TASKS, list(TASKS)[1:]))
 
 def build_dag(dag_id: str = "falkirk_pairs", conn_id: str = "spark_default", partitions: int = 4,
               regimes: Mapping[str, Regime] | None = None, queues: Mapping[str, str] | None = None,
-              tags: Sequence[str] = ()) -> DAG:
+              tags: Sequence[str] = (), retries: int = 0) -> DAG:
     """The pipeline under ``dag_id`` (several copies can live side by side, each with its own
     tables), with ``partitions`` partitions per paired task; ``regimes`` replaces tasks' regimes
-    (process pairs beside the checkpointing regimes, say) and ``queues`` gives tasks a queue."""
+    (process pairs beside the checkpointing regimes, say), ``queues`` gives tasks a queue and
+    ``retries`` the retries of the tasks that are not paired (a replica never retries)."""
     with DAG(
         dag_id=dag_id,
         description="Events -> sessions per (src, dst) -> running statistics per (app, src), paired partitions",
@@ -47,7 +48,7 @@ def build_dag(dag_id: str = "falkirk_pairs", conn_id: str = "spark_default", par
         catchup=False,
         max_active_runs=4,
         tags=["falkirk", *tags],
-        default_args={"conn_id": conn_id, "retries": 0},
+        default_args={"conn_id": conn_id, "retries": retries, "retry_delay": timedelta(seconds=3)},
         doc_md=__doc__,
     ) as dag:
         tasks = []

@@ -43,13 +43,20 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 A, REF = "pairs_a", "pairs_ref"
+DA, DB = "pairs_da", "pairs_db"  # mode D: sessions[0] dies in epoch 2 before any commit (a), after its outputs (b)
 DAG_FILE = '''"""Airflow DAG file: a copy of dags/falkirk_pairs.py (a DAG factory)."""
 import importlib.util
 
 _spec = importlib.util.spec_from_file_location("falkirk_pairs_dag", {path!r})
 _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)
+from falkirk.policies import EagerCheckpoint
+
 pairs_a = _module.build_dag("pairs_a")
+# Flux's mode D: one copy per partition, a failed partition re-run alone by Airflow's retry.
+_durable = {{"sessions": EagerCheckpoint(), "stats": EagerCheckpoint()}}
+pairs_da = _module.build_dag("pairs_da", regimes=_durable, retries=1)
+pairs_db = _module.build_dag("pairs_db", regimes=_durable, retries=1)
 '''
 # Flux's required sink content (research/flux.md §5.5): (sn, app, src, max, avg), each SN once.
 SINK = [(3, "http", "a", 5, 5.0), (5, "ftp", "b", 8, 8.0), (6, "http", "a", 5, 4.0), (9, "http", "c", 4, 4.0),
@@ -77,7 +84,10 @@ def paired(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
     dags.mkdir()
     (dags / "pairs.py").write_text(DAG_FILE.format(path=str(ROOT / "dags" / "falkirk_pairs.py")))
     faults = root / "faults"
-    faults.write_text(f"{A}/{LOST}:2:before-commit\n")
+    # S3: sessions[0]'s epoch 2 in mode D dies (a) before any commit, (b) between its outputs and its
+    # state; each fires once, its retry runs through
+    faults.write_text(f"{A}/{LOST}:2:before-commit\n{DA}/sessions[0]:2:before-commit:once\n"
+                      f"{DB}/sessions[0]:2:after-outputs:once\n")
     stack = AirflowStack(home=root / "airflow", store=store, dags_folder=dags, extra_env={
         **spark_connect.airflow_env(), "FALKIRK_CRASH_AT": f"@{faults}"})
     stack.init()
@@ -85,16 +95,23 @@ def paired(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
     try:
         client = stack.client()
         clock = dag_epoch_clock(ROOT / "dags" / "falkirk_pairs.py")
-        client.wait_for_dag(A)
-        client.set_paused(A, False)
+        for dag in (A, DA, DB):
+            client.wait_for_dag(dag)
+            client.set_paused(dag, False)
         for e in (1, 2, 3):
             client.trigger(A, run_id_of(e), clock.logical_date(e))
+        for dag in (DA, DB):
+            for e in (1, 2):
+                client.trigger(dag, run_id_of(e), clock.logical_date(e))
         run_reference_process(str(ROOT / "dags" / "falkirk_pairs.py"), REF, "falkirk.spark_jobs.sessions", 5,
                               {**store.env(), "SPARK_REMOTE": spark_connect.url})
         # stats reads around the failed replica (all_done); epoch 3's sessions wait on it (depends_on_past
         # waits on every map index of a mapped task)
         waiting = {**SUCCESS, **{p: {None, "scheduled"} for p in PROCESSORS if p != "ingress"}}
         wait_states(client, A, {1: SUCCESS, 2: {**SUCCESS, LOST: {"failed"}}, 3: waiting}, timeout=1200)
+        for dag in (DA, DB):
+            for e in (1, 2):
+                assert client.wait_for_run(dag, run_id_of(e), timeout=900) == "success"
         faults.write_text("")
         before = PairLayouts(store).load(A)
         took = take_over(A, store, client, replica="sessions[1].A", reason="its task instance failed")
@@ -235,6 +252,32 @@ def test_the_view_shows_each_replica_and_the_take_overs_and_catch_ups(paired, br
         shot(page, "pairs-panel")
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("dag", [DA, DB], ids=["a-before-any-commit", "b-after-the-outputs"])
+def test_s3_mode_d_reruns_the_failed_partition_alone(paired, dag: str) -> None:
+    """research/flux.md §5.5 S3: sessions[0] of epoch 2 crashed (a) before any commit, (b) after
+    committing its outputs and before its state; Airflow's retry re-ran that task instance alone,
+    from its state of epoch 1; stats of epoch 2 ran once, after it; the sink holds SN 10 once."""
+    tries = {(run, p): ti["try_number"] for run, tis in paired.client.task_instances_by_run(dag).items()
+             for p, ti in tis.items()}
+    assert len(tries) == 2 * 9
+    assert {k: n for k, n in tries.items() if n != 1} == {(run_id_of(2), "sessions[0]"): 2}
+    rows = Ledger(paired.store).entries(dag)
+    assert {r.incarnation for r in rows} == {0} and len(rows) == 18
+    assert [(r.try_number, r.state_rows) for r in rows if (r.processor, r.epoch) == ("sessions[0]", 2)] == [(2, 0)]
+    sink = []
+    for p in range(4):
+        table = open_table(sink_uri(paired.store, dag, "stats", p))
+        sink += scan(table).to_pylist() if table is not None else []
+    assert sorted((r["sn"], r["app"], r["src"], r["longest"], r["avg"]) for r in sink) == SINK
+    from falkirk.policies.regimes import Tier
+
+    for table in ("output", "state"):  # (b): the retry's write of the committed outputs was a no-op
+        ours = open_table(paired.store.table_uri(Tier.DURABLE, dag, "sessions", table, 0))
+        ref = open_table(paired.store.table_uri(Tier.DURABLE, REF, "sessions", table, 0))
+        assert len(ours.history()) == 2, (table, ours.history())  # epochs 1 and 2, each committed once
+        assert canonical(scan(ours).to_pylist()) == canonical([r for r in scan(ref).to_pylist() if r["epoch"] <= 2])
 
 
 def test_the_sink_holds_each_update_once(paired) -> None:
