@@ -422,7 +422,7 @@ def _pairs(store: StoreConfig, dag_id: str) -> dict[str, Any] | None:
 
     layouts = PairLayouts(store)
     records = layouts.history(dag_id)
-    layout = layouts.load(dag_id) if records else None
+    layout = layouts.current(records)
     if layout is None:
         return None
     replicas = [{"name": r.name, "task_id": r.task, "partition": r.partition, "replica": r.replica,

@@ -43,7 +43,7 @@ from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
 from falkirk.policies.planning.chains import TaskGraph
 from falkirk.plugins.dags_test import is_test_instance
-from falkirk.policies.planning.from_ledger import MAX_EPOCHS_AHEAD, compute_plan  # noqa: F401 (re-exported)
+from falkirk.policies.planning.from_ledger import MAX_EPOCHS_AHEAD, compute_plan, taken_over_replicas  # noqa: F401
 from falkirk.plugins.discard import beyond_note, rows_beyond
 from falkirk.policies.planning.recovery import (BadEpoch, DiscardedEpochs, FailedTask, Failure, LostScratch,
                                                 LostWorker, PlanError, RecoveryPlan, plan_recovery)
@@ -263,7 +263,9 @@ def start_replay(
         _sweep_later_rows(running, ledger, progress)
         _settle_kept_instances(running, ledger, progress)
         _restore_lost_pairs(running, progress)
-        running.dead_replicas = _dead_replicas(store, recovery.dag_id) if store is not None else frozenset()
+        # (after the restore: a partition that lost both replicas is active again, not taken over)
+        running.dead_replicas = frozenset(taken_over_replicas(store, recovery.dag_id)) if store is not None \
+            else frozenset()
         todo = _to_clear(running, ledger)
         skipped = len(rerun) - len(todo)
         if skipped:
@@ -400,17 +402,6 @@ def _restore_lost_pairs(running: RunningReplay, progress: Progress) -> None:
     layouts.save(running.plan.dag_id, after, before=before)
     progress(f"plan {running.plan.plan_id}: restored {', '.join(f'{t}[{p}]' for t, p in sorted(wanted))} on the "
              f"durable path: both replicas re-run from their durable state on {', '.join(live)}")
-
-
-def _dead_replicas(store: StoreConfig, dag_id: str) -> frozenset[str]:
-    """The processors (``task[i]``) of the DAG's replicas that the process-pair layout has declared dead."""
-    from falkirk.policies.pairs import Status
-    from falkirk.policies.partitions import replica_index
-    from falkirk.policies.store.control import PairLayouts
-
-    layout = PairLayouts(store).load(dag_id)
-    return frozenset(processor_id(r.task, replica_index(r.partition, r.replica))
-                     for r in (layout.replicas if layout else ()) if r.status is Status.DEAD)
 
 
 def _settle_runs(running: RunningReplay, progress: Progress) -> None:

@@ -359,14 +359,17 @@ class PairLayouts:
     def load(self, dag_id: str) -> "Layout | None":
         """The DAG's current layout (``None``: it has no paired task), replicas in
         (task, partition, replica) order."""
-        from falkirk.policies.pairs import Layout, Replica, Status
-
         table = open_table(self.uri, self.store.options_for(self.uri))
         if table is None:
             return None
-        cols = scan(table, where={"dag_id": dag_id}).to_pylist()
+        return self.current(scan(table, where={"dag_id": dag_id}).to_pylist())
+
+    def current(self, records: list[dict]) -> "Layout | None":
+        """The layout the records of one DAG (:meth:`history`'s) make: the current record of each replica."""
+        from falkirk.policies.pairs import Layout, Replica, Status
+
         best: dict[tuple[str, int, str], dict] = {}
-        for row in cols:
+        for row in records:
             key = (row["task_id"], row["partition"], row["replica"])
             rank = (row["generation"], self.RANK[row["status"]], row["version"])
             held = best.get(key)
@@ -376,7 +379,6 @@ class PairLayouts:
             return None
         return Layout(tuple(Replica(t, p, r, row["worker"], Status(row["status"]), row["version"], row["generation"])
                             for (t, p, r), row in sorted(best.items())))
-
 
     def history(self, dag_id: str) -> list[dict]:
         """Every record of the DAG's layout, oldest first (for :func:`falkirk.policies.pairs.layout_events`)."""
