@@ -72,7 +72,8 @@ class AirflowClient:
         file and roll back. A read that times out is retried too. A write waits up to
         :data:`WRITE_TIMEOUT` for its answer and is not sent again after a timeout: the server may
         still be carrying it out, and two clears of one task instance at once collide in Airflow's
-        task-instance history."""
+        task-instance history. Any call that meets 503 is retried: Airflow answers 503 when it
+        refused the call before carrying it out (a backfill on a locked SQLite file)."""
         if method != "GET":
             kwargs.setdefault("timeout", httpx.Timeout(30, read=WRITE_TIMEOUT))
         for attempt in range(1, attempts + 1):
@@ -88,7 +89,8 @@ class AirflowClient:
                                        "whether it was carried out is unknown") from exc
                 time.sleep(2 * attempt)
                 continue
-            if response.status_code >= 500 and retry:
+            refused = response.status_code == 503 and attempt < attempts
+            if (response.status_code >= 500 and retry) or refused:
                 time.sleep(2 * attempt)
                 continue
             break

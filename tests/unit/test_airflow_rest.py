@@ -1,0 +1,86 @@
+"""Which answers :meth:`AirflowClient.request` sends again. The server is a stand-in (a
+``http.server`` in a thread answering from a script): the answers under test, a lock refusal and a
+failure after the write, cannot be provoked on demand from a real Airflow."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
+
+import pytest
+
+from falkirk.plugins import airflow_rest
+from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+
+LOCKED = {"detail": "Database is locked. Backfill creation is not supported on SQLite under concurrent access."}
+
+
+class ScriptedServer:
+    """Answers each request with the next (status, body) of ``script`` and records the paths."""
+
+    def __init__(self) -> None:
+        self.script: list[tuple[int, dict]] = []
+        self.seen: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                server.seen.append(f"{self.command} {self.path}")
+                status, body = server.script.pop(0)
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedServer]:
+    monkeypatch.setattr(airflow_rest.time, "sleep", lambda _s: None)
+    s = ScriptedServer()
+    yield s
+    s.httpd.shutdown()
+
+
+def test_a_write_refused_with_503_is_sent_again_until_it_is_carried_out(server: ScriptedServer) -> None:
+    server.script = [(503, LOCKED), (503, LOCKED), (200, {"id": 7})]
+    client = AirflowClient(server.url, token="t")
+    assert client.request("POST", "/api/v2/backfills", json={}) == {"id": 7}
+    assert server.seen == ["POST /api/v2/backfills"] * 3
+
+
+def test_a_write_refused_on_every_attempt_names_the_refusal(server: ScriptedServer) -> None:
+    server.script = [(503, LOCKED)] * 4
+    client = AirflowClient(server.url, token="t")
+    with pytest.raises(AirflowError, match=r"POST /api/v2/backfills -> 503: .*Database is locked"):
+        client.request("POST", "/api/v2/backfills", json={})
+    assert len(server.seen) == 4
+
+
+def test_a_write_that_failed_after_it_was_taken_is_not_sent_again(server: ScriptedServer) -> None:
+    server.script = [(500, {"detail": "Internal Server Error"}), (200, {"id": 8})]
+    client = AirflowClient(server.url, token="t")
+    with pytest.raises(AirflowError, match="-> 500"):
+        client.request("POST", "/api/v2/backfills", json={})
+    assert server.seen == ["POST /api/v2/backfills"]
+
+
+def test_a_read_is_sent_again_after_a_server_error(server: ScriptedServer) -> None:
+    server.script = [(500, {}), (200, {"dag_runs": []})]
+    client = AirflowClient(server.url, token="t")
+    assert client.request("GET", "/api/v2/dags/d/dagRuns") == {"dag_runs": []}
+    assert len(server.seen) == 2
