@@ -136,9 +136,16 @@ class SparkConnectServer:
     """
 
     def __init__(self, work_dir: Path, cores: int = 2, venv_bin: Path = VENV_BIN, master: str | None = None) -> None:
+        self.work_dir = work_dir
+        self.cores = cores
+        self.master = master
+        self.venv_bin = venv_bin
+        self._new_service()
+
+    def _new_service(self) -> None:
         self.port = free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
-        self.venv_bin = venv_bin
+        venv_bin, master = self.venv_bin, self.master
         # The JVM flags of short jobs (C1 only, serial GC) suit this long-lived server too: its
         # queries are small and many, each planned anew, so the optimizing compiler (C2) kept
         # recompiling for the whole session; and a Metaspace threshold above Spark's classes spares
@@ -153,14 +160,14 @@ class SparkConnectServer:
         # workers (devstack/connect_server.py says why).
         self.service = Service(
             "spark-connect",
-            [str(venv_bin / "spark-submit"), "--master", master or f"local[{cores}]", "--name", "falkirk-connect",
+            [str(venv_bin / "spark-submit"), "--master", master or f"local[{self.cores}]", "--name", "falkirk-connect",
              "--conf", "spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin",
              "--conf", "spark.sql.artifact.isolation.enabled=false",
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false", *SMALL_EPOCHS_CONF, *executors,
              str(Path(__file__).resolve().parent / "connect_server.py")],
-            env, work_dir / "spark-connect.log",
+            env, self.work_dir / "spark-connect.log",
         )
 
     def airflow_env(self) -> dict[str, str]:
@@ -178,16 +185,26 @@ class SparkConnectServer:
                               env={**os.environ, **env, "SPARK_REMOTE": self.url}, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
-    def _listening(self) -> bool:
-        import socket
+    def _up(self) -> bool:
+        # The port answering is not enough: a free port can be taken by another process's
+        # connection before the server binds it. connect_server.py says when its service is up.
+        try:
+            return f"Spark Connect service up on port {self.port}" in self.service.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return False
 
-        with socket.socket() as sock:
-            sock.settimeout(1)
-            return sock.connect_ex(("127.0.0.1", self.port)) == 0
-
-    def start(self, timeout: float = 120) -> "SparkConnectServer":
-        self.service.start()
-        wait_until("the Spark Connect server", self._listening, timeout, [self.service])
+    def start(self, timeout: float = 120, attempts: int = 3) -> "SparkConnectServer":
+        for attempt in range(1, attempts + 1):
+            self.service.start()
+            try:
+                wait_until("the Spark Connect server", self._up, timeout, [self.service])
+                return self
+            except Exception:
+                lost_port = "BindException" in self.service.log_tail(200)
+                self.service.stop()
+                if not lost_port or attempt == attempts:
+                    raise
+                self._new_service()  # the port went to someone else: another one
         return self
 
     def stop(self) -> None:
