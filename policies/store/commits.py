@@ -279,11 +279,12 @@ def commit_properties(key: CommitKey) -> CommitProperties:
 
 COMMIT_ATTEMPTS = 20
 
-# Every table this package creates checkpoints its Delta log every 10 commits instead of
+# Every table this package creates checkpoints its Delta log every 5 commits instead of
 # Delta's default 100. Opening a table reads each commit file since the last checkpoint, one
 # request apiece on S3: the ledger, appended to by every task instance, was otherwise read
-# as up to 99 files per open.
-TABLE_PROPERTIES: dict[str, str | None] = {"delta.checkpointInterval": "10"}
+# as up to 99 files per open. A task's own tables get one commit per epoch, so with 10 their
+# opens grew slower for ten epochs in a row (docs/reference/api.md has the measurements).
+TABLE_PROPERTIES: dict[str, str | None] = {"delta.checkpointInterval": "5"}
 
 _log = logging.getLogger(__name__)
 

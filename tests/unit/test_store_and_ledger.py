@@ -132,16 +132,16 @@ def test_the_ledger_compacts_itself_and_stays_idempotent(tmp_path: Path, monkeyp
     assert not ledger.append(LedgerEntry("d", "a", 2, "batch", "epoch-2", 1))  # still recorded once
 
 
-def test_the_ledger_checkpoints_its_log_so_an_open_reads_at_most_ten_commit_files(tmp_path: Path) -> None:
+def test_the_ledger_checkpoints_its_log_so_an_open_reads_at_most_five_commit_files(tmp_path: Path) -> None:
     ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
     for epoch in range(1, 24):
         assert ledger.append(LedgerEntry("d", "a", epoch, "batch", f"epoch-{epoch}", 1))
     log = Path(ledger.uri) / "_delta_log"
     table = DeltaTable(ledger.uri)
-    assert table.metadata().configuration == {"delta.checkpointInterval": "10"}
+    assert table.metadata().configuration == {"delta.checkpointInterval": "5"}
     checkpoints = sorted(int(p.name.split(".")[0]) for p in log.glob("*.checkpoint.parquet"))
-    assert checkpoints == [v for v in range(table.version() + 1) if v % 10 == 9]
-    assert table.version() - checkpoints[-1] <= 10
+    assert checkpoints == [v for v in range(table.version() + 1) if v % 5 == 4]
+    assert table.version() - checkpoints[-1] <= 5
     assert [e.epoch for e in ledger.entries("d")] == list(range(1, 24))
 
 
