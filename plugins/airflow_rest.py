@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import httpx
 
@@ -303,3 +303,15 @@ class AirflowClient:
 def _by_processor(task_instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Task instances keyed ``task``, or ``task[i]`` for a mapped one."""
     return {processor_id(ti["task_id"], ti.get("map_index", -1)): ti for ti in task_instances}
+
+
+def failed_runs(client: Any, dag_id: str, run_ids: Iterable[str]) -> dict[str, tuple[str, dict[str, str | None]]]:
+    """Of ``run_ids``, the runs Airflow holds failed, each with its task instances' states by
+    processor: what :func:`falkirk.policies.planning.replay_decisions.runs_to_settle` decides on.
+    ``client`` is an :class:`AirflowClient` or anything with its ``dag_run`` and ``task_instances``."""
+    failed = {}
+    for run in sorted(set(run_ids)):
+        state = client.dag_run(dag_id, run).get("state")
+        if state == "failed":
+            failed[run] = (state, {t: ti.get("state") for t, ti in client.task_instances(dag_id, run).items()})
+    return failed

@@ -122,14 +122,10 @@ def _skip_dead(dag_id: str, client: Any, layout: Any, dead: Sequence[Any]) -> tu
 
 
 def _settle(dag_id: str, client: Any, runs: set[str]) -> list[str]:
+    from falkirk.plugins.airflow_rest import failed_runs
     from falkirk.policies.planning.replay_decisions import runs_to_settle
 
-    states = {}
-    for run in sorted(runs):
-        state = client.dag_run(dag_id, run).get("state")
-        if state == "failed":
-            states[run] = (state, {t: ti.get("state") for t, ti in client.task_instances(dag_id, run).items()})
-    decided = runs_to_settle(states)
+    decided = runs_to_settle(failed_runs(client, dag_id, runs))
     for run in decided.success:
         client.set_run_state(dag_id, run, "success", note="Falkirk: the replicas that failed were taken over by "
                                                           "their twins; every partition of this epoch is done")

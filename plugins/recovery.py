@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Mapping, Sequence
 
-from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, failed_runs
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
@@ -409,12 +409,7 @@ def _settle_runs(running: RunningReplay, progress: Progress) -> None:
     while it runs, so a failed run whose failed instances were marked success (rather than
     cleared) would stay failed in the runs list."""
     dag_id = running.plan.dag_id
-    runs = {}
-    for run in sorted(set(running.cleared) | running.marked):
-        state = running.client.dag_run(dag_id, run).get("state")
-        if state == "failed":
-            runs[run] = (state, {t: ti.get("state") for t, ti in running.client.task_instances(dag_id, run).items()})
-    decided = runs_to_settle(runs)
+    decided = runs_to_settle(failed_runs(running.client, dag_id, set(running.cleared) | running.marked))
     for run in decided.success:
         running.client.set_run_state(dag_id, run, "success",
                                      note=f"Falkirk plan {running.plan.plan_id}: every task instance of this epoch "
