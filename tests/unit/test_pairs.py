@@ -196,6 +196,23 @@ def test_the_layout_table_keeps_s1s_history_and_reads_back_every_step(tmp_path) 
     assert table.load("other-dag") is None
 
 
+def test_the_layout_table_is_compacted_every_fifth_version_and_reads_back_the_same(tmp_path) -> None:
+    from deltalake import DeltaTable
+
+    table = _layouts(tmp_path)
+    layout = chained({"t": 2}, ["w0", "w1", "w2", "w3"])
+    table.save("d", layout)
+    for epoch in range(1, 7):  # versions 1-6; the save of version 5 compacts
+        after = layout.advance("t", 0, "A", epoch, 0)
+        table.save("d", after, before=layout)
+        layout = after
+    history_before = table.history("d")
+    delta = DeltaTable(table.uri)
+    assert [h["operation"] for h in delta.history() if h["version"] == 6] == ["OPTIMIZE"]
+    assert delta.version() == 7 and len(delta.file_uris()) == 2  # the compacted file and version 7's
+    assert table.load("d") == layout and table.history("d") == history_before
+
+
 def test_the_same_take_over_twice_is_recorded_once_and_a_take_over_beats_a_concurrent_fold_in(tmp_path) -> None:
     table = _layouts(tmp_path)
     start = chained({"t": 2}, ["w0", "w1", "w2"])
