@@ -205,7 +205,6 @@ class SparkConnectServer:
                 if not lost_port or attempt == attempts:
                     raise
                 self._new_service()  # the port went to someone else: another one
-        return self
 
     def stop(self) -> None:
         self.service.stop()
