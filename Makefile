@@ -14,7 +14,7 @@ BENCH_ARGS ?=
 # so the default stays one process until the cluster shape survives that.
 TEST_WORKERS ?= 0
 
-.PHONY: demo cluster-demo docs test test-faults test-unit bench bench-overhead bench-ledger bench-regimes bench-recovery bench-pairs bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo docs test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-pairs bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -59,6 +59,10 @@ bench-overhead: install
 ## bench-ledger: reading the ledger of 20 tasks x 4 partitions x 1,000 epochs, local and on moto_server
 bench-ledger: install
 	$(PY) -m benchmarks.ledger_bench
+
+## bench-delta-log: a table's opens and appends on moto_server per Delta checkpoint interval, as ratios to the default of 100
+bench-delta-log: install
+	$(PY) -m benchmarks.delta_log_bench
 
 ## bench-recovery: the distributed shape, one of two workers lost late in the reference application:
 ## the Falkirk plan against clear-downstream and a restart; each regime's overhead, scratch tier on and off

@@ -283,7 +283,7 @@ COMMIT_ATTEMPTS = 20
 # Delta's default 100. Opening a table reads each commit file since the last checkpoint, one
 # request apiece on S3: the ledger, appended to by every task instance, was otherwise read
 # as up to 99 files per open. A task's own tables get one commit per epoch, so with 10 their
-# opens grew slower for ten epochs in a row (docs/reference/api.md has the measurements).
+# opens grew slower for ten epochs in a row (benchmarks/delta_log_bench.py).
 TABLE_PROPERTIES: dict[str, str | None] = {"delta.checkpointInterval": "5"}
 
 _log = logging.getLogger(__name__)
