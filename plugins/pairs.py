@@ -215,8 +215,10 @@ def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, 
     """Copy the survivor's state and outputs of every epoch the standby's replica missed, up to the
     survivor's latest committed epoch ``v``, to the standby's own tables (committed under the
     standby's key), with a ledger row each: the standby's next epoch restores from ``v``, and its
-    checkpoints have no gap for a recovery to mistake for a failure."""
-    from falkirk.policies.partitions import replica_index
+    checkpoints have no gap for a recovery to mistake for a failure. Epochs garbage collection has
+    released of the survivor are not copied (their files are gone, and no recovery reads them)."""
+    from falkirk.policies.partitions import processor_id, replica_index
+    from falkirk.policies.store.control import Collections
     from falkirk.policies.store.ledger import Ledger
 
     src_index, dst_index = replica_index(partition, survivor), replica_index(partition, standby)
@@ -226,7 +228,8 @@ def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, 
         raise ValueError(f"{task}[{partition}].{survivor} has committed nothing yet: nothing to copy")
     held = {e.epoch for e in current if e.task_id == task and e.map_index == dst_index}
     v = max(rows)
-    missed = [e for e in sorted(rows) if e not in held and e > max(held, default=0)]
+    collected = Collections(store).through(dag_id).get(processor_id(task, src_index), 0)
+    missed = [e for e in sorted(rows) if e not in held and e > max(held, default=0) and e > collected]
     totals = {"bytes": 0, "rows": {}}
     ledger = Ledger(store)
     for epoch in missed:  # tables first, the ledger row last: a retry copies the epoch again, once

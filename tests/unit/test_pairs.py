@@ -256,3 +256,48 @@ def test_a_worker_is_declared_lost_once_after_its_silence_exceeds_the_timeout(be
     final = list(range(0, 60, poll))[-1]
     for w in set(last) - set(declared):
         assert final - last[w] <= timeout
+
+
+def test_a_catch_up_copies_only_the_epochs_garbage_collection_left_of_the_survivor(tmp_path) -> None:
+    """Collection may go past a dead replica's last epoch before the catch-up registers its standby
+    (a replica its twin took over holds nothing back): the standby gets the survivor's epochs that
+    are left, its state at the latest among them, and no read of a deleted epoch."""
+    import pyarrow as pa
+
+    from falkirk.plugins.pairs import _install
+    from falkirk.policies.planning.collector import _delete_epochs
+    from falkirk.policies.regimes import Tier
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.commits import CommitKey, commit_epoch, read_epoch
+    from falkirk.policies.store.control import Collections
+    from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, OutputRef
+
+    store = StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch"))
+    ledger = Ledger(store)
+    survivor, dead = 1, 0  # partition 0: replica B survives, A (map index 0) died after epoch 2
+
+    def checkpoint(index: int, epoch: int) -> None:
+        key = CommitKey("d", "t", epoch, index, 0)
+        uris = {name: store.table_uri(Tier.DURABLE, "d", "t", name, index) for name in ("output", "state")}
+        rows = {name: pa.table({"epoch": [epoch], "v": [epoch * 10 + (name == "state")]}) for name in uris}
+        done = {name: commit_epoch(uri, rows[name], key) for name, uri in uris.items()}
+        ledger.append(LedgerEntry("d", "t", epoch, "process_pairs", f"epoch-{epoch}", 1, map_index=index,
+                                  state_uri=uris["state"], state_tier="durable", state_version=done["state"].version,
+                                  state_rows=1, outputs=(OutputRef("output", uris["output"], "durable",
+                                                                   done["output"].version, 1),)))
+
+    for epoch in range(1, 7):
+        checkpoint(survivor, epoch)
+        if epoch <= 2:
+            checkpoint(dead, epoch)
+    Collections(store).mark("d", {"t[1]": 4})  # as the collector does: marks first, then the files
+    for name in ("output", "state"):
+        _delete_epochs(store, store.table_uri(Tier.DURABLE, "d", "t", name, survivor), (1, 2, 3, 4), 0)
+
+    record = _install(store, LedgerSnapshot(ledger, "d"), "d", "t", 0, "B", "A")
+
+    assert (record["epoch"], record["epochs"]) == (6, [5, 6])
+    standby = {name: store.table_uri(Tier.DURABLE, "d", "t", name, dead) for name in ("output", "state")}
+    assert [read_epoch(standby["state"], e).column("v").to_pylist() for e in (5, 6)] == [[51], [61]]
+    assert [read_epoch(standby["output"], e).column("v").to_pylist() for e in (2, 5, 6)] == [[20], [50], [60]]
+    assert sorted(e.epoch for e in ledger.entries("d") if e.map_index == dead) == [1, 2, 5, 6]
