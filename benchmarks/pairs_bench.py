@@ -19,9 +19,9 @@ It prints, for process pairs, per epoch: output rows and the latency from ingres
 sink commit, for the partitions that lost a replica and for the others; the state copied by the
 catch-up (bytes, seconds); the input dropped (closed sessions missing downstream, must be 0).
 Then the per-epoch time of each configuration (median over the same epochs: all but the three
-from the loss to the catch-up) and the ratios measured in this run, against the targets: no output gap for partitions that were not
-recovering; the epoch spanning the failure at most 1.5x a normal one; process pairs within 1.2x
-of cluster pairs.
+from the loss to the catch-up) and the ratios measured in this run, against the targets: no
+output gap for partitions that were not recovering; the epoch spanning the failure at most 1.5x
+a normal one; process pairs within 1.2x of cluster pairs.
 
     make bench-pairs
     .venv/bin/python -m benchmarks.pairs_bench --epochs 20 --lose-at 10 --events 2000

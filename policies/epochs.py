@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Iterable
 
 
 class EpochError(ValueError):
@@ -113,6 +114,21 @@ class EpochClock:
         """A short human description, used in error messages."""
         return f"(epoch {self.first_epoch} at {self.first.isoformat()}, one every {self.period})"
 
+
+
+def epoch_ranges(epochs: Iterable[int]) -> str:
+    """``1-5, 7``: epochs (or block seqs) written as runs of consecutive numbers.
+
+    >>> epoch_ranges([7, 1, 2, 3, 4, 5]), epoch_ranges([3]), epoch_ranges([])
+    ('1-5, 7', '3', '')
+    """
+    runs: list[list[int]] = []
+    for e in sorted(set(epochs)):
+        if runs and e == runs[-1][1] + 1:
+            runs[-1][1] = e
+        else:
+            runs.append([e, e])
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs)
 
 def _plain(moment: datetime) -> datetime:
     """``moment`` as a plain datetime: a subclass (pendulum's, in Airflow) subtracts to its own types."""

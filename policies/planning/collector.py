@@ -49,6 +49,7 @@ from typing import Callable, Iterable, Mapping
 
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back
 from falkirk.policies.planning.monitor import low_watermarks
+from falkirk.policies.epochs import epoch_ranges
 from falkirk.policies.partitions import split_processor
 from falkirk.policies.regimes import Tier
 from falkirk.policies.rollback.times import EPOCH
@@ -129,7 +130,7 @@ class CollectionPlan:
                 if self.acknowledged.get(task, 0) > 0 else ""
             lines.append(f"  {task}: low-watermark epoch {w}{mark}{ack}")
         for r in self.tables:
-            lines.append(f"  {r.task_id} {r.what} ({r.kind}): epochs {_epochs(r.epochs)} of {r.uri} ({_size(r.bytes)})")
+            lines.append(f"  {r.task_id} {r.what} ({r.kind}): epochs {epoch_ranges(r.epochs)} of {r.uri} ({_size(r.bytes)})")
         for p in self.products:
             lines.append(f"  {p.task_id} {p.output} (product, kept whole: {p.why}): {p.uri}")
         return "\n".join(lines)
@@ -247,7 +248,7 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
         removed = 0
         for r in plan.tables:
             removed += _delete_epochs(store, r.uri, r.epochs, retain_hours)
-            progress(f"  deleted epochs {_epochs(r.epochs)} of {r.uri}")
+            progress(f"  deleted epochs {epoch_ranges(r.epochs)} of {r.uri}")
         for task, ack in sorted((acknowledge or {}).items()):
             if plan.acknowledged[task] > 0:
                 ack(plan.acknowledged[task])
@@ -326,11 +327,6 @@ def _delete_epochs(store: StoreConfig, uri: str, epochs: tuple[int, ...], retain
             except OSError:  # not empty yet (files within the retention), or already gone
                 pass
     return removed
-
-
-def _epochs(epochs: tuple[int, ...]) -> str:
-    return f"{epochs[0]}-{epochs[-1]}" if len(epochs) > 1 and epochs[-1] - epochs[0] == len(epochs) - 1 \
-        else ", ".join(map(str, epochs))
 
 
 def _size(n: int) -> str:

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from falkirk.policies.epochs import epoch_ranges
+
 
 class BlocksLost(RuntimeError):
     """Blocks a state depends on are no longer retained: the state cannot be rebuilt."""
@@ -45,22 +47,6 @@ class Rebuild:
         return sum(len(seqs) for _, seqs in self.replay)
 
 
-def seq_ranges(seqs: Iterable[int]) -> str:
-    """``1-5, 7``: a set of seqs as ranges.
-
-    >>> seq_ranges([7, 1, 2, 3, 4, 5]), seq_ranges([])
-    ('1-5, 7', '')
-    """
-    ordered = sorted(set(seqs))
-    runs: list[list[int]] = []
-    for s in ordered:
-        if runs and s == runs[-1][1] + 1:
-            runs[-1][1] = s
-        else:
-            runs.append([s, s])
-    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs)
-
-
 def rebuild(task: str, through: int, pruned: Mapping[str, int],
             retained: Mapping[str, Iterable[int]]) -> Rebuild:
     """The replay that rebuilds ``task``'s state after epoch ``through``: per input, every block
@@ -74,7 +60,7 @@ def rebuild(task: str, through: int, pruned: Mapping[str, int],
         held = set(retained.get(source, ()))
         missing = [s for s in needed if s not in held]
         if missing:
-            lost.append(f"required blocks {seq_ranges(missing)} of origin {source} missing (pruned, or lost with "
+            lost.append(f"required blocks {epoch_ranges(missing)} of origin {source} missing (pruned, or lost with "
                         f"{source}'s volatile log)")
         replay.append((source, tuple(needed)))
     if lost:
@@ -83,4 +69,4 @@ def rebuild(task: str, through: int, pruned: Mapping[str, int],
     return Rebuild(task, through, tuple(replay))
 
 
-__all__ = ["BlocksLost", "Rebuild", "rebuild", "seq_ranges"]
+__all__ = ["BlocksLost", "Rebuild", "rebuild"]
