@@ -139,6 +139,42 @@ class AirflowClient:
             time.sleep(2 * attempt)
         raise AssertionError("unreachable")
 
+    def create_backfill(self, dag_id: str, from_date: datetime, to_date: datetime, reprocess_behavior: str,
+                        timeout: float = 300) -> dict[str, Any]:
+        """Create a backfill of ``dag_id`` over ``[from_date, to_date]`` and return it.
+
+        On SQLite, Airflow can commit the backfill row and then refuse (503) when creating its
+        runs is blocked by a lock; if its own clean-up meets the lock too, the row stays behind
+        as a running backfill with no runs, and every retry answers 409 until the scheduler
+        withdraws it (after two minutes). A 409 that follows this call's own refusal is that
+        orphan: wait for it to be marked complete, then create the backfill again. A 409 with
+        no refusal before it is another user's backfill, and is raised.
+        """
+        body = {"dag_id": dag_id, "from_date": from_date.isoformat(), "to_date": to_date.isoformat(),
+                "reprocess_behavior": reprocess_behavior}
+        deadline = time.monotonic() + timeout
+        refused = False
+        attempt = 0
+        while True:
+            attempt += 1
+            response = self.http.post("/api/v2/backfills", json=body,
+                                      timeout=httpx.Timeout(30, read=WRITE_TIMEOUT))
+            if response.status_code < 400:
+                return response.json()
+            out_of_time = time.monotonic() > deadline
+            if response.status_code == 503 and not out_of_time:
+                refused = True
+                time.sleep(min(2 * attempt, 10))
+                continue
+            if response.status_code == 409 and refused and not out_of_time:
+                active = [b for b in self.request("GET", "/api/v2/backfills", params={"dag_id": dag_id})["backfills"]
+                          if b["completed_at"] is None]
+                _wait_until(f"the backfill {[b['id'] for b in active]} left by a refused creation to be withdrawn",
+                            lambda: all(self.request("GET", f"/api/v2/backfills/{b['id']}")["completed_at"]
+                                        for b in active), max(deadline - time.monotonic(), 1), interval=3)
+                continue
+            raise AirflowError(f"POST /api/v2/backfills -> {response.status_code}: {response.text[:2000]}")
+
     def run_exists(self, dag_id: str, run_id: str) -> bool:
         response = self.http.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
         if response.status_code not in (200, 404):

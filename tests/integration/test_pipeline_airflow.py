@@ -273,10 +273,8 @@ def test_a_backfill_creates_numbered_epochs_and_one_reprocessing_completed_epoch
     clock = dag_epoch_clock()
 
     def backfill(first: int, last: int, reprocess: str) -> int:
-        body = client.request("POST", "/api/v2/backfills", json={
-            "dag_id": DAG_ID, "from_date": clock.logical_date(first).isoformat(),
-            "to_date": clock.logical_date(last).isoformat(), "reprocess_behavior": reprocess})
-        backfill_id = body["id"]
+        backfill_id = client.create_backfill(DAG_ID, clock.logical_date(first), clock.logical_date(last),
+                                             reprocess)["id"]
         wait_until(f"backfill {backfill_id} of epochs {first}-{last}", lambda: client.request(
             "GET", f"/api/v2/backfills/{backfill_id}")["completed_at"] is not None, 900, airflow_stack.services,
             interval=3)

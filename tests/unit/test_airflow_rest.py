@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
@@ -84,3 +85,29 @@ def test_a_read_is_sent_again_after_a_server_error(server: ScriptedServer) -> No
     client = AirflowClient(server.url, token="t")
     assert client.request("GET", "/api/v2/dags/d/dagRuns") == {"dag_runs": []}
     assert len(server.seen) == 2
+
+
+def test_a_backfill_left_behind_by_its_own_refused_creation_is_waited_out_and_created_again(
+        server: ScriptedServer) -> None:
+    """Airflow committed the backfill, refused (503) when its runs met a lock, and could not
+    remove it: the retry meets 409 until the scheduler withdraws the orphan."""
+    orphan = {"id": 5, "completed_at": None}
+    server.script = [(503, LOCKED), (409, {"detail": "There is already a running backfill for dag d"}),
+                     (200, {"backfills": [{"id": 4, "completed_at": "2026-01-01T00:00:00Z"}, orphan]}),
+                     (200, orphan), (200, {**orphan, "completed_at": "2026-01-02T00:00:00Z"}),
+                     (200, {"id": 6, "completed_at": None})]
+    client = AirflowClient(server.url, token="t")
+    day = datetime(2026, 1, 6, tzinfo=timezone.utc)
+    assert client.create_backfill("d", day, day, "failed")["id"] == 6
+    assert server.seen == ["POST /api/v2/backfills", "POST /api/v2/backfills", "GET /api/v2/backfills?dag_id=d",
+                           "GET /api/v2/backfills/5", "GET /api/v2/backfills/5", "POST /api/v2/backfills"]
+
+
+def test_a_backfill_already_running_without_a_refusal_first_is_someone_elses_and_raised(
+        server: ScriptedServer) -> None:
+    server.script = [(409, {"detail": "There is already a running backfill for dag d"})]
+    client = AirflowClient(server.url, token="t")
+    day = datetime(2026, 1, 6, tzinfo=timezone.utc)
+    with pytest.raises(AirflowError, match="409: .*already a running backfill"):
+        client.create_backfill("d", day, day, "failed")
+    assert server.seen == ["POST /api/v2/backfills"]
