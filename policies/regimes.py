@@ -30,7 +30,7 @@ import enum
 import functools
 import re
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from typing import Any, ClassVar, Mapping
 
 
 class Tier(str, enum.Enum):
@@ -213,8 +213,99 @@ class ProcessPairs(Regime):
         return (Tier.DURABLE,)
 
 
+@dataclass(frozen=True)
+class SenderLog(Regime):
+    """Keeps no checkpoint of its state: its producers retain the blocks (epochs) it has not
+    released, and a lost state is rebuilt by replaying them (Smith & Watson, seeds 000/001).
+
+    ``release`` names, per input, when the task no longer needs a block to rebuild its state
+    (:mod:`falkirk.policies.sender_logs.release`): ``immediate`` (stateless), ``at_end`` (a full
+    aggregation, a hash join's build side; released after epoch ``end``), ``window(k)``, or
+    ``custom(package.module:function)``. The state lives only in the scratch tier, as a running
+    process keeps it in memory; its outputs are durable, the log downstream replays. A producer's
+    block is kept until every reader under this regime has released it.
+
+    ``log_durability="volatile"`` reproduces the paper's guarantee: a failed producer's blocks not
+    yet released are treated as lost, and a rebuild that needs them refuses by name.
+
+    >>> r = SenderLog(release={"ingest": "at_end"}, end=10)
+    >>> r.spec(), r.keeps_state, r.state_tiers(3), r.output_tier(3)
+    ('sender_log(release=ingest:at_end, end=10, log_durability=durable)', True, (<Tier.SCRATCH: 'scratch'>,), <Tier.DURABLE: 'durable'>)
+    >>> r.release_point(7), r.release_point(10)  # nothing released before the end; then everything
+    (0, 10)
+    >>> Regime.parse("sender_log(release=fact:immediate;dim:at_end)").policies()
+    {'dim': AtEnd(), 'fact': Immediate()}
+    >>> SenderLog(release={"clean": "immediate"}).keeps_state  # releases every block at once: stateless
+    False
+    """
+
+    release: object = ""
+    end: int = 0
+    log_durability: str = "durable"
+    name: ClassVar[str] = "sender_log"
+
+    def __post_init__(self) -> None:
+        from falkirk.policies.sender_logs.release import ReleaseError, parse_release
+
+        items = (self.release.items() if isinstance(self.release, Mapping)
+                 else [part.partition(":")[::2] for part in str(self.release).split(";") if part.strip()])
+        policies: dict[str, object] = {}
+        for task, policy in items:
+            task = str(task).strip()
+            if not task:
+                raise RegimeError(f"sender_log: release={self.release!r}: name each input, as "
+                                  f"release={{'ingest': 'at_end'}} or release=ingest:at_end;dim:window(3)")
+            try:
+                policies[task] = policy if hasattr(policy, "released") else parse_release(str(policy))
+            except ReleaseError as exc:
+                raise RegimeError(f"sender_log: release of input {task!r}: {exc}") from None
+        if not policies:
+            raise RegimeError("sender_log: give a release policy per input, e.g. release={'ingest': 'at_end'}")
+        text = ";".join(f"{t}:{policies[t].spec()}" for t in sorted(policies))  # type: ignore[attr-defined]
+        object.__setattr__(self, "release", text)
+        if isinstance(self.end, bool) or not isinstance(self.end, int) or self.end < 0:
+            raise RegimeError(f"sender_log: end={self.end!r} must be the execution's last epoch (an int), or 0 "
+                              f"for none")
+        if self.log_durability not in ("durable", "volatile"):
+            raise RegimeError(f"sender_log: log_durability={self.log_durability!r} must be durable or volatile")
+
+    def policies(self) -> dict[str, Any]:
+        """The release policy of each input, by input task."""
+        from falkirk.policies.sender_logs.release import parse_release
+
+        return {t: parse_release(p) for t, _, p in (part.partition(":") for part in str(self.release).split(";"))}
+
+    def released(self, through: int) -> dict[str, int]:
+        """Per input, the newest epoch released once epochs ``1..through`` are processed: the
+        state after ``through`` depends only on that input's blocks after it.
+
+        >>> SenderLog(release={"dim": "at_end", "fact": "immediate"}, end=10).released(7)
+        {'dim': 0, 'fact': 7}
+        """
+        final = bool(self.end) and through >= self.end
+        return {u: policy.released(through, final) for u, policy in sorted(self.policies().items())}
+
+    def release_point(self, through: int) -> int:
+        """The newest epoch released on every input (:meth:`released`)."""
+        return min(self.released(through).values())
+
+    @property  # type: ignore[misc]
+    def keeps_state(self) -> bool:  # type: ignore[override]
+        return any(policy.name != "immediate" for policy in self.policies().values())
+
+    def output_tier(self, epoch: int) -> Tier:
+        return Tier.DURABLE
+
+    def state_tiers(self, epoch: int) -> tuple[Tier, ...]:
+        return (Tier.SCRATCH,) if self.keeps_state else ()
+
+    def _args(self) -> dict[str, object]:
+        return {"release": self.release, **({"end": self.end} if self.end else {}),
+                "log_durability": self.log_durability}
+
+
 _REGIMES: dict[str, type[Regime]] = {
-    cls.name: cls for cls in (Ephemeral, Batch, LazyCheckpoint, EagerCheckpoint, ProcessPairs)
+    cls.name: cls for cls in (Ephemeral, Batch, LazyCheckpoint, EagerCheckpoint, ProcessPairs, SenderLog)
 }
 
 

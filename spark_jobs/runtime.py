@@ -42,7 +42,7 @@ from falkirk.policies.pairs import Layout, Status
 from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id, replica_of
 from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import BadEpoch, Failure, LostScratch, LostWorker
-from falkirk.policies.regimes import Regime, Tier
+from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, EpochTableError
 from falkirk.policies.store.control import Completions, Deliveries, Invalidations
@@ -52,7 +52,7 @@ from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
 from falkirk.spark_jobs.job_log import say
 from falkirk.spark_jobs.faults import crash_point
-from falkirk.spark_jobs import pairs, steps
+from falkirk.spark_jobs import pairs, sender_logs, steps
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
     from pyspark.sql import DataFrame, SparkSession
@@ -129,6 +129,10 @@ class EpochContext:
     # The DAG's ledger rows and rollbacks, read once for the questions the runtime asks (made on
     # first use when not given); ``ledger`` stays the live table, for appends and for jobs that poll.
     snapshot: LedgerSnapshot | None = None
+    # The job itself: a task under sender-side logs runs it again over retained blocks to rebuild
+    # a lost state (:mod:`falkirk.spark_jobs.sender_logs`), each replay given the state so far.
+    compute: "Callable[[EpochContext], EpochResult] | None" = field(default=None, repr=False)
+    replaying: "sender_logs.Replaying | None" = field(default=None, repr=False)
     _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
     _layout: "Layout | None" = field(default=None, repr=False)
     layout_version: int | None = field(default=None, repr=False)  # the layout table's, as first read
@@ -198,6 +202,9 @@ class EpochContext:
                 raise JobError(f"{self.args.processor}: name the input to read; this task reads {list(self.args.inputs)}")
             task_id = self.args.inputs[0]
         epoch = self.epoch if epoch is None else epoch
+        if self.replaying is not None and epoch <= self.replaying.released.get(task_id, 0):
+            # A block the task released: its state no longer depends on it, and it may be pruned.
+            return self._read_partition(task_id, output, self.replaying.running_epoch, UNPARTITIONED).limit(0)
         if epoch > self.epoch:
             raise JobError(f"{self.args.processor}: cannot read epoch {epoch} of {task_id!r} while running epoch "
                            f"{self.epoch}; a task reads its own epoch or earlier ones")
@@ -280,9 +287,20 @@ class EpochContext:
         """The state as of this task's latest checkpoint before this epoch; ``None`` at the start (∅)."""
         if not self.args.regime.keeps_state:
             raise JobError(f"{self.args.processor}: regime {self.args.regime.spec()} keeps no state to load")
+        if self.replaying is not None:  # a replay of retained blocks: the state its predecessor left
+            return self.replaying.state
         entry = self.previous_checkpoint()
         if entry is None:
             return None
+        if isinstance(self.args.regime, SenderLog):
+            try:
+                return self._restore(entry)
+            except StateLost as lost:
+                return sender_logs.rebuild_state(self, entry, str(lost).split(". ")[0])
+        return self._restore(entry)
+
+    def _restore(self, entry: LedgerEntry) -> "DataFrame":
+        """The state checkpointed by ``entry``, or :class:`StateLost` if it was in scratch and is gone."""
         if entry.state_uri is None:
             raise JobError(f"ledger row of {self.args.processor} epoch {entry.epoch} records no state table")
         self.depends_on[entry.processor, entry.epoch] = entry
@@ -392,7 +410,7 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     spark = _spark_session()
     ctx = None
     try:
-        ctx = EpochContext(args, store, ledger, spark, snapshot=snapshot)
+        ctx = EpochContext(args, store, ledger, spark, snapshot=snapshot, compute=compute)
         if paired is not None:
             ctx._layout, ctx.layout_version = paired.layout, paired.layout_version
         result = compute(ctx)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from falkirk.policies.partitions import task_of
-from falkirk.policies.regimes import Regime
+from falkirk.policies.regimes import Regime, SenderLog
 from falkirk.policies.rollback.graph import Edge, Graph, Processor
 from falkirk.policies.rollback.metadata import Chain, Checkpoint
 from falkirk.policies.rollback.times import EPOCH
@@ -205,7 +205,7 @@ def chains_from_ledger(
             for ref in row.outputs:
                 if not readable(ref.uri, _key(row)):
                     discarded[ref.name] = EPOCH.through_bound(row.epoch)
-            if not _restorable(row, readable):
+            if not _restorable(row, readable, rows):
                 continue
             consumed = {(i.processor, i.output): EPOCH.through_bound(i.through) for i in row.inputs}
             for e in out_edges:
@@ -228,14 +228,44 @@ def sent_undelivered(row: LedgerEntry, readable: Readable) -> bool:
     return any(is_external(o.uri) and not readable(o.uri, _key(row)) for o in row.outputs)
 
 
-def _restorable(row: LedgerEntry, readable: Readable) -> bool:
+def _restorable(row: LedgerEntry, readable: Readable, rows: dict[str, list[LedgerEntry]]) -> bool:
     """Stateless tasks restore anywhere; stateful ones while their state is readable; a task
-    that sends to an external system, once the system has accepted the epoch's records."""
+    that sends to an external system, once the system has accepted the epoch's records. A task
+    under sender-side logs also restores while the blocks it has not released are readable: its
+    next epoch rebuilds the state from them (:func:`rebuildable`)."""
     if sent_undelivered(row, readable):
         return False
-    if not Regime.parse(row.regime).keeps_state:
+    regime = Regime.parse(row.regime)
+    if not regime.keeps_state:
         return True
-    return row.state_uri is not None and readable(row.state_uri, _key(row))
+    if row.state_uri is not None and readable(row.state_uri, _key(row)):
+        return True
+    return isinstance(regime, SenderLog) and rebuildable(row, regime, readable, rows)
+
+
+def rebuildable(row: LedgerEntry, regime: SenderLog, readable: Readable, rows: dict[str, list[LedgerEntry]]) -> bool:
+    """Whether every block ``row``'s state depends on is still readable: per input, each epoch
+    after the input's release point through ``row.epoch``, from the producer's current row.
+
+    >>> from falkirk.policies.store.ledger import OutputRef
+    >>> def out(task, e):
+    ...     return LedgerEntry("d", task, e, "batch(log_outputs=true)", f"r{e}", 1,
+    ...                        outputs=(OutputRef("output", f"/durable/{task}", "durable", e, 1),))
+    >>> rows = {"ingest": [out("ingest", e) for e in (1, 2, 3)]}
+    >>> total = LedgerEntry("d", "total", 3, "sender_log(release=ingest:at_end)", "r3", 1)
+    >>> regime = Regime.parse(total.regime)
+    >>> rebuildable(total, regime, lambda uri, key: True, rows)
+    True
+    >>> rebuildable(total, regime, lambda uri, key: key.epoch != 1, rows)  # ingest's epoch 1 was pruned
+    False
+    """
+    for task, released in regime.released(row.epoch).items():
+        held = {r.epoch: r for r in rows.get(task, [])}
+        for epoch in range(released + 1, row.epoch + 1):
+            block = held.get(epoch)
+            if block is None or not all(readable(o.uri, _key(block)) for o in block.outputs):
+                return False
+    return True
 
 
 def _key(row: LedgerEntry) -> CommitKey:

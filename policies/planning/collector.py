@@ -12,6 +12,9 @@ moment): whatever fails, ``t`` never rolls back before it. So:
   ``reads_back`` epochs (a window), so ``e`` is deleted once it lies before
   W(c) + 1 - reads_back for **every** consumer. An output that no task of the DAG reads, or
   that its task declares a product (the operator's ``products=``), is never collected;
+* a reader under sender-side logs (:class:`~falkirk.policies.regimes.SenderLog`) keeps no
+  checkpoint: it rebuilds its state at W(c) by replaying the input epochs it had not released
+  by then, so those are kept too (the producer's log is pruned up to the release);
 * a source task may acknowledge its external input through W(source).
 
 :func:`plan_collection` is the policy (pure: it reads nothing); :func:`collect` is the
@@ -51,7 +54,7 @@ from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, curr
 from falkirk.policies.planning.monitor import low_watermarks
 from falkirk.policies.epochs import epoch_ranges
 from falkirk.policies.partitions import split_processor
-from falkirk.policies.regimes import Tier
+from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.rollback.times import EPOCH
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.control import Collections
@@ -179,10 +182,23 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
                 products.append(Product(task, name, uri, "declared a product" if name in declared
                                         else "read by no task of the DAG"))
                 continue
-            need = min(low[c] + 1 - back.get((task, name, c), 0) for c in readers)
+            need = min(_first_needed(task, name, c, low[c], back, by_task) for c in readers)
             tables += _reclaim(task, name, uri, live, before=need, tier=tiers[name, uri])
     sources = [t for t in graph.tasks if not any(e.dst == t for e in graph.edges)]
     return CollectionPlan(dag_id, low, marks, tuple(tables), {t: low[t] for t in sources}, tuple(products))
+
+
+def _first_needed(task: str, output: str, reader: str, low: int, back: Mapping[tuple[str, str, str], int],
+                  by_task: Mapping[str, list[LedgerEntry]]) -> int:
+    """The first epoch of ``task``'s ``output`` that ``reader`` may still read: its epochs after
+    its low-watermark ``low`` re-read a window back; under sender-side logs, rebuilding its state
+    at ``low`` replays every epoch the reader had not released by then."""
+    first = low + 1 - back.get((task, output, reader), 0)
+    rows = by_task.get(reader)
+    regime = Regime.parse(rows[-1].regime) if rows else None
+    if isinstance(regime, SenderLog) and regime.keeps_state and low > 0:
+        first = min(first, regime.released(low).get(task, low) + 1)
+    return first
 
 
 def _reclaim(task: str, what: str, uri: str, live: LivePartitions, before: int,

@@ -53,7 +53,7 @@ from typing import Iterable, Mapping, Union
 
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back, sent_undelivered
 from falkirk.policies.partitions import processor_id, task_of
-from falkirk.policies.regimes import Regime
+from falkirk.policies.regimes import Regime, SenderLog
 from falkirk.policies.rollback.solver import solve
 from falkirk.policies.rollback.times import EPOCH
 from falkirk.policies.store.ledger import LedgerEntry, OutputRef  # noqa: F401 (OutputRef: doctests)
@@ -256,6 +256,8 @@ class RecoveryPlan:
         for t in self.tasks:
             restores = (f"state of epoch {t.restore_from.epoch}" if t.restore_from else
                         ("empty state" if Regime.parse(t.regime).keeps_state and t.rerun else "-"))
+            if t.restore_from and t.regime.startswith(SenderLog.name):
+                restores += " (from scratch, or rebuilt from the input epochs not released)"
             if t.resume_from:
                 restores = f"{t.resume_from.describe()}" + (f" (on {restores})" if restores != "-" else "")
             rows.append([t.task_id, t.regime, _kept(t), _span(t.rerun), restores, _span(t.clear_downstream)])

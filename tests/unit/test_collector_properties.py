@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
+from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, SenderLog
 from falkirk.policies.planning.chains import DataEdge, TaskGraph
 from falkirk.policies.planning.collector import CollectionPlan, plan_collection
 from falkirk.policies.planning.recovery import FailedTask, LostScratch, plan_recovery
@@ -26,18 +26,22 @@ from falkirk.policies.store.readability import durable_only
 READS_BACK = {("clean", "window"): 2}  # window reads the last three epochs of clean
 
 
-def pipeline(every: int):
+def pipeline(every: int, end: int = 0):
     regimes = {"source": Ephemeral(), "clean": Batch(log_outputs=True), "model": LazyCheckpoint(every=every),
-               "sink": EagerCheckpoint(), "window": Batch(log_outputs=True), "export": Ephemeral()}
-    edges = [("source", "clean"), ("clean", "model"), ("model", "sink"), ("clean", "window"), ("model", "export")]
+               "sink": EagerCheckpoint(), "window": Batch(log_outputs=True), "export": Ephemeral(),
+               # under sender-side logs: state in scratch only, rebuilt from clean's retained epochs
+               "recent": SenderLog(release={"clean": f"window({every})"}),
+               "tally": SenderLog(release={"clean": "at_end"}, end=end)}
+    edges = [("source", "clean"), ("clean", "model"), ("model", "sink"), ("clean", "window"), ("model", "export"),
+             ("clean", "recent"), ("clean", "tally")]
     return regimes, TaskGraph(tuple(regimes), tuple(DataEdge(a, "output", b) for a, b in edges))
 
 
 class Store:
     """Which epochs every table holds, the ledger, and the collection marks."""
 
-    def __init__(self, every: int) -> None:
-        self.regimes, self.graph = pipeline(every)
+    def __init__(self, every: int, end: int = 0) -> None:
+        self.regimes, self.graph = pipeline(every, end)
         self.live: dict[str, set[int]] = {}
         self.rows: list[LedgerEntry] = []
         self.marks: dict[str, int] = {}
@@ -102,11 +106,12 @@ def output_uri(regime, task: str, epoch: int) -> str:
 
 
 @settings(max_examples=150, deadline=None)
-@given(every=st.integers(2, 4),
+@given(every=st.integers(2, 4), end=st.integers(0, 12),
        steps=st.lists(st.sampled_from(["epoch", "epoch", "epoch", "gc", "accept"]), min_size=1, max_size=28),
-       failure=st.one_of(st.just(None), st.sampled_from(["source", "clean", "model", "sink", "window", "export"])))
-def test_every_planned_recovery_stays_executable_after_collections(every, steps, failure) -> None:
-    store = Store(every)
+       failure=st.one_of(st.just(None), st.sampled_from(["source", "clean", "model", "sink", "window", "export",
+                                                         "recent", "tally"])))
+def test_every_planned_recovery_stays_executable_after_collections(every, end, steps, failure) -> None:
+    store = Store(every, end)
     watermarks: dict[str, int] = {}
     for step in steps:
         if step == "epoch":
@@ -138,8 +143,16 @@ def test_every_planned_recovery_stays_executable_after_collections(every, steps,
     assert set(range(store.delivered + 1, store.epoch + 1)) <= rerun["export"], "an unaccepted epoch is not re-sent"
     for t in p.tasks:
         assert t.kept_through >= watermarks.get(t.task_id, 0), f"{t.task_id} rolls back below its low-watermark"
-        if t.rerun and store.regimes[t.task_id].keeps_state and t.kept_through > 0:
+        regime = store.regimes[t.task_id]
+        if t.rerun and regime.keeps_state and t.kept_through > 0:
             assert t.restore_from is not None
+            if isinstance(regime, SenderLog) and t.restore_from.epoch not in store.live[t.restore_from.uri]:
+                # no state anywhere: the first re-run rebuilds it from the epochs not released by then
+                for src, released in regime.released(t.kept_through).items():
+                    for e in range(released + 1, t.kept_through + 1):
+                        assert e in store.live.get(output_uri(store.regimes[src], src, e), ()), \
+                            f"{t.task_id} rebuilds its state of epoch {t.kept_through} but {src}'s epoch {e} is gone"
+                continue
             assert t.restore_from.epoch in store.live[t.restore_from.uri], f"{t.task_id}: restored state was collected"
         for edge in (e for e in store.graph.edges if e.dst == t.task_id):
             back = READS_BACK.get((edge.src, edge.dst), 0)
