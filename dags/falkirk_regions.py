@@ -40,6 +40,9 @@ def regimes(end: int = END) -> dict[str, Regime]:
             "report": Batch(log_outputs=True)}
 
 
+REGIMES = regimes()
+
+
 def build_dag(dag_id: str = "falkirk_regions", end: int = END, conn_id: str = "spark_default",
               overrides: dict[str, Regime] | None = None) -> DAG:
     """The pipeline under ``dag_id`` (several copies can live side by side, each with its own

@@ -237,11 +237,19 @@ class SenderLog(Regime):
     {'dim': AtEnd(), 'fact': Immediate()}
     >>> SenderLog(release={"clean": "immediate"}).keeps_state  # releases every block at once: stateless
     False
+
+    ``stateful=True`` keeps a state whatever the release policies say; with ``immediate`` on every
+    input that is a contract violation the runtime cannot see (a rebuild then replays nothing):
+
+    >>> Regime.parse(SenderLog(release={"join": "immediate"}, stateful=True).spec()).keeps_state
+    True
     """
 
     release: object = ""
     end: int = 0
     log_durability: str = "durable"
+    # None: stateful unless every input is released at once; True/False says so outright.
+    stateful: bool | None = None
     name: ClassVar[str] = "sender_log"
 
     def __post_init__(self) -> None:
@@ -268,6 +276,8 @@ class SenderLog(Regime):
                               f"for none")
         if self.log_durability not in ("durable", "volatile"):
             raise RegimeError(f"sender_log: log_durability={self.log_durability!r} must be durable or volatile")
+        if self.stateful is not None:
+            _require_bool(self.name, "stateful", self.stateful)
 
     def policies(self) -> dict[str, Any]:
         """The release policy of each input, by input task."""
@@ -291,6 +301,8 @@ class SenderLog(Regime):
 
     @property  # type: ignore[misc]
     def keeps_state(self) -> bool:  # type: ignore[override]
+        if self.stateful is not None:
+            return self.stateful
         return any(policy.name != "immediate" for policy in self.policies().values())
 
     def output_tier(self, epoch: int) -> Tier:
@@ -301,7 +313,8 @@ class SenderLog(Regime):
 
     def _args(self) -> dict[str, object]:
         return {"release": self.release, **({"end": self.end} if self.end else {}),
-                "log_durability": self.log_durability}
+                "log_durability": self.log_durability,
+                **({"stateful": self.stateful} if self.stateful is not None else {})}
 
 
 _REGIMES: dict[str, type[Regime]] = {

@@ -1,0 +1,201 @@
+"""Sender-side logs through Airflow: a state with no checkpoint, rebuilt from retained blocks.
+
+``dags/falkirk_regions.py`` runs under Airflow (LocalExecutor, one retry per task instance), its
+jobs clients of the session's Spark Connect server, in two copies, each ending at epoch 6:
+
+* ``regions_a``: ``join`` (a hash join, ``customers: at_end``) and ``total`` (running totals,
+  ``join: at_end``) keep their state in scratch only. Garbage collection runs after every epoch.
+  Before epoch 5, ``total``'s scratch directory is deleted, and its epoch-5 job is SIGKILLed
+  before its commit: Airflow retries it, and the retry rebuilds the state of epoch 4 by replaying
+  ``join``'s retained epochs 1-4, with no checkpoint read (research/smith-watson.md §5.3 S2).
+* ``regions_neg``: the same, but ``total`` declares ``join: immediate`` while keeping a state
+  (``stateful=True``: a contract violation):
+  garbage collection prunes ``join``'s epochs as soon as ``total`` commits them, the rebuild
+  finds nothing to replay, and the totals from epoch 5 on miss epochs 1-4. The test detects it
+  (S2's negative control).
+
+Every table of ``regions_a`` equals ``regions_ref``'s (the same jobs, failure-free, without
+Airflow: ``python -m devstack.inprocess``), row for row; and what each edge retains after each
+epoch is exactly what its reader has not released (S11): nothing on the edges read by stateless
+tasks, every epoch on an ``at_end`` edge until the last, then nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from devstack.airflow import AirflowStack
+from devstack.demo import dag_epoch_clock, run_id_of
+from devstack.inprocess import run_reference_process
+from devstack.spark import SparkConnectServer
+from falkirk.policies.planning.collector import collect, live_partitions
+from falkirk.policies.regimes import Tier
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.ledger import Ledger
+from falkirk.spark_jobs.regions import customers_for_epoch
+from tests.oracle import canonical
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DAG_PATH = ROOT / "dags" / "falkirk_regions.py"
+A, NEG, REF = "regions_a", "regions_neg", "regions_ref"
+END = 6
+LOST_AT = 5
+TASKS = ["ingest", "customers", "clean", "join", "total", "report"]
+EDGES = [("ingest", "clean"), ("customers", "join"), ("clean", "join"), ("join", "total"), ("total", "report")]
+DAG_FILE = '''"""Airflow DAG file: copies of dags/falkirk_regions.py (a DAG factory), each with tables of its own."""
+import importlib.util
+
+from falkirk.policies import SenderLog
+
+_spec = importlib.util.spec_from_file_location("falkirk_regions_dag", {path!r})
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+regions_a = _module.build_dag("regions_a", end={end})
+regions_neg = _module.build_dag("regions_neg", end={end}, overrides={{"total": SenderLog(release={{"join": "immediate"}}, stateful=True)}})
+'''
+
+
+def dag_module():
+    spec = importlib.util.spec_from_file_location("falkirk_regions_dag", DAG_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def retained(store: StoreConfig, dag_id: str) -> dict[tuple[str, str], list[int]]:
+    """Per edge, the epochs of the producer's output still stored (an epoch with no rows holds nothing)."""
+    return {(u, v): sorted(live_partitions(store, store.table_uri(Tier.DURABLE, dag_id, u, "output")))
+            for u, v in EDGES}
+
+
+@pytest.fixture(scope="module")
+def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
+    root = tmp_path_factory.mktemp("regions")
+    store = StoreConfig(str(root / "durable"), str(root / "scratch"))
+    dags = root / "dags"
+    dags.mkdir()
+    (dags / "regions.py").write_text(DAG_FILE.format(path=str(DAG_PATH), end=END))
+    faults = root / "faults"
+    faults.write_text("")
+    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=dags, parallelism=6, extra_env={
+        **spark_connect.airflow_env(), "FALKIRK_CRASH_AT": f"@{faults}"})
+    stack.init()
+    stack.start()
+    background = ThreadPoolExecutor(max_workers=1)
+    try:
+        reference = background.submit(run_reference_process, str(DAG_PATH), REF, "falkirk.spark_jobs.regions", END,
+                                      {**store.env(), "SPARK_REMOTE": spark_connect.url},
+                                      regimes=dag_module().regimes(END))
+        client = stack.client()
+        clock = dag_epoch_clock(DAG_PATH)
+        for dag_id in (A, NEG):
+            client.wait_for_dag(dag_id)
+            client.set_paused(dag_id, False)
+        states: dict[tuple[str, int], str] = {}
+        retention: dict[str, dict[int, dict]] = {A: {}, NEG: {}}
+        for epoch in range(1, END + 1):
+            if epoch == LOST_AT:
+                for dag_id in (A, NEG):  # the scratch tier's copy of total's state is lost
+                    shutil.rmtree(Path(store.scratch_uri) / dag_id / "total")
+                faults.write_text(f"{A}/total:{LOST_AT}:before-commit:once\n")
+            for dag_id in (A, NEG):
+                client.trigger(dag_id, run_id_of(epoch), clock.logical_date(epoch))
+            for dag_id in (A, NEG):
+                states[dag_id, epoch] = client.wait_for_run(dag_id, run_id_of(epoch), timeout=1200)
+                collect(store, dag_id, retain_hours=0)
+                retention[dag_id][epoch] = retained(store, dag_id)
+        tis = {(d, e): client.task_instances(d, run_id_of(e)) for d in (A, NEG) for e in range(1, END + 1)}
+        logs = {(d, t, n): client.task_log(d, run_id_of(LOST_AT), t, n) for d in (A, NEG) for t in ("join", "total")
+                for n in range(1, tis[d, LOST_AT][t]["try_number"] + 1)}
+        reference.result(timeout=1800)
+        yield SimpleNamespace(store=store, states=states, tis=tis, logs=logs, retention=retention,
+                              faults_left=faults.read_text())
+    finally:
+        background.shutdown(wait=True)
+        stack.stop()
+
+
+def table(store: StoreConfig, dag_id: str, task: str) -> list[tuple]:
+    return canonical(scan(open_table(store.table_uri(Tier.DURABLE, dag_id, task, "output"))).to_pylist())
+
+
+def test_only_the_failed_task_instance_re_ran_and_nothing_else_re_executed(regions) -> None:
+    assert set(regions.states.values()) == {"success"}, regions.states
+    tries = {(d, e, t): ti["try_number"] for (d, e), tis in regions.tis.items() for t, ti in tis.items()}
+    assert {k: n for k, n in tries.items() if n != 1} == {(A, LOST_AT, "total"): 2}
+    assert regions.faults_left.strip() == ""  # the kill fired once
+    rows = Ledger(regions.store).entries(A)
+    assert sorted((r.task_id, r.epoch) for r in rows) == sorted((t, e) for t in TASKS for e in range(1, END + 1))
+    assert {(r.task_id, r.epoch): r.try_number for r in rows if r.try_number != 1} == {("total", LOST_AT): 2}
+    assert {r.incarnation for r in rows} == {0}
+
+
+def test_the_retry_rebuilt_the_state_from_the_retained_blocks_with_no_checkpoint_read(regions) -> None:
+    first, retry = regions.logs[A, "total", 1], regions.logs[A, "total", 2]
+    assert f"injected crash: total epoch {LOST_AT} at before-commit" in first
+    for log in (first, retry):
+        assert (f"rebuilding the state of epoch {LOST_AT - 1} with no checkpoint, by replaying the blocks its "
+                f"producers retain: join 1-{LOST_AT - 1}") in log, log[-3000:]
+        assert f"state rebuilt from {LOST_AT - 1} blocks" in log
+    # join's scratch state was not touched: restored from it, nothing replayed
+    join = regions.logs[A, "join", 1]
+    assert f"join epoch {LOST_AT}: restoring the state of epoch {LOST_AT - 1} from scratch" in join
+    assert "rebuilding" not in join
+
+
+def test_every_table_equals_the_failure_free_run_row_for_row(regions) -> None:
+    store = regions.store
+    # the sink is never collected: whole; every other table: the epochs it still holds
+    assert table(store, A, "report") == table(store, REF, "report") != []
+    for task in TASKS[:-1]:
+        held = set(live_partitions(store, store.table_uri(Tier.DURABLE, A, task, "output")))
+        ref = [r for r in table(store, REF, task) if dict(r)["epoch"] in held]
+        assert table(store, A, task) == ref, task
+    totals = [dict(r) for r in table(store, A, "report") if dict(r)["epoch"] == END]
+    print("report at epoch", END, sorted((r["rank"], r["region"], r["orders"], r["amount"]) for r in totals))
+
+
+def test_retention_per_edge_is_what_the_readers_have_not_released(regions) -> None:
+    """S11: the edges read by stateless tasks (immediate) keep nothing once read; the at_end
+    edges keep every epoch with rows until the last, then nothing."""
+    with_rows = [e for e in range(1, END + 1) if customers_for_epoch(e)]
+    print(f"{'epoch':>5}  " + "  ".join(f"{u}->{v}" for u, v in EDGES))
+    for epoch, edges in regions.retention[A].items():
+        print(f"{epoch:>5}  " + "  ".join(f"{str(edges[e]):>{len(e[0]) + len(e[1]) + 2}}" for e in EDGES))
+    for epoch, edges in regions.retention[A].items():
+        final = epoch == END
+        assert edges == {
+            ("ingest", "clean"): [], ("clean", "join"): [], ("total", "report"): [],
+            ("customers", "join"): [] if final else [e for e in with_rows if e <= epoch],
+            ("join", "total"): [] if final else list(range(1, epoch + 1)),
+        }, epoch
+
+
+def test_a_release_declared_too_early_is_detected(regions) -> None:
+    """regions_neg's total said ``join: immediate``: join's epochs were pruned as total committed
+    them, the rebuild replayed none, and its totals from epoch 5 on count only epochs 5 on."""
+    store = regions.store
+    log = regions.logs[NEG, "total", 1]
+    assert "by replaying the blocks its producers retain: join none" in log, log[-3000:]
+    assert all(edges[("join", "total")] == [] for edges in regions.retention[NEG].values())
+    joined = [dict(r) for r in table(store, REF, "join")]
+
+    def amounts(epochs: range) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for r in joined:
+            if r["epoch"] in epochs:
+                found[r["region"]] = found.get(r["region"], 0) + r["amount"]
+        return found
+
+    got = {dict(r)["region"]: dict(r)["amount"] for r in table(store, NEG, "report") if dict(r)["epoch"] == END}
+    ref = {dict(r)["region"]: dict(r)["amount"] for r in table(store, REF, "report") if dict(r)["epoch"] == END}
+    assert got == amounts(range(LOST_AT, END + 1)) != ref == amounts(range(1, END + 1))
