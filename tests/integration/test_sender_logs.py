@@ -51,6 +51,15 @@ END = 6
 LOST_AT = 5
 TASKS = ["ingest", "customers", "clean", "join", "total", "report"]
 EDGES = [("ingest", "clean"), ("customers", "join"), ("clean", "join"), ("join", "total"), ("total", "report")]
+# Faults, per epoch, in regions_a (each task instance killed once, with SIGKILL, then retried by Airflow):
+KILLS = {
+    2: [("ingest", "after-files")],  # S7: the source dies before its commit; its retry regenerates the block
+    3: [("clean", "before-commit"),  # S1: a stateless task in the middle
+        ("join", "after-outputs")],  # S3: the hash join, its scratch lost, dies between its output and its row
+    4: [("report", "after-outputs")],  # S9: the sink wrote its epoch, then died before acknowledging it
+    LOST_AT: [("total", "before-commit")],  # S2: the aggregator, its scratch lost
+}
+LOST_SCRATCH = {3: ["join"], LOST_AT: ["total"]}
 DAG_FILE = '''"""Airflow DAG file: copies of dags/falkirk_regions.py (a DAG factory), each with tables of its own."""
 import importlib.util
 
@@ -103,10 +112,10 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
         states: dict[tuple[str, int], str] = {}
         retention: dict[str, dict[int, dict]] = {A: {}, NEG: {}}
         for epoch in range(1, END + 1):
-            if epoch == LOST_AT:
-                for dag_id in (A, NEG):  # the scratch tier's copy of total's state is lost
-                    shutil.rmtree(Path(store.scratch_uri) / dag_id / "total")
-                faults.write_text(f"{A}/total:{LOST_AT}:before-commit:once\n")
+            for task in LOST_SCRATCH.get(epoch, ()):  # the scratch tier's copy of the task's state is lost
+                for dag_id in (A, NEG):
+                    shutil.rmtree(Path(store.scratch_uri) / dag_id / task)
+            faults.write_text("".join(f"{A}/{task}:{epoch}:{point}:once\n" for task, point in KILLS.get(epoch, ())))
             for dag_id in (A, NEG):
                 client.trigger(dag_id, run_id_of(epoch), clock.logical_date(epoch))
             for dag_id in (A, NEG):
@@ -114,8 +123,8 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
                 collect(store, dag_id, retain_hours=0)
                 retention[dag_id][epoch] = retained(store, dag_id)
         tis = {(d, e): client.task_instances(d, run_id_of(e)) for d in (A, NEG) for e in range(1, END + 1)}
-        logs = {(d, t, n): client.task_log(d, run_id_of(LOST_AT), t, n) for d in (A, NEG) for t in ("join", "total")
-                for n in range(1, tis[d, LOST_AT][t]["try_number"] + 1)}
+        logs = {(d, t, e, n): client.task_log(d, run_id_of(e), t, n) for (d, e), ti in tis.items() for t in TASKS
+                for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or e == LOST_AT}
         reference.result(timeout=1800)
         yield SimpleNamespace(store=store, states=states, tis=tis, logs=logs, retention=retention,
                               faults_left=faults.read_text())
@@ -131,25 +140,53 @@ def table(store: StoreConfig, dag_id: str, task: str) -> list[tuple]:
 def test_only_the_failed_task_instance_re_ran_and_nothing_else_re_executed(regions) -> None:
     assert set(regions.states.values()) == {"success"}, regions.states
     tries = {(d, e, t): ti["try_number"] for (d, e), tis in regions.tis.items() for t, ti in tis.items()}
-    assert {k: n for k, n in tries.items() if n != 1} == {(A, LOST_AT, "total"): 2}
-    assert regions.faults_left.strip() == ""  # the kill fired once
+    killed = {(A, e, t): 2 for e, kills in KILLS.items() for t, _ in kills}
+    assert {k: n for k, n in tries.items() if n != 1} == killed
+    assert regions.faults_left.strip() == ""  # the last kill fired once
+    for (_, e, t) in killed:
+        point = dict(KILLS[e])[t]
+        assert f"injected crash: {t} epoch {e} at {point}" in regions.logs[A, t, e, 1]
     rows = Ledger(regions.store).entries(A)
     assert sorted((r.task_id, r.epoch) for r in rows) == sorted((t, e) for t in TASKS for e in range(1, END + 1))
-    assert {(r.task_id, r.epoch): r.try_number for r in rows if r.try_number != 1} == {("total", LOST_AT): 2}
+    assert {(r.task_id, r.epoch): r.try_number for r in rows if r.try_number != 1} == {
+        (t, e): 2 for (_, e, t) in killed}
     assert {r.incarnation for r in rows} == {0}
 
 
 def test_the_retry_rebuilt_the_state_from_the_retained_blocks_with_no_checkpoint_read(regions) -> None:
-    first, retry = regions.logs[A, "total", 1], regions.logs[A, "total", 2]
-    assert f"injected crash: total epoch {LOST_AT} at before-commit" in first
+    first, retry = regions.logs[A, "total", LOST_AT, 1], regions.logs[A, "total", LOST_AT, 2]
     for log in (first, retry):
         assert (f"rebuilding the state of epoch {LOST_AT - 1} with no checkpoint, by replaying the blocks its "
                 f"producers retain: join 1-{LOST_AT - 1}") in log, log[-3000:]
         assert f"state rebuilt from {LOST_AT - 1} blocks" in log
     # join's scratch state was not touched: restored from it, nothing replayed
-    join = regions.logs[A, "join", 1]
+    join = regions.logs[A, "join", LOST_AT, 1]
     assert f"join epoch {LOST_AT}: restoring the state of epoch {LOST_AT - 1} from scratch" in join
     assert "rebuilding" not in join
+
+
+def test_the_hash_join_rebuilt_its_build_side_and_replayed_no_probe_block(regions) -> None:
+    """S3: join's scratch was lost before epoch 3 and its job killed after its output commit. Its
+    retry replays every customers epoch (the build side, at_end) and no clean epoch (the probe
+    side, released at once); its output commit of epoch 3 is found already made."""
+    retry = regions.logs[A, "join", 3, 2]
+    assert ("rebuilding the state of epoch 2 with no checkpoint, by replaying the blocks its producers retain: "
+            "clean none; customers 1-2") in retry, retry[-3000:]
+    assert "rows, already there)" in retry
+
+
+def test_a_sink_killed_before_its_acknowledgement_rewrites_nothing(regions) -> None:
+    """S9: report committed epoch 4 to its table and died before its ledger row, which is its
+    acknowledgement (garbage collection prunes by ledger rows only, never before them). Its
+    retry's write found the epoch already there; the sink holds each row once (the tables' test)."""
+    retry = regions.logs[A, "report", 4, 2]
+    assert "rows, already there)" in retry, retry[-3000:]
+
+
+def test_a_source_killed_before_its_commit_regenerates_the_same_block(regions) -> None:
+    """S7: ingest died before committing epoch 2; only it re-ran (the first test), and the block
+    its retry committed is the failure-free run's (the tables' test)."""
+    assert "ingest epoch 2: committed" not in regions.logs[A, "ingest", 2, 1]
 
 
 def test_every_table_equals_the_failure_free_run_row_for_row(regions) -> None:
@@ -184,7 +221,7 @@ def test_a_release_declared_too_early_is_detected(regions) -> None:
     """regions_neg's total said ``join: immediate``: join's epochs were pruned as total committed
     them, the rebuild replayed none, and its totals from epoch 5 on count only epochs 5 on."""
     store = regions.store
-    log = regions.logs[NEG, "total", 1]
+    log = regions.logs[NEG, "total", LOST_AT, 1]
     assert "by replaying the blocks its producers retain: join none" in log, log[-3000:]
     assert all(edges[("join", "total")] == [] for edges in regions.retention[NEG].values())
     joined = [dict(r) for r in table(store, REF, "join")]
