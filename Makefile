@@ -14,7 +14,7 @@ BENCH_ARGS ?=
 # so the default stays one process until the cluster shape survives that.
 TEST_WORKERS ?= 0
 
-.PHONY: demo cluster-demo docs test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-pairs bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo docs test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -82,6 +82,11 @@ bench-regimes: install
 ## redoing the epoch; and the steady-state cost of those checkpoints, as ratios
 bench-steps: install
 	$(PY) -m benchmarks.steps_bench $(BENCH_ARGS)
+
+## bench-senderlog: the regions pipeline through Airflow under no fault tolerance, LazyCheckpoint and SenderLog at
+## several block sizes (per-epoch time as ratios), then a lost state recovered under each
+bench-senderlog: install
+	$(PY) -m benchmarks.senderlog_bench $(BENCH_ARGS)
 
 ## bench-travellers: commit latency at a transactional sink, marker pairs vs committing once per epoch
 bench-travellers: install

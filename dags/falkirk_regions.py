@@ -44,9 +44,9 @@ REGIMES = regimes()
 
 
 def build_dag(dag_id: str = "falkirk_regions", end: int = END, conn_id: str = "spark_default",
-              overrides: dict[str, Regime] | None = None) -> DAG:
+              overrides: dict[str, Regime] | None = None, orders: int | None = None) -> DAG:
     """The pipeline under ``dag_id`` (several copies can live side by side, each with its own
-    tables); ``overrides`` replaces the regime of some tasks."""
+    tables); ``overrides`` replaces the regime of some tasks, ``orders`` sets the orders per epoch."""
     with DAG(
         dag_id=dag_id,
         description="Orders -> clean -> join with customers -> totals per region -> ranking, under sender-side logs",
@@ -58,7 +58,9 @@ def build_dag(dag_id: str = "falkirk_regions", end: int = END, conn_id: str = "s
         default_args={"conn_id": conn_id, "retries": 1, "retry_delay": timedelta(seconds=3)},
         doc_md=__doc__,
     ) as dag:
-        tasks = {t: RegimeSparkSubmitOperator(task_id=t, application=f"{JOBS}.{t}", regime=r)
+        size = {"env_vars": {"FALKIRK_REGIONS_ORDERS": str(orders)}} if orders else {}
+        tasks = {t: RegimeSparkSubmitOperator(task_id=t, application=f"{JOBS}.{t}", regime=r,
+                                              **(size if t == "ingest" else {}))
                  for t, r in {**regimes(end), **(overrides or {})}.items()}
         for up, down in EDGES:
             tasks[up] >> tasks[down]
