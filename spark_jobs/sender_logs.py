@@ -28,6 +28,7 @@ from falkirk.policies.regimes import SenderLog
 from falkirk.policies.sender_logs.rebuild import BlocksLost, Rebuild, rebuild
 from falkirk.policies.store.ledger import LedgerEntry
 from falkirk.policies.store.readability import Readable, StoreReadability
+from falkirk.spark_jobs.faults import crash_point
 from falkirk.spark_jobs.job_log import say
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ def rebuild_state(ctx: "EpochContext", previous: LedgerEntry, why: str) -> "Data
         state = ctx.cache(result.state)
         state.count()  # computed now, from the state before it: each replay builds on a kept frame
         ctx.depends_on.update(replay.depends_on)
+        crash_point(a.processor, a.epoch, f"replayed-{epoch}", dag_id=a.dag_id)
     say(f"{a.processor} epoch {a.epoch}: state rebuilt from {plan.blocks} blocks in {time.monotonic() - started:.1f}s")
     return state
 

@@ -6,8 +6,9 @@ jobs clients of the session's Spark Connect server, in two copies, each ending a
 * ``regions_a``: ``join`` (a hash join, ``customers: at_end``) and ``total`` (running totals,
   ``join: at_end``) keep their state in scratch only. Garbage collection runs after every epoch.
   Before epoch 5, ``total``'s scratch directory is deleted, and its epoch-5 job is SIGKILLed
-  before its commit: Airflow retries it, and the retry rebuilds the state of epoch 4 by replaying
-  ``join``'s retained epochs 1-4, with no checkpoint read (research/smith-watson.md §5.3 S2).
+  part-way through rebuilding its state: Airflow retries it, and the retry rebuilds the state of
+  epoch 4 by replaying ``join``'s retained epochs 1-4, with no checkpoint read
+  (research/smith-watson.md §5.3 S2, S4). :data:`KILLS` lists the other faults (S1, S3, S6, S7, S9).
 * ``regions_neg``: the same, but ``total`` declares ``join: immediate`` while keeping a state
   (``stateful=True``: a contract violation):
   garbage collection prunes ``join``'s epochs as soon as ``total`` commits them, the rebuild
@@ -55,11 +56,14 @@ EDGES = [("ingest", "clean"), ("customers", "join"), ("clean", "join"), ("join",
 KILLS = {
     2: [("ingest", "after-files")],  # S7: the source dies before its commit; its retry regenerates the block
     3: [("clean", "before-commit"),  # S1: a stateless task in the middle
-        ("join", "after-outputs")],  # S3: the hash join, its scratch lost, dies between its output and its row
+        ("join", "after-outputs"),  # S3: the hash join, its scratch lost, dies between its output and its row
+        ("total", "before-commit")],  # S6: beside it, the aggregator after it in the chain, its scratch lost too
     4: [("report", "after-outputs")],  # S9: the sink wrote its epoch, then died before acknowledging it
-    LOST_AT: [("total", "before-commit")],  # S2: the aggregator, its scratch lost
+    # S2 and S4: the aggregator, its scratch lost, dies part-way through rebuilding (after replaying
+    # join's epoch 2 of 1-4); its retry rebuilds from the same retained epochs
+    LOST_AT: [("total", "replayed-2")],
 }
-LOST_SCRATCH = {3: ["join"], LOST_AT: ["total"]}
+LOST_SCRATCH = {3: ["join", "total"], LOST_AT: ["total"]}
 DAG_FILE = '''"""Airflow DAG file: copies of dags/falkirk_regions.py (a DAG factory), each with tables of its own."""
 import importlib.util
 
@@ -158,7 +162,8 @@ def test_the_retry_rebuilt_the_state_from_the_retained_blocks_with_no_checkpoint
     for log in (first, retry):
         assert (f"rebuilding the state of epoch {LOST_AT - 1} with no checkpoint, by replaying the blocks its "
                 f"producers retain: join 1-{LOST_AT - 1}") in log, log[-3000:]
-        assert f"state rebuilt from {LOST_AT - 1} blocks" in log
+    assert "state rebuilt" not in first  # killed during the rebuild (S4)
+    assert f"state rebuilt from {LOST_AT - 1} blocks" in retry
     # join's scratch state was not touched: restored from it, nothing replayed
     join = regions.logs[A, "join", LOST_AT, 1]
     assert f"join epoch {LOST_AT}: restoring the state of epoch {LOST_AT - 1} from scratch" in join
@@ -173,6 +178,14 @@ def test_the_hash_join_rebuilt_its_build_side_and_replayed_no_probe_block(region
     assert ("rebuilding the state of epoch 2 with no checkpoint, by replaying the blocks its producers retain: "
             "clean none; customers 1-2") in retry, retry[-3000:]
     assert "rows, already there)" in retry
+
+
+def test_two_tasks_of_the_chain_rebuilt_their_states_in_the_same_epoch(regions) -> None:
+    """S6 (a chain with two failures at once): join and total both lost their scratch before
+    epoch 3 and both were killed in it; each retry replayed its own producers' retained epochs."""
+    retry = regions.logs[A, "total", 3, 2]
+    assert ("rebuilding the state of epoch 2 with no checkpoint, by replaying the blocks its producers retain: "
+            "join 1-2") in retry, retry[-3000:]
 
 
 def test_a_sink_killed_before_its_acknowledgement_rewrites_nothing(regions) -> None:
