@@ -12,7 +12,8 @@ to the standby, its ledger row not yet written).
 
 Inside an epoch that checkpoints step by step (:mod:`falkirk.policies.store.steps`) the
 points are ``iteration-N`` (as iteration N starts), ``chunk-N`` (as chunk N starts) and
-``chunk-N-after-files`` (between chunk N's data files and its commit).
+``chunk-N-after-files`` (between chunk N's data files and its commit). A task under sender-side
+logs rebuilding its state has ``replayed-E`` (just after replaying input epoch E).
 
 ``FALKIRK_CRASH_AT`` holds ``task_id:epoch:step`` entries separated by commas, where
 ``step`` is one of :data:`STEPS` or a step point; ``dag_id/task_id:epoch:step`` limits an entry to one
@@ -29,7 +30,7 @@ False
 >>> crash_requested("aggregate", 2, "halfway", "aggregate:2:halfway")
 Traceback (most recent call last):
 ...
-ValueError: FALKIRK_CRASH_AT: unknown step 'halfway' in 'aggregate:2:halfway'; steps are before-commit, after-files, after-outputs, after-state, after-sink, after-lease, after-invalidations, after-clear, after-copy, iteration-N, chunk-N, chunk-N-after-files
+ValueError: FALKIRK_CRASH_AT: unknown step 'halfway' in 'aggregate:2:halfway'; steps are before-commit, after-files, after-outputs, after-state, after-sink, after-lease, after-invalidations, after-clear, after-copy, iteration-N, chunk-N, chunk-N-after-files, replayed-E
 >>> crash_requested("rank", 3, "iteration-7", "rank:3:iteration-7")
 True
 """
@@ -44,7 +45,7 @@ import sys
 CRASH_ENV = "FALKIRK_CRASH_AT"
 STEPS = ("before-commit", "after-files", "after-outputs", "after-state", "after-sink",
          "after-lease", "after-invalidations", "after-clear", "after-copy")
-STEP_POINTS = re.compile(r"(iteration|chunk)-[1-9][0-9]*|chunk-[1-9][0-9]*-after-files")
+STEP_POINTS = re.compile(r"(iteration|chunk|replayed)-[1-9][0-9]*|chunk-[1-9][0-9]*-after-files")
 
 
 def crash_requested(task_id: str, epoch: int, step: str, setting: str | None, dag_id: str | None = None) -> bool:
@@ -73,7 +74,7 @@ def crash_requested(task_id: str, epoch: int, step: str, setting: str | None, da
             raise ValueError(f"{CRASH_ENV}: {entry!r} is not task_id:epoch:step")
         if parts[2] not in STEPS and not STEP_POINTS.fullmatch(parts[2]):
             raise ValueError(f"{CRASH_ENV}: unknown step {parts[2]!r} in {entry!r}; steps are {', '.join(STEPS)}, "
-                             f"iteration-N, chunk-N, chunk-N-after-files")
+                             f"iteration-N, chunk-N, chunk-N-after-files, replayed-E")
         if (parts[0], int(parts[1]), parts[2]) == (task_id, epoch, step):
             if once and path is not None:
                 _take_out(path, raw)
