@@ -225,8 +225,8 @@ class SenderLog(Regime):
     process keeps it in memory; its outputs are durable, the log downstream replays. A producer's
     block is kept until every reader under this regime has released it.
 
-    ``log_durability="volatile"`` reproduces the paper's guarantee: a failed producer's blocks not
-    yet released are treated as lost, and a rebuild that needs them refuses by name.
+    ``log_durability`` is ``durable`` (the default) or ``volatile``; ``volatile`` is accepted and
+    recorded but behaves as ``durable`` for now (the paper's volatile logs are not emulated yet).
 
     >>> r = SenderLog(release={"ingest": "at_end"}, end=10)
     >>> r.spec(), r.keeps_state, r.state_tiers(3), r.output_tier(3)
@@ -271,6 +271,7 @@ class SenderLog(Regime):
             raise RegimeError("sender_log: give a release policy per input, e.g. release={'ingest': 'at_end'}")
         text = ";".join(f"{t}:{policies[t].spec()}" for t in sorted(policies))  # type: ignore[attr-defined]
         object.__setattr__(self, "release", text)
+        object.__setattr__(self, "_policies", tuple(sorted(policies.items())))  # not a field: parsed once
         if isinstance(self.end, bool) or not isinstance(self.end, int) or self.end < 0:
             raise RegimeError(f"sender_log: end={self.end!r} must be the execution's last epoch (an int), or 0 "
                               f"for none")
@@ -281,9 +282,7 @@ class SenderLog(Regime):
 
     def policies(self) -> dict[str, Any]:
         """The release policy of each input, by input task."""
-        from falkirk.policies.sender_logs.release import parse_release
-
-        return {t: parse_release(p) for t, _, p in (part.partition(":") for part in str(self.release).split(";"))}
+        return dict(self._policies)  # type: ignore[attr-defined]
 
     def released(self, through: int) -> dict[str, int]:
         """Per input, the newest epoch released once epochs ``1..through`` are processed: the

@@ -294,19 +294,20 @@ class EpochContext:
             return None
         if isinstance(self.args.regime, SenderLog):
             try:
-                return self._restore(entry)
-            except StateLost as lost:
-                return sender_logs.rebuild_state(self, entry, str(lost).split(". ")[0])
+                return self._restore(entry, advise=False)
+            except StateLost:
+                return sender_logs.rebuild_state(self, entry, f"its state of epoch {entry.epoch} is not in scratch here")
         return self._restore(entry)
 
-    def _restore(self, entry: LedgerEntry) -> "DataFrame":
-        """The state checkpointed by ``entry``, or :class:`StateLost` if it was in scratch and is gone."""
+    def _restore(self, entry: LedgerEntry, advise: bool = True) -> "DataFrame":
+        """The state checkpointed by ``entry``, or :class:`StateLost` if it was in scratch and is gone
+        (naming the plan that recovers it, with its size, when ``advise``)."""
         if entry.state_uri is None:
             raise JobError(f"ledger row of {self.args.processor} epoch {entry.epoch} records no state table")
         self.depends_on[entry.processor, entry.epoch] = entry
         in_scratch = entry.state_tier == Tier.SCRATCH.value
         if in_scratch:
-            self._check_on_this_worker(entry, "state")
+            self._check_on_this_worker(entry, "state", advise)
         _check_inside(self.store, entry.state_uri, entry, "state_uri")
         say(f"{self.args.processor} epoch {self.epoch}: restoring the state of epoch {entry.epoch} from "
             f"{entry.state_tier} ({entry.state_uri}" + (f" on {entry.worker}" if in_scratch and entry.worker else "")
@@ -324,7 +325,8 @@ class EpochContext:
                     f"{entry.state_uri}" + (f" on {entry.worker}" if entry.worker else "") + f" and is gone "
                     f"({exc}). Not starting from empty state. Recover with: "
                     f"falkirk plan --dag {self.args.dag_id} --lost-scratch {where}"
-                    + plan_size(self.store, self.rows, self.args, LostScratch(where), before_this_epoch=True)) from exc
+                    + (plan_size(self.store, self.rows, self.args, LostScratch(where), before_this_epoch=True)
+                       if advise else "")) from exc
             raise JobError(f"{self.args.processor}: cannot restore the state of epoch {entry.epoch}: {exc}. "
                            f"Not starting from empty state. Plan a recovery: falkirk plan --dag "
                            f"{self.args.dag_id} --bad-epoch {self.args.processor}:{entry.epoch}") from exc
@@ -356,7 +358,7 @@ class EpochContext:
                 max(before, key=lambda e: (e.epoch, e.incarnation), default=None))
         return self._previous  # type: ignore[return-value]
 
-    def _check_on_this_worker(self, entry: LedgerEntry, what: str) -> None:
+    def _check_on_this_worker(self, entry: LedgerEntry, what: str, advise: bool = True) -> None:
         """Refuse to read scratch that another worker's disk holds: from here it is lost.
 
         Placement (:mod:`falkirk.plugins.placement`) runs a task where its scratch inputs are;
@@ -370,7 +372,8 @@ class EpochContext:
             f"state lost: {a.processor} epoch {a.epoch} runs on {here}, but the {what} of {entry.processor} epoch "
             f"{entry.epoch} is kept in scratch on {entry.worker}'s local disk, which this worker cannot read. "
             f"Not starting without it. If {entry.worker} is gone, recover with: falkirk plan --dag {a.dag_id} "
-            f"--lost-worker {entry.worker}{plan_size(self.store, self.rows, a, LostWorker(entry.worker), True)}; if it is "
+            f"--lost-worker {entry.worker}"
+            f"{plan_size(self.store, self.rows, a, LostWorker(entry.worker), True) if advise else ''}; if it is "
             f"alive, route the task to its queue (see the docs' "
             f"\"Scaling out\")")
 

@@ -190,6 +190,7 @@ def chains_from_ledger(
     is all it holds.)
     """
     rows = current_rows(entries)
+    by_epoch = {task: {r.epoch: r for r in task_rows} for task, task_rows in rows.items()}
     down = set(failed)
     chains: dict[str, Chain] = {}
     for task in graph.tasks:
@@ -205,7 +206,7 @@ def chains_from_ledger(
             for ref in row.outputs:
                 if not readable(ref.uri, _key(row)):
                     discarded[ref.name] = EPOCH.through_bound(row.epoch)
-            if not _restorable(row, readable, rows):
+            if not _restorable(row, readable, by_epoch):
                 continue
             consumed = {(i.processor, i.output): EPOCH.through_bound(i.through) for i in row.inputs}
             for e in out_edges:
@@ -228,7 +229,7 @@ def sent_undelivered(row: LedgerEntry, readable: Readable) -> bool:
     return any(is_external(o.uri) and not readable(o.uri, _key(row)) for o in row.outputs)
 
 
-def _restorable(row: LedgerEntry, readable: Readable, rows: dict[str, list[LedgerEntry]]) -> bool:
+def _restorable(row: LedgerEntry, readable: Readable, rows: dict[str, dict[int, LedgerEntry]]) -> bool:
     """Stateless tasks restore anywhere; stateful ones while their state is readable; a task
     that sends to an external system, once the system has accepted the epoch's records. A task
     under sender-side logs also restores while the blocks it has not released are readable: its
@@ -243,15 +244,17 @@ def _restorable(row: LedgerEntry, readable: Readable, rows: dict[str, list[Ledge
     return isinstance(regime, SenderLog) and rebuildable(row, regime, readable, rows)
 
 
-def rebuildable(row: LedgerEntry, regime: SenderLog, readable: Readable, rows: dict[str, list[LedgerEntry]]) -> bool:
+def rebuildable(row: LedgerEntry, regime: SenderLog, readable: Readable,
+                rows: dict[str, dict[int, LedgerEntry]]) -> bool:
     """Whether every block ``row``'s state depends on is still readable: per input, each epoch
-    after the input's release point through ``row.epoch``, from the producer's current row.
+    after the input's release point through ``row.epoch``, from the producer's current row
+    (``rows``: per task, its current row of each epoch).
 
     >>> from falkirk.policies.store.ledger import OutputRef
     >>> def out(task, e):
     ...     return LedgerEntry("d", task, e, "batch(log_outputs=true)", f"r{e}", 1,
     ...                        outputs=(OutputRef("output", f"/durable/{task}", "durable", e, 1),))
-    >>> rows = {"ingest": [out("ingest", e) for e in (1, 2, 3)]}
+    >>> rows = {"ingest": {e: out("ingest", e) for e in (1, 2, 3)}}
     >>> total = LedgerEntry("d", "total", 3, "sender_log(release=ingest:at_end)", "r3", 1)
     >>> regime = Regime.parse(total.regime)
     >>> rebuildable(total, regime, lambda uri, key: True, rows)
@@ -260,7 +263,7 @@ def rebuildable(row: LedgerEntry, regime: SenderLog, readable: Readable, rows: d
     False
     """
     for task, released in regime.released(row.epoch).items():
-        held = {r.epoch: r for r in rows.get(task, [])}
+        held = rows.get(task, {})
         for epoch in range(released + 1, row.epoch + 1):
             block = held.get(epoch)
             if block is None or not all(readable(o.uri, _key(block)) for o in block.outputs):

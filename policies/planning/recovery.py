@@ -256,7 +256,7 @@ class RecoveryPlan:
         for t in self.tasks:
             restores = (f"state of epoch {t.restore_from.epoch}" if t.restore_from else
                         ("empty state" if Regime.parse(t.regime).keeps_state and t.rerun else "-"))
-            if t.restore_from and t.regime.startswith(SenderLog.name):
+            if t.restore_from and isinstance(Regime.parse(t.regime), SenderLog):
                 restores += " (from scratch, or rebuilt from the input epochs not released)"
             if t.resume_from:
                 restores = f"{t.resume_from.describe()}" + (f" (on {restores})" if restores != "-" else "")
