@@ -225,8 +225,10 @@ class SenderLog(Regime):
     process keeps it in memory; its outputs are durable, the log downstream replays. A producer's
     block is kept until every reader under this regime has released it.
 
-    ``log_durability`` is ``durable`` (the default) or ``volatile``; ``volatile`` is accepted and
-    recorded but behaves as ``durable`` for now (the paper's volatile logs are not emulated yet).
+    ``log_durability`` is ``durable`` (the default: the retained blocks are Delta rows and outlive
+    any failure) or ``volatile``, the paper's guarantees: a new incarnation (an attempt after a
+    failed one) starts without its predecessor's state and drops the blocks it retained, so a
+    reader that needs them later is refused by name (:mod:`falkirk.spark_jobs.sender_logs`).
 
     >>> r = SenderLog(release={"ingest": "at_end"}, end=10)
     >>> r.spec(), r.keeps_state, r.state_tiers(3), r.output_tier(3)

@@ -293,6 +293,9 @@ class EpochContext:
         if entry is None:
             return None
         if isinstance(self.args.regime, SenderLog):
+            if sender_logs.restarted_volatile(self):
+                return sender_logs.rebuild_state(self, entry, f"its state of epoch {entry.epoch} was lost with the "
+                                                 f"failed incarnation (log_durability=volatile)")
             try:
                 return self._restore(entry, advise=False)
             except StateLost:
@@ -416,6 +419,7 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
         ctx = EpochContext(args, store, ledger, spark, snapshot=snapshot, compute=compute)
         if paired is not None:
             ctx._layout, ctx.layout_version = paired.layout, paired.layout_version
+        sender_logs.lose_volatile_log(ctx)  # a volatile log dies with the incarnation that failed
         result = compute(ctx)
         try:
             entry = commit(ctx, result)

@@ -13,6 +13,13 @@ reader under sender-side logs has not released it (:mod:`falkirk.policies.planni
 A block that is gone all the same (deleted by hand, or lost with a producer declared volatile)
 makes the rebuild refuse by name rather than produce a wrong state
 (:class:`~falkirk.policies.sender_logs.rebuild.BlocksLost`).
+
+Under ``log_durability="volatile"`` a task keeps the paper's guarantees, not Delta's: its log
+lives as long as the process that wrote it. A new incarnation (an attempt after a failed one)
+starts without its predecessor's memory: its state is rebuilt, and the blocks it retained for
+its readers are dropped from its output tables (:func:`lose_volatile_log`), as the paper's
+failed vertex loses its recovery log. A reader that then needs them is refused by name
+(research/smith-watson.md §5.3 S5, case 2).
 """
 
 from __future__ import annotations
@@ -22,9 +29,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
+import pyarrow as pa
+
 from falkirk.policies.epochs import epoch_ranges
+from falkirk.policies.regimes import Tier
 from falkirk.policies.partitions import UNPARTITIONED
 from falkirk.policies.regimes import SenderLog
+from falkirk.policies.store.commits import open_table
 from falkirk.policies.sender_logs.rebuild import BlocksLost, Rebuild, rebuild
 from falkirk.policies.store.ledger import LedgerEntry
 from falkirk.policies.store.readability import Readable, StoreReadability
@@ -71,8 +82,9 @@ def rebuild_state(ctx: "EpochContext", previous: LedgerEntry, why: str) -> "Data
     try:
         plan = replay_plan(ctx, previous)
     except BlocksLost as exc:
-        raise BlocksLost(f"{exc}. Plan a recovery that redoes the task from its first epoch: falkirk plan --dag "
-                         f"{a.dag_id} --bad-epoch {a.processor}:1") from None
+        raise BlocksLost(f"{exc}. If their producers can still compute them again, plan a recovery that redoes "
+                         f"the task from its first epoch: falkirk plan --dag {a.dag_id} --bad-epoch "
+                         f"{a.processor}:1") from None
     epochs = sorted({e for _, seqs in plan.replay for e in seqs})
     plan_released = a.regime.released(previous.epoch)
     blocks = "; ".join(f"{u} {epoch_ranges(seqs) if seqs else 'none'}" for u, seqs in plan.replay)
@@ -96,10 +108,44 @@ def rebuild_state(ctx: "EpochContext", previous: LedgerEntry, why: str) -> "Data
     return state
 
 
+def restarted_volatile(ctx: "EpochContext") -> bool:
+    """Whether this job is a new incarnation of a task whose log is volatile: an attempt after a
+    failed one, which the paper's failed vertex starts without its memory or its log."""
+    regime = ctx.args.regime
+    return isinstance(regime, SenderLog) and regime.log_durability == "volatile" and ctx.args.try_number > 1
+
+
+def lose_volatile_log(ctx: "EpochContext") -> list[int]:
+    """Drop, from this task's own output tables, every epoch before this one still held: the
+    blocks a volatile log retained for its readers, lost with the incarnation that failed.
+    Returns the epochs dropped; nothing is done unless :func:`restarted_volatile`."""
+    if not restarted_volatile(ctx):
+        return []
+    a = ctx.args
+    # only the task's own durable tables, whatever a ledger row names
+    own = ctx.store.table_uri(Tier.DURABLE, a.dag_id, a.task_id, "output").rsplit("/", 1)[0] + "/"
+    uris = sorted({ref.uri for e in ctx.rows.entries_and_invalidated(a.task_id)[0] if e.epoch < a.epoch
+                   for ref in e.outputs if ref.uri.startswith(own) and "/" not in ref.uri[len(own):]})
+    dropped: set[int] = set()
+    for uri in uris:
+        table = open_table(uri, ctx.store.options_for(uri))
+        if table is None:
+            continue
+        held = {int(v) for v in pa.table(table.get_add_actions(flatten=True)).to_pydict().get("partition.epoch", [])}
+        epochs = sorted(e for e in held if e < a.epoch)
+        if epochs:
+            table.delete(f"epoch IN ({', '.join(map(str, epochs))})")
+            dropped.update(epochs)
+    say(f"{a.processor} epoch {a.epoch}: attempt {a.try_number} follows a failed one; under log_durability=volatile "
+        f"the failed incarnation's state and the blocks it retained went with it: dropped "
+        f"{epoch_ranges(sorted(dropped)) if dropped else 'none'} from its output tables")
+    return sorted(dropped)
+
+
 def _block_held(ctx: "EpochContext", readable: Readable, task_id: str, epoch: int) -> bool:
     """Whether ``task_id``'s outputs of ``epoch`` are still in their tables, as its ledger row recorded them."""
     entry = ctx.rows.find(task_id, epoch, UNPARTITIONED, read_again=False)
     return entry is not None and all(readable(ref.uri, entry.key) for ref in entry.outputs)
 
 
-__all__ = ["Replaying", "rebuild_state", "replay_plan"]
+__all__ = ["Replaying", "lose_volatile_log", "rebuild_state", "replay_plan", "restarted_volatile"]

@@ -15,6 +15,14 @@ jobs clients of the session's Spark Connect server, in two copies, each ending a
   finds nothing to replay, and the totals from epoch 5 on miss epochs 1-4. The test detects it
   (S2's negative control).
 
+* ``regions_vol``: every SenderLog task declares ``log_durability="volatile"`` (the paper's
+  guarantees: a failed incarnation takes its state and its retained blocks with it), and tasks
+  fail one after another (S5): ``total`` at epoch 4, then ``join`` at 5 (case 1: both recover,
+  the report is right); then ``total`` at 6, whose rebuild needs ``join``'s blocks 1-4, lost
+  with ``join``'s failed incarnation (case 2): the task is refused by name and epoch 6 is never
+  reported, rather than reported wrong. ``regions_a`` is case 2 with durable logs: ``join``
+  fails at 3 and ``total``'s rebuild at 5 replays ``join``'s blocks from before and after it.
+
 Every table of ``regions_a`` equals ``regions_ref``'s (the same jobs, failure-free, without
 Airflow: ``python -m devstack.inprocess``), row for row; and what each edge retains after each
 epoch is exactly what its reader has not released (S11): nothing on the edges read by stateless
@@ -47,7 +55,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_PATH = ROOT / "dags" / "falkirk_regions.py"
-A, NEG, REF = "regions_a", "regions_neg", "regions_ref"
+A, NEG, VOL, REF = "regions_a", "regions_neg", "regions_vol", "regions_ref"
+DAGS = (A, NEG, VOL)
 END = 6
 LOST_AT = 5
 TASKS = ["ingest", "customers", "clean", "join", "total", "report"]
@@ -64,6 +73,8 @@ KILLS = {
     LOST_AT: [("total", "replayed-2")],
 }
 LOST_SCRATCH = {3: ["join", "total"], LOST_AT: ["total"]}
+# regions_vol: nothing deleted by hand; a volatile task's retry starts without its state or its log
+KILLS_VOL = {4: [("total", "before-commit")], 5: [("join", "before-commit")], 6: [("total", "before-commit")]}
 DAG_FILE = '''"""Airflow DAG file: copies of dags/falkirk_regions.py (a DAG factory), each with tables of its own."""
 import importlib.util
 
@@ -74,6 +85,9 @@ _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)
 regions_a = _module.build_dag("regions_a", end={end})
 regions_neg = _module.build_dag("regions_neg", end={end}, overrides={{"total": SenderLog(release={{"join": "immediate"}}, stateful=True)}})
+regions_vol = _module.build_dag("regions_vol", end={end}, overrides={{
+    t: SenderLog(release=r.release, end=r.end, log_durability="volatile")
+    for t, r in _module.regimes({end}).items() if isinstance(r, SenderLog)}})
 '''
 
 
@@ -110,23 +124,24 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
                                       regimes=dag_module().regimes(END))
         client = stack.client()
         clock = dag_epoch_clock(DAG_PATH)
-        for dag_id in (A, NEG):
+        for dag_id in DAGS:
             client.wait_for_dag(dag_id)
             client.set_paused(dag_id, False)
         states: dict[tuple[str, int], str] = {}
-        retention: dict[str, dict[int, dict]] = {A: {}, NEG: {}}
+        retention: dict[str, dict[int, dict]] = {d: {} for d in DAGS}
         for epoch in range(1, END + 1):
             for task in LOST_SCRATCH.get(epoch, ()):  # the scratch tier's copy of the task's state is lost
                 for dag_id in (A, NEG):
                     shutil.rmtree(Path(store.scratch_uri) / dag_id / task)
-            faults.write_text("".join(f"{A}/{task}:{epoch}:{point}:once\n" for task, point in KILLS.get(epoch, ())))
-            for dag_id in (A, NEG):
+            faults.write_text("".join(f"{d}/{task}:{epoch}:{point}:once\n" for d, kills in ((A, KILLS), (VOL, KILLS_VOL))
+                                      for task, point in kills.get(epoch, ())))
+            for dag_id in DAGS:
                 client.trigger(dag_id, run_id_of(epoch), clock.logical_date(epoch))
-            for dag_id in (A, NEG):
+            for dag_id in DAGS:
                 states[dag_id, epoch] = client.wait_for_run(dag_id, run_id_of(epoch), timeout=1200)
                 collect(store, dag_id, retain_hours=0)
                 retention[dag_id][epoch] = retained(store, dag_id)
-        tis = {(d, e): client.task_instances(d, run_id_of(e)) for d in (A, NEG) for e in range(1, END + 1)}
+        tis = {(d, e): client.task_instances(d, run_id_of(e)) for d in DAGS for e in range(1, END + 1)}
         logs = {(d, t, e, n): client.task_log(d, run_id_of(e), t, n) for (d, e), ti in tis.items() for t in TASKS
                 for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or e == LOST_AT}
         reference.result(timeout=1800)
@@ -142,8 +157,9 @@ def table(store: StoreConfig, dag_id: str, task: str) -> list[tuple]:
 
 
 def test_only_the_failed_task_instance_re_ran_and_nothing_else_re_executed(regions) -> None:
-    assert set(regions.states.values()) == {"success"}, regions.states
-    tries = {(d, e, t): ti["try_number"] for (d, e), tis in regions.tis.items() for t, ti in tis.items()}
+    assert {k: s for k, s in regions.states.items() if k[0] != VOL} == {(d, e): "success" for d in (A, NEG)
+                                                                          for e in range(1, END + 1)}
+    tries = {(d, e, t): ti["try_number"] for (d, e), tis in regions.tis.items() for t, ti in tis.items() if d != VOL}
     killed = {(A, e, t): 2 for e, kills in KILLS.items() for t, _ in kills}
     assert {k: n for k, n in tries.items() if n != 1} == killed
     assert regions.faults_left.strip() == ""  # the last kill fired once
@@ -249,3 +265,35 @@ def test_a_release_declared_too_early_is_detected(regions) -> None:
     got = {dict(r)["region"]: dict(r)["amount"] for r in table(store, NEG, "report") if dict(r)["epoch"] == END}
     ref = {dict(r)["region"]: dict(r)["amount"] for r in table(store, REF, "report") if dict(r)["epoch"] == END}
     assert got == amounts(range(LOST_AT, END + 1)) != ref == amounts(range(1, END + 1))
+
+
+def test_volatile_logs_recover_failures_in_order_and_refuse_a_lost_block_by_name(regions) -> None:
+    """S5 with volatile logs: total fails at 4, then join at 5 (case 1): each retry starts without
+    its state and rebuilds it, and join's retry drops the blocks it retained for total; the
+    report of epochs 1-5 is the failure-free run's. Then total fails at 6 (case 2): its rebuild
+    needs join's blocks 1-4, gone with join's failed incarnation, and is refused by name; epoch 6
+    is never reported, rather than reported with a wrong total."""
+    store = regions.store
+    assert {e: regions.states[VOL, e] for e in range(1, END + 1)} == {**{e: "success" for e in range(1, END)},
+                                                                       END: "failed"}
+    tries = {(e, t): ti["try_number"] for (d, e), tis in regions.tis.items() if d == VOL for t, ti in tis.items()
+             if ti["try_number"] != 1}
+    assert tries == {(4, "total"): 2, (5, "join"): 2, (6, "total"): 2, (6, "report"): 0}, tries
+    assert regions.tis[VOL, END]["report"]["state"] == "upstream_failed"
+    total4 = regions.logs[VOL, "total", 4, 2]
+    assert ("its state of epoch 3 was lost with the failed incarnation (log_durability=volatile); rebuilding the "
+            "state of epoch 3 with no checkpoint, by replaying the blocks its producers retain: join 1-3") in total4, \
+        total4[-3000:]
+    join5 = regions.logs[VOL, "join", 5, 2]
+    assert ("join epoch 5: attempt 2 follows a failed one; under log_durability=volatile the failed incarnation's "
+            "state and the blocks it retained went with it: dropped 1-4 from its output tables") in join5, join5[-3000:]
+    assert "by replaying the blocks its producers retain: clean none; customers 1-4" in join5
+    total6 = regions.logs[VOL, "total", 6, 2]
+    assert ("total epoch 5: unrecoverable: required blocks 1-4 of origin join missing (pruned, or lost with join's "
+            "volatile log); not rebuilding its state without them") in total6, total6[-3000:]
+    # what each edge retained: join's blocks for total grew to 1-4, then only what join wrote after its failure
+    assert [regions.retention[VOL][e][("join", "total")] for e in range(1, END + 1)] == [
+        [1], [1, 2], [1, 2, 3], [1, 2, 3, 4], [5], [5, 6]]
+    report = table(store, VOL, "report")
+    assert report == [r for r in table(store, REF, "report") if dict(r)["epoch"] < END] != []
+    assert not [r for r in report if dict(r)["epoch"] == END]
