@@ -50,13 +50,15 @@ def run_in_process(
     progress: Callable[[str], None] = print,
     partitions: Mapping[str, int] | None = None,
     skip: Collection[str] = (),
+    after_epoch: Callable[[int], None] | None = None,
 ) -> float:
     """Run every task of ``dag_id`` (job modules ``{package}.{task}``) for ``epochs``, but the
     processors in ``skip``; returns seconds.
 
     A task in ``partitions`` runs once per partition (per replica of each partition, under
     process pairs), as its mapped task instances would. A replica the layout declared dead
-    exits at once, as its task instance would end skipped: the run goes on."""
+    exits at once, as its task instance would end skipped: the run goes on. ``after_epoch`` is
+    called with each epoch once all its task instances have committed."""
     counts = dict(partitions or {})
     started = time.monotonic()
     order = list(regimes)  # the caller lists tasks upstream first
@@ -82,6 +84,8 @@ def run_in_process(
                         continue
                     if code != 0:
                         raise RuntimeError(f"{dag_id}.{spec.processor} epoch {epoch} exited {code}")
+            if after_epoch is not None:
+                after_epoch(epoch)
             progress(f"  reference: epoch {epoch} done ({time.monotonic() - started:.0f}s)")
     return time.monotonic() - started
 
@@ -89,17 +93,18 @@ def run_in_process(
 def run_reference_process(dag_file: str, dag_id: str, package: str, epochs: int, env: Mapping[str, str],
                           timeout: float = 1800, partitions: Mapping[str, int] | None = None,
                           regimes: Mapping[str, Regime] | None = None, first: int = 1,
-                          skip: Sequence[str] = ()) -> str:
+                          skip: Sequence[str] = (), collect: bool = False) -> str:
     """:func:`main` in a process of its own (the caller may hold a Spark session of another kind),
     with ``env`` (the store's variables and ``SPARK_REMOTE``) added to this one's environment;
     epochs ``first``..``epochs``, but the processors in ``skip``; ``partitions`` and ``regimes``
-    replace the DAG file's for the tasks they name. Returns what it printed."""
+    replace the DAG file's for the tasks they name; ``collect`` collects garbage after each epoch
+    (:func:`retained_per_epoch` reads what it printed). Returns what it printed."""
     import subprocess
     import sys
 
     extra = [f"--partitions={t}={n}" for t, n in (partitions or {}).items()]
     extra += [f"--regime={t}={r.spec()}" for t, r in (regimes or {}).items()]
-    extra += [f"--first={first}", *(f"--skip={p}" for p in skip)]
+    extra += [f"--first={first}", *(f"--skip={p}" for p in skip), *(["--collect"] if collect else [])]
     done = subprocess.run([sys.executable, "-m", "devstack.inprocess", dag_file, dag_id, package, "--epochs",
                            str(epochs), *extra], env={**os.environ, **env}, cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=timeout)
@@ -128,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a task's partition count instead of the DAG file's (repeatable)")
     parser.add_argument("--regime", action="append", default=[], metavar="TASK=SPEC",
                         help="a task's regime instead of the DAG file's (repeatable)")
+    parser.add_argument("--collect", action="store_true",
+                        help="collect garbage after every epoch (as falkirk gc --retain-hours 0), then print "
+                             "the epochs each task's output table still holds: 'retained after epoch N: {json}'")
     args = parser.parse_args(argv)
     spec = importlib.util.spec_from_file_location("falkirk_reference_dag", args.dag_file)
     if spec is None or spec.loader is None:
@@ -138,10 +146,43 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                                args.partitions)}}
     regimes = {**module.REGIMES, **{t: Regime.parse(r) for t, _, r in (a.partition("=") for a in args.regime)}}
     epochs = range(args.first, args.epochs + 1)
-    seconds = run_in_process(args.dag_id, args.package, regimes, module.EDGES, epochs, StoreConfig.from_env(),
-                             progress=lambda m: print(m, flush=True), partitions=counts, skip=set(args.skip))
+    store = StoreConfig.from_env()
+    seconds = run_in_process(args.dag_id, args.package, regimes, module.EDGES, epochs, store,
+                             progress=lambda m: print(m, flush=True), partitions=counts, skip=set(args.skip),
+                             after_epoch=(lambda e: _collect_and_show(store, args.dag_id, list(regimes), e))
+                             if args.collect else None)
     print(f"reference: {len(epochs)} epochs in {seconds:.0f}s", flush=True)
     return 0
+
+
+RETAINED = "retained after epoch "
+
+
+def _collect_and_show(store: StoreConfig, dag_id: str, tasks: Sequence[str], epoch: int) -> None:
+    import json
+
+    from falkirk.policies.planning.collector import collect, live_partitions
+    from falkirk.policies.regimes import Tier
+
+    collect(store, dag_id, retain_hours=0)
+    held = {t: sorted(live_partitions(store, store.table_uri(Tier.DURABLE, dag_id, t, "output"))) for t in tasks}
+    print(f"{RETAINED}{epoch}: {json.dumps(held)}", flush=True)
+
+
+def retained_per_epoch(printed: str) -> dict[int, dict[str, list[int]]]:
+    """What ``--collect`` printed: per epoch, the epochs each task's output table held after it.
+
+    >>> retained_per_epoch("x\\nretained after epoch 2: {\\"a\\": [2]}\\n")
+    {2: {'a': [2]}}
+    """
+    import json
+
+    found = {}
+    for line in printed.splitlines():
+        if line.startswith(RETAINED):
+            epoch, _, held = line[len(RETAINED):].partition(": ")
+            found[int(epoch)] = json.loads(held)
+    return found
 
 
 if __name__ == "__main__":
