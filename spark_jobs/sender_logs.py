@@ -104,7 +104,8 @@ def rebuild_state(ctx: "EpochContext", previous: LedgerEntry, why: str) -> "Data
         state.count()  # computed now, from the state before it: each replay builds on a kept frame
         ctx.depends_on.update(replay.depends_on)
         crash_point(a.processor, a.epoch, f"replayed-{epoch}", dag_id=a.dag_id)
-    say(f"{a.processor} epoch {a.epoch}: state rebuilt from {plan.blocks} blocks in {time.monotonic() - started:.1f}s")
+    say(f"{a.processor} epoch {a.epoch}: state rebuilt from {plan.blocks} blocks ({_rows(ctx, plan)} rows) in "
+        f"{time.monotonic() - started:.1f}s")
     return state
 
 
@@ -140,6 +141,12 @@ def lose_volatile_log(ctx: "EpochContext") -> list[int]:
         f"the failed incarnation's state and the blocks it retained went with it: dropped "
         f"{epoch_ranges(sorted(dropped)) if dropped else 'none'} from its output tables")
     return sorted(dropped)
+
+
+def _rows(ctx: "EpochContext", plan: Rebuild) -> int:
+    """The rows the blocks of ``plan`` hold, as their producers' ledger rows recorded them."""
+    entries = (ctx.rows.find(u, e, UNPARTITIONED, read_again=False) for u, seqs in plan.replay for e in seqs)
+    return sum(ref.rows or 0 for entry in entries if entry is not None for ref in entry.outputs)
 
 
 def _block_held(ctx: "EpochContext", readable: Readable, task_id: str, epoch: int) -> bool:

@@ -57,13 +57,18 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_PATH = ROOT / "dags" / "falkirk_regions.py"
+COLOURS_PATH = ROOT / "dags" / "falkirk_colours.py"
 A, NEG, VOL, REF = "regions_a", "regions_neg", "regions_vol", "regions_ref"
-DAGS = (A, NEG, VOL)
+COLOURS, COLOURS_REF = "colours_a", "colours_ref"
+DAGS = (A, NEG, VOL, COLOURS)
 END = 6
+COLOURS_END = 7  # falkirk_colours: d3's last block
 REF_END = 20  # the reference execution's last epoch (S11's twenty)
 LOST_AT = 5
 TASKS = ["ingest", "customers", "clean", "join", "total", "report"]
 EDGES = [("ingest", "clean"), ("customers", "join"), ("clean", "join"), ("join", "total"), ("total", "report")]
+COLOURS_TASKS = ["d1", "d2", "d3", "join1", "join2", "result"]
+COLOURS_EDGES = [("d1", "join1"), ("d2", "join1"), ("join1", "join2"), ("d3", "join2"), ("join2", "result")]
 # Faults, per epoch, in regions_a (each task instance killed once, with SIGKILL, then retried by Airflow):
 KILLS = {
     2: [("ingest", "after-files")],  # S7: the source dies before its commit; its retry regenerates the block
@@ -76,6 +81,8 @@ KILLS = {
     LOST_AT: [("total", "replayed-2")],
 }
 LOST_SCRATCH = {3: ["join", "total"], LOST_AT: ["total"]}
+# colours_a, S3(a): join2 (its log volatile: its retry starts without its state) killed while probing d3's block 1
+KILLS_COLOURS = {7: [("join2", "before-commit")]}
 # regions_vol: nothing deleted by hand; a volatile task's retry starts without its state or its log
 KILLS_VOL = {4: [("total", "before-commit")], 5: [("join", "before-commit")], 6: [("total", "before-commit")]}
 DAG_FILE = '''"""Airflow DAG file: copies of dags/falkirk_regions.py (a DAG factory), each with tables of its own."""
@@ -88,6 +95,11 @@ _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)
 regions_a = _module.build_dag("regions_a", end={end})
 regions_neg = _module.build_dag("regions_neg", end={end}, overrides={{"total": SenderLog(release={{"join": "immediate"}}, stateful=True)}})
+_cspec = importlib.util.spec_from_file_location("falkirk_colours_dag", {colours!r})
+_colours = importlib.util.module_from_spec(_cspec)
+_cspec.loader.exec_module(_colours)
+colours_a = _colours.build_dag("colours_a", overrides={{
+    "join2": SenderLog(release={{"join1": "at_end", "d3": "immediate"}}, end=7, log_durability="volatile")}})
 regions_vol = _module.build_dag("regions_vol", end={end}, overrides={{
     t: SenderLog(release=r.release, end=r.end, log_durability="volatile")
     for t, r in _module.regimes({end}).items() if isinstance(r, SenderLog)}})
@@ -104,7 +116,7 @@ def dag_module():
 def retained(store: StoreConfig, dag_id: str) -> dict[tuple[str, str], list[int]]:
     """Per edge, the epochs of the producer's output still stored (an epoch with no rows holds nothing)."""
     return {(u, v): sorted(live_partitions(store, store.table_uri(Tier.DURABLE, dag_id, u, "output")))
-            for u, v in EDGES}
+            for u, v in (COLOURS_EDGES if dag_id == COLOURS else EDGES)}
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +125,7 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
     store = StoreConfig(str(root / "durable"), str(root / "scratch"))
     dags = root / "dags"
     dags.mkdir()
-    (dags / "regions.py").write_text(DAG_FILE.format(path=str(DAG_PATH), end=END))
+    (dags / "regions.py").write_text(DAG_FILE.format(path=str(DAG_PATH), colours=str(COLOURS_PATH), end=END))
     faults = root / "faults"
     faults.write_text("")
     stack = AirflowStack(home=root / "airflow", store=store, dags_folder=dags, parallelism=6, extra_env={
@@ -122,9 +134,11 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
     stack.start()
     background = ThreadPoolExecutor(max_workers=1)
     try:
+        env = {**store.env(), "SPARK_REMOTE": spark_connect.url}
         reference = background.submit(run_reference_process, str(DAG_PATH), REF, "falkirk.spark_jobs.regions",
-                                      REF_END, {**store.env(), "SPARK_REMOTE": spark_connect.url},
-                                      regimes=dag_module().regimes(REF_END), collect=True)
+                                      REF_END, env, regimes=dag_module().regimes(REF_END), collect=True)
+        colours_reference = background.submit(run_reference_process, str(COLOURS_PATH), COLOURS_REF,
+                                              "falkirk.spark_jobs.colours", COLOURS_END, env)
         client = stack.client()
         clock = dag_epoch_clock(DAG_PATH)
         for dag_id in DAGS:
@@ -132,23 +146,26 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
             client.set_paused(dag_id, False)
         states: dict[tuple[str, int], str] = {}
         retention: dict[str, dict[int, dict]] = {d: {} for d in DAGS}
-        for epoch in range(1, END + 1):
+        ends = {A: END, NEG: END, VOL: END, COLOURS: COLOURS_END}
+        for epoch in range(1, max(ends.values()) + 1):
+            running = [d for d in DAGS if epoch <= ends[d]]
             for task in LOST_SCRATCH.get(epoch, ()):  # the scratch tier's copy of the task's state is lost
                 for dag_id in (A, NEG):
                     shutil.rmtree(Path(store.scratch_uri) / dag_id / task)
-            faults.write_text("".join(f"{d}/{task}:{epoch}:{point}:once\n" for d, kills in ((A, KILLS), (VOL, KILLS_VOL))
-                                      for task, point in kills.get(epoch, ())))
-            for dag_id in DAGS:
+            faults.write_text("".join(f"{d}/{task}:{epoch}:{point}:once\n" for d, kills in (
+                (A, KILLS), (VOL, KILLS_VOL), (COLOURS, KILLS_COLOURS)) for task, point in kills.get(epoch, ())))
+            for dag_id in running:
                 client.trigger(dag_id, run_id_of(epoch), clock.logical_date(epoch))
-            for dag_id in DAGS:
+            for dag_id in running:
                 states[dag_id, epoch] = client.wait_for_run(dag_id, run_id_of(epoch), timeout=1200)
                 collect(store, dag_id, retain_hours=0)
                 retention[dag_id][epoch] = retained(store, dag_id)
-        tis = {(d, e): client.task_instances(d, run_id_of(e)) for d in DAGS for e in range(1, END + 1)}
-        logs = {(d, t, e, n): client.task_log(d, run_id_of(e), t, n) for (d, e), ti in tis.items() for t in TASKS
-                for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or e == LOST_AT}
+        tis = {(d, e): client.task_instances(d, run_id_of(e)) for d in DAGS for e in range(1, ends[d] + 1)}
+        logs = {(d, t, e, n): client.task_log(d, run_id_of(e), t, n) for (d, e), ti in tis.items() for t in ti
+                for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or (d != COLOURS and e == LOST_AT)}
         retention[REF] = {e: {(u, v): held[u] for u, v in EDGES}
                           for e, held in retained_per_epoch(reference.result(timeout=1800)).items()}
+        colours_reference.result(timeout=1800)
         yield SimpleNamespace(store=store, states=states, tis=tis, logs=logs, retention=retention,
                               faults_left=faults.read_text())
     finally:
@@ -161,9 +178,9 @@ def table(store: StoreConfig, dag_id: str, task: str) -> list[tuple]:
 
 
 def test_only_the_failed_task_instance_re_ran_and_nothing_else_re_executed(regions) -> None:
-    assert {k: s for k, s in regions.states.items() if k[0] != VOL} == {(d, e): "success" for d in (A, NEG)
+    assert {k: s for k, s in regions.states.items() if k[0] in (A, NEG)} == {(d, e): "success" for d in (A, NEG)
                                                                           for e in range(1, END + 1)}
-    tries = {(d, e, t): ti["try_number"] for (d, e), tis in regions.tis.items() for t, ti in tis.items() if d != VOL}
+    tries = {(d, e, t): ti["try_number"] for (d, e), tis in regions.tis.items() for t, ti in tis.items() if d in (A, NEG)}
     killed = {(A, e, t): 2 for e, kills in KILLS.items() for t, _ in kills}
     assert {k: n for k, n in tries.items() if n != 1} == killed
     assert regions.faults_left.strip() == ""  # the last kill fired once
@@ -183,7 +200,7 @@ def test_the_retry_rebuilt_the_state_from_the_retained_blocks_with_no_checkpoint
         assert (f"rebuilding the state of epoch {LOST_AT - 1} with no checkpoint, by replaying the blocks its "
                 f"producers retain: join 1-{LOST_AT - 1}") in log, log[-3000:]
     assert "state rebuilt" not in first  # killed during the rebuild (S4)
-    assert f"state rebuilt from {LOST_AT - 1} blocks" in retry
+    assert f"state rebuilt from {LOST_AT - 1} blocks (" in retry
     # join's scratch state was not touched: restored from it, nothing replayed
     join = regions.logs[A, "join", LOST_AT, 1]
     assert f"join epoch {LOST_AT}: restoring the state of epoch {LOST_AT - 1} from scratch" in join
@@ -305,3 +322,30 @@ def test_volatile_logs_recover_failures_in_order_and_refuse_a_lost_block_by_name
     report = table(store, VOL, "report")
     assert report == [r for r in table(store, REF, "report") if dict(r)["epoch"] < END] != []
     assert not [r for r in report if dict(r)["epoch"] == END]
+
+
+def test_the_papers_three_way_join_re_reads_its_build_side_and_one_probe_block(regions) -> None:
+    """S3(a), the P2 demonstration exactly: join2, killed while probing d3's block 1 (epoch 7,
+    after result committed block 0's matches), starts again without its state. It re-reads all 7
+    of join1's output rows (no block of its build side was released before the end) and of d3
+    only block 1, the one it was probing; neither the scans nor join1 run again. The result is
+    green x4, red and blue, each row once, as in the failure-free run."""
+    store = regions.store
+    assert {e: regions.states[COLOURS, e] for e in range(1, COLOURS_END + 1)} == {
+        e: "success" for e in range(1, COLOURS_END + 1)}
+    tries = {(e, t): ti["try_number"] for (d, e), tis in regions.tis.items() if d == COLOURS
+             for t, ti in tis.items() if ti["try_number"] != 1}
+    assert tries == {(7, "join2"): 2}, tries
+    retry = regions.logs[COLOURS, "join2", 7, 2]
+    assert ("join2 epoch 7: its state of epoch 6 was lost with the failed incarnation (log_durability=volatile); "
+            "rebuilding the state of epoch 6 with no checkpoint, by replaying the blocks its producers retain: "
+            "d3 none; join1 1-6") in retry, retry[-3000:]
+    assert "join2 epoch 7: state rebuilt from 6 blocks (7 rows)" in retry
+    assert "injected crash: join2 epoch 7 at before-commit" in regions.logs[COLOURS, "join2", 7, 1]
+    result = table(store, COLOURS, "result")
+    assert result == table(store, COLOURS_REF, "result")
+    assert sorted(dict(r)["colour"] for r in result) == ["blue", "green", "green", "green", "green", "red"]
+    assert len({dict(r)["pos"] for r in result}) == 6  # no row twice
+    # join1's blocks (rows in epochs 3-5) are retained for join2 until the end, then pruned
+    assert [regions.retention[COLOURS][e][("join1", "join2")] for e in range(1, COLOURS_END + 1)] == [
+        [], [], [3], [3, 4], [3, 4, 5], [3, 4, 5], []]
