@@ -9,6 +9,9 @@ last block: ``d1`` in epochs 1-2, ``d2`` in 3-5, ``d3`` in 6-7.
 ``join1`` outputs 7 rows (red, yellow, black, green, green, yellow, blue) and the result is
 green x4, red and blue. Each row carries ``pos``, where it comes from (``d1:0`` is ``d1``'s first
 value; a join's row is ``build+probe``), so a row delivered twice shows.
+
+``palette`` feeds a diamond (``dags/falkirk_palette.py``): ``tally`` (a running count per colour)
+and ``shades`` (stateless) both read it, and ``merge`` reads both.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ DATA = {
     "d1": ("green", "red", "yellow", "green", "blue", "black"),
     "d2": ("red", "purple", "yellow", "black", "green", "purple", "white", "yellow", "blue"),
     "d3": ("white", "green", "blue", "purple", "green", "orange", "red"),
+    "palette": ("red", "green", "blue", "green", "white", "red", "green", "black", "blue", "red", "yellow", "green",
+                "purple", "red"),
 }
 BLOCK = 4
-FIRST_EPOCH = {"d1": 1, "d2": 3, "d3": 6}
+FIRST_EPOCH = {"d1": 1, "d2": 3, "d3": 6, "palette": 1}
 END = 7  # d3's last block
 
 

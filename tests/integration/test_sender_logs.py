@@ -58,17 +58,21 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 DAG_PATH = ROOT / "dags" / "falkirk_regions.py"
 COLOURS_PATH = ROOT / "dags" / "falkirk_colours.py"
+PALETTE_PATH = ROOT / "dags" / "falkirk_palette.py"
 A, NEG, VOL, REF = "regions_a", "regions_neg", "regions_vol", "regions_ref"
 COLOURS, COLOURS_REF = "colours_a", "colours_ref"
-DAGS = (A, NEG, VOL, COLOURS)
+PALETTE, PALETTE_REF = "palette_a", "palette_ref"
+DAGS = (A, NEG, VOL, COLOURS, PALETTE)
 END = 6
 COLOURS_END = 7  # falkirk_colours: d3's last block
+PALETTE_END = 4
 REF_END = 20  # the reference execution's last epoch (S11's twenty)
 LOST_AT = 5
 TASKS = ["ingest", "customers", "clean", "join", "total", "report"]
 EDGES = [("ingest", "clean"), ("customers", "join"), ("clean", "join"), ("join", "total"), ("total", "report")]
 COLOURS_TASKS = ["d1", "d2", "d3", "join1", "join2", "result"]
 COLOURS_EDGES = [("d1", "join1"), ("d2", "join1"), ("join1", "join2"), ("d3", "join2"), ("join2", "result")]
+PALETTE_EDGES = [("palette", "tally"), ("palette", "shades"), ("tally", "merge"), ("shades", "merge")]
 # Faults, per epoch, in regions_a (each task instance killed once, with SIGKILL, then retried by Airflow):
 KILLS = {
     2: [("ingest", "after-files")],  # S7: the source dies before its commit; its retry regenerates the block
@@ -83,6 +87,8 @@ KILLS = {
 LOST_SCRATCH = {3: ["join", "total"], LOST_AT: ["total"]}
 # colours_a, S3(a): join2 (its log volatile: its retry starts without its state) killed while probing d3's block 1
 KILLS_COLOURS = {7: [("join2", "before-commit")]}
+# palette_a, S6: both middle tasks of the diamond (their logs volatile) killed in the same epoch
+KILLS_PALETTE = {3: [("tally", "before-commit"), ("shades", "before-commit")]}
 # regions_vol: nothing deleted by hand; a volatile task's retry starts without its state or its log
 KILLS_VOL = {4: [("total", "before-commit")], 5: [("join", "before-commit")], 6: [("total", "before-commit")]}
 DAG_FILE = '''"""Airflow DAG file: copies of dags/falkirk_regions.py (a DAG factory), each with tables of its own."""
@@ -100,6 +106,12 @@ _colours = importlib.util.module_from_spec(_cspec)
 _cspec.loader.exec_module(_colours)
 colours_a = _colours.build_dag("colours_a", overrides={{
     "join2": SenderLog(release={{"join1": "at_end", "d3": "immediate"}}, end=7, log_durability="volatile")}})
+_pspec = importlib.util.spec_from_file_location("falkirk_palette_dag", {palette!r})
+_palette = importlib.util.module_from_spec(_pspec)
+_pspec.loader.exec_module(_palette)
+palette_a = _palette.build_dag("palette_a", overrides={{
+    t: SenderLog(release=r.release, end=r.end, log_durability="volatile")
+    for t, r in _palette.regimes().items() if t in ("tally", "shades")}})
 regions_vol = _module.build_dag("regions_vol", end={end}, overrides={{
     t: SenderLog(release=r.release, end=r.end, log_durability="volatile")
     for t, r in _module.regimes({end}).items() if isinstance(r, SenderLog)}})
@@ -116,7 +128,7 @@ def dag_module():
 def retained(store: StoreConfig, dag_id: str) -> dict[tuple[str, str], list[int]]:
     """Per edge, the epochs of the producer's output still stored (an epoch with no rows holds nothing)."""
     return {(u, v): sorted(live_partitions(store, store.table_uri(Tier.DURABLE, dag_id, u, "output")))
-            for u, v in (COLOURS_EDGES if dag_id == COLOURS else EDGES)}
+            for u, v in {COLOURS: COLOURS_EDGES, PALETTE: PALETTE_EDGES}.get(dag_id, EDGES)}
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +137,8 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
     store = StoreConfig(str(root / "durable"), str(root / "scratch"))
     dags = root / "dags"
     dags.mkdir()
-    (dags / "regions.py").write_text(DAG_FILE.format(path=str(DAG_PATH), colours=str(COLOURS_PATH), end=END))
+    (dags / "regions.py").write_text(DAG_FILE.format(path=str(DAG_PATH), colours=str(COLOURS_PATH),
+                                                          palette=str(PALETTE_PATH), end=END))
     faults = root / "faults"
     faults.write_text("")
     stack = AirflowStack(home=root / "airflow", store=store, dags_folder=dags, parallelism=6, extra_env={
@@ -139,6 +152,8 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
                                       REF_END, env, regimes=dag_module().regimes(REF_END), collect=True)
         colours_reference = background.submit(run_reference_process, str(COLOURS_PATH), COLOURS_REF,
                                               "falkirk.spark_jobs.colours", COLOURS_END, env)
+        palette_reference = background.submit(run_reference_process, str(PALETTE_PATH), PALETTE_REF,
+                                              "falkirk.spark_jobs.colours", PALETTE_END, env)
         client = stack.client()
         clock = dag_epoch_clock(DAG_PATH)
         for dag_id in DAGS:
@@ -146,14 +161,14 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
             client.set_paused(dag_id, False)
         states: dict[tuple[str, int], str] = {}
         retention: dict[str, dict[int, dict]] = {d: {} for d in DAGS}
-        ends = {A: END, NEG: END, VOL: END, COLOURS: COLOURS_END}
+        ends = {A: END, NEG: END, VOL: END, COLOURS: COLOURS_END, PALETTE: PALETTE_END}
         for epoch in range(1, max(ends.values()) + 1):
             running = [d for d in DAGS if epoch <= ends[d]]
             for task in LOST_SCRATCH.get(epoch, ()):  # the scratch tier's copy of the task's state is lost
                 for dag_id in (A, NEG):
                     shutil.rmtree(Path(store.scratch_uri) / dag_id / task)
             faults.write_text("".join(f"{d}/{task}:{epoch}:{point}:once\n" for d, kills in (
-                (A, KILLS), (VOL, KILLS_VOL), (COLOURS, KILLS_COLOURS)) for task, point in kills.get(epoch, ())))
+                (A, KILLS), (VOL, KILLS_VOL), (COLOURS, KILLS_COLOURS), (PALETTE, KILLS_PALETTE)) for task, point in kills.get(epoch, ())))
             for dag_id in running:
                 client.trigger(dag_id, run_id_of(epoch), clock.logical_date(epoch))
             for dag_id in running:
@@ -162,10 +177,11 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
                 retention[dag_id][epoch] = retained(store, dag_id)
         tis = {(d, e): client.task_instances(d, run_id_of(e)) for d in DAGS for e in range(1, ends[d] + 1)}
         logs = {(d, t, e, n): client.task_log(d, run_id_of(e), t, n) for (d, e), ti in tis.items() for t in ti
-                for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or (d != COLOURS and e == LOST_AT)}
+                for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or (d in (A, NEG, VOL) and e == LOST_AT)}
         retention[REF] = {e: {(u, v): held[u] for u, v in EDGES}
                           for e, held in retained_per_epoch(reference.result(timeout=1800)).items()}
         colours_reference.result(timeout=1800)
+        palette_reference.result(timeout=1800)
         yield SimpleNamespace(store=store, states=states, tis=tis, logs=logs, retention=retention,
                               faults_left=faults.read_text())
     finally:
@@ -349,3 +365,27 @@ def test_the_papers_three_way_join_re_reads_its_build_side_and_one_probe_block(r
     # join1's blocks (rows in epochs 3-5) are retained for join2 until the end, then pruned
     assert [regions.retention[COLOURS][e][("join1", "join2")] for e in range(1, COLOURS_END + 1)] == [
         [], [], [3], [3, 4], [3, 4, 5], [3, 4, 5], []]
+
+
+def test_both_paths_of_a_diamond_fail_in_one_epoch_and_replay_their_source_independently(regions) -> None:
+    """S6, the diamond: tally (a running count) and shades (stateless) both read palette, and merge
+    reads both; tally and shades are killed in the same epoch and start again without their
+    state. tally replays palette's blocks 1-2, shades none; palette is not run again; merge's
+    table is the failure-free run's; palette's log is kept for tally (at_end) until the end."""
+    store = regions.store
+    assert {e: regions.states[PALETTE, e] for e in range(1, PALETTE_END + 1)} == {
+        e: "success" for e in range(1, PALETTE_END + 1)}
+    tries = {(e, t): ti["try_number"] for (d, e), tis in regions.tis.items() if d == PALETTE
+             for t, ti in tis.items() if ti["try_number"] != 1}
+    assert tries == {(3, "tally"): 2, (3, "shades"): 2}, tries
+    tally = regions.logs[PALETTE, "tally", 3, 2]
+    assert ("rebuilding the state of epoch 2 with no checkpoint, by replaying the blocks its producers retain: "
+            "palette 1-2") in tally, tally[-3000:]
+    assert "tally epoch 3: state rebuilt from 2 blocks (8 rows)" in tally
+    shades = regions.logs[PALETTE, "shades", 3, 2]
+    assert "shades epoch 3: attempt 2 follows a failed one" in shades and "rebuilding" not in shades, shades[-3000:]
+    for task in ("tally", "shades"):
+        assert f"injected crash: {task} epoch 3 at before-commit" in regions.logs[PALETTE, task, 3, 1]
+    assert table(store, PALETTE, "merge") == table(store, PALETTE_REF, "merge") != []
+    assert [regions.retention[PALETTE][e][("palette", "tally")] for e in range(1, PALETTE_END + 1)] == [
+        [1], [1, 2], [1, 2, 3], []]
