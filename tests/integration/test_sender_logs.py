@@ -33,7 +33,11 @@ an ``at_end`` edge until the last, then nothing.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import shutil
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -182,7 +186,7 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
                           for e, held in retained_per_epoch(reference.result(timeout=1800)).items()}
         colours_reference.result(timeout=1800)
         palette_reference.result(timeout=1800)
-        yield SimpleNamespace(store=store, states=states, tis=tis, logs=logs, retention=retention,
+        yield SimpleNamespace(store=store, states=states, tis=tis, logs=logs, retention=retention, env=env,
                               faults_left=faults.read_text())
     finally:
         background.shutdown(wait=True)
@@ -389,3 +393,51 @@ def test_both_paths_of_a_diamond_fail_in_one_epoch_and_replay_their_source_indep
     assert table(store, PALETTE, "merge") == table(store, PALETTE_REF, "merge") != []
     assert [regions.retention[PALETTE][e][("palette", "tally")] for e in range(1, PALETTE_END + 1)] == [
         [1], [1, 2], [1, 2, 3], []]
+
+
+ZOMBIE = """
+import json, os, sys
+from pyspark.sql import SparkSession
+from falkirk.policies.job_spec import JobSpec
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.ledger import Ledger
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, commit
+
+spec = JobSpec.parse(sys.argv[1:])
+store = StoreConfig.from_env()
+spark = SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
+ctx = EpochContext(spec, store, Ledger(store), spark)
+# rows the retry never wrote: a zombie need not be deterministic
+rows = spark.createDataFrame([(30_000_099, "ada", 1_000_000)], "order_id long, customer string, amount long")
+entry = commit(ctx, EpochResult(outputs={"output": rows}))
+print(json.dumps({"try_number": entry.try_number, "output_rows": entry.output_rows}))
+"""
+
+
+def test_a_zombie_attempt_committing_after_the_retry_changes_nothing(regions) -> None:
+    """S8: clean's attempt 1 of epoch 3 was taken for dead (killed before its commit) and attempt
+    2 committed the epoch. Here attempt 1 comes back and commits epoch 3 with rows of its own, as
+    a zombie that had passed every check before attempt 2 started would: the commit finds the
+    epoch's incarnation already in the table and is a no-op. No table takes a version, the
+    ledger keeps attempt 2's row, and nothing downstream sees a row of the zombie."""
+    from falkirk.policies.job_spec import JobSpec
+    from falkirk.policies.regimes import Regime
+
+    store = regions.store
+
+    def versions() -> dict[str, int]:
+        return {t: open_table(store.table_uri(Tier.DURABLE, A, t, "output")).version() for t in TASKS}
+
+    def ledger() -> list[tuple]:
+        return sorted((r.task_id, r.epoch, r.try_number, r.incarnation, r.output_rows) for r in Ledger(store).entries(A))
+
+    before = (versions(), ledger(), {t: table(store, A, t) for t in TASKS})
+    regime = Regime.parse(dag_module().regimes(END)["clean"].spec())
+    spec = JobSpec(A, "clean", 3, regime, run_id_of(3), try_number=1, inputs=("ingest",), task_instance=True)
+    done = subprocess.run([sys.executable, "-c", ZOMBIE, *spec.argv()], env={**os.environ, **regions.env},
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["try_number"] == 1  # its own view: it "committed"
+    assert "rows, already there)" in done.stderr, done.stderr[-3000:]  # its files were written, never made visible
+    assert (versions(), ledger(), {t: table(store, A, t) for t in TASKS}) == before
+    assert ("clean", 3, 2, 0) in {r[:4] for r in before[1]}
