@@ -223,6 +223,18 @@ class RecoveryLog:
         return held
 
     def _take(self, dag_id: str, plan_id: str, holder: str, check_finished: bool) -> Lease:
+        # The log is one table for every DAG: a row another DAG appended between this read and
+        # this append also fails the append. Read again and retry: a lease on this DAG taken
+        # meanwhile is then found, and refused by name.
+        for _ in range(LEASE_RACES):
+            lease = self._try_take(dag_id, plan_id, holder, check_finished)
+            if lease is not None:
+                return lease
+        raise LeaseHeld(f"DAG {dag_id!r}: the recovery log at {self.uri} changed under each of {LEASE_RACES} "
+                        f"attempts to take the lease (many recoveries or collections at once); try again")
+
+    def _try_take(self, dag_id: str, plan_id: str, holder: str, check_finished: bool) -> Lease | None:
+        """The lease, or ``None`` when another row landed in the log between the read and the append."""
         table = open_table(self.uri, self._options)
         events = [] if table is None else sorted(
             scan(table, where={"dag_id": dag_id}).to_pylist(), key=lambda r: r["recorded_at"])
@@ -250,8 +262,7 @@ class RecoveryLog:
         try:
             self._append(rows, table=table, retries=0)
         except CommitFailedError:
-            raise LeaseHeld(f"DAG {dag_id!r}: another recovery took the lease at the same moment; "
-                            f"wait until it finishes, then plan again") from None
+            return None
         except Exception as exc:
             if not unanswered(exc):
                 raise
@@ -286,6 +297,9 @@ class RecoveryLog:
                         mode="append", storage_options=self._options,
                         configuration=TABLE_PROPERTIES if table is None else None,
                         commit_properties=CommitProperties(max_commit_retries=retries))
+
+
+LEASE_RACES = 20  # appends lost to other rows in a row before taking a lease gives up
 
 
 def _held(other: Lease) -> LeaseHeld:

@@ -429,3 +429,55 @@ def test_a_resumed_replay_never_clears_an_instance_that_commits_while_it_looks(s
     running = RunningReplay(plan, None, None, airflow, {2: "epoch-2"}, {}, 0, 0.0, store)
     assert _to_clear(running, ledger) == {("sink", 2)}
     assert [(e.task_id, e.epoch) for e in ledger.entries("d")] == [("model", 2)]
+
+
+def test_leases_on_two_dags_taken_at_the_same_moment_both_hold_and_one_dag_gets_one(
+        store: StoreConfig, monkeypatch) -> None:
+    """The recovery log is one table for every DAG. Two collections read it, then append their
+    lease rows at the same moment (both held at a barrier between the read and the append): on
+    two DAGs both leases hold, the loser of the append reading again and retrying; on one DAG
+    exactly one holds and the other is refused, naming the holder."""
+    import threading
+
+    from falkirk.policies.planning import recovery_log
+
+    log = RecoveryLog(store)
+    log.end(log.begin_collection("first", holder="setup"), "finished")  # the table exists
+    real_write = RecoveryLog._write
+
+    def run_together(dags: list[str]) -> dict[str, object]:
+        barrier = threading.Barrier(len(dags), timeout=60)
+        waited: set[int] = set()
+
+        def write_after_both_read(self, rows, *, table, retries):
+            if threading.get_ident() not in waited:  # each thread's first append only
+                waited.add(threading.get_ident())
+                barrier.wait()
+            return real_write(self, rows, table=table, retries=retries)
+
+        monkeypatch.setattr(RecoveryLog, "_write", write_after_both_read)
+        results: dict[str, object] = {}
+
+        def take(i: int, dag: str) -> None:
+            try:
+                results[f"{dag}#{i}"] = RecoveryLog(store).begin_collection(dag, holder=f"gc{i}")
+            except BaseException as exc:  # reported below
+                results[f"{dag}#{i}"] = exc
+
+        threads = [threading.Thread(target=take, args=(i, d)) for i, d in enumerate(dags)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        monkeypatch.setattr(RecoveryLog, "_write", real_write)
+        return results
+
+    two = run_together(["a", "b"])
+    assert all(isinstance(r, recovery_log.Lease) for r in two.values()), two
+    assert {d: open_lease(log.events(d), d).holder for d in ("a", "b")} == {"a": "gc0", "b": "gc1"}
+    one = run_together(["c", "c"])
+    held = [r for r in one.values() if isinstance(r, recovery_log.Lease)]
+    refused = [r for r in one.values() if not isinstance(r, recovery_log.Lease)]
+    assert len(held) == 1 and len(refused) == 1, one
+    assert isinstance(refused[0], LeaseHeld) and f"({held[0].holder}, since" in str(refused[0])
+    assert open_lease(log.events("c"), "c").token == held[0].token
