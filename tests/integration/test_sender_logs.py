@@ -87,8 +87,12 @@ KILLS = {
     # S2 and S4: the aggregator, its scratch lost, dies part-way through rebuilding (after replaying
     # join's epoch 2 of 1-4); its retry rebuilds from the same retained epochs
     LOST_AT: [("total", "replayed-2")],
+    # S5 case 1 with durable logs (total failed at 5, now join, its scratch lost: it rebuilds its
+    # build side from customers); S7's variant: the source committed its block, then died before
+    # its ledger row, and its retry's block is found already there
+    6: [("join", "before-commit"), ("ingest", "after-outputs")],
 }
-LOST_SCRATCH = {3: ["join", "total"], LOST_AT: ["total"]}
+LOST_SCRATCH = {3: ["join", "total"], LOST_AT: ["total"], 6: ["join"]}
 # colours_a, S3(a): join2 (its log volatile: its retry starts without its state) killed while probing d3's block 1
 KILLS_COLOURS = {7: [("join2", "before-commit")]}
 # palette_a, S6: both middle tasks of the diamond (their logs volatile) killed in the same epoch
@@ -181,7 +185,7 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
                 retention[dag_id][epoch] = retained(store, dag_id)
         tis = {(d, e): client.task_instances(d, run_id_of(e)) for d in DAGS for e in range(1, ends[d] + 1)}
         logs = {(d, t, e, n): client.task_log(d, run_id_of(e), t, n) for (d, e), ti in tis.items() for t in ti
-                for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or (d in (A, NEG, VOL) and e == LOST_AT)}
+                for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or (d in (A, NEG, VOL) and e in (LOST_AT, END))}
         retention[REF] = {e: {(u, v): held[u] for u, v in EDGES}
                           for e, held in retained_per_epoch(reference.result(timeout=1800)).items()}
         colours_reference.result(timeout=1800)
@@ -255,8 +259,22 @@ def test_a_sink_killed_before_its_acknowledgement_rewrites_nothing(regions) -> N
 
 def test_a_source_killed_before_its_commit_regenerates_the_same_block(regions) -> None:
     """S7: ingest died before committing epoch 2; only it re-ran (the first test), and the block
-    its retry committed is the failure-free run's (the tables' test)."""
+    its retry committed is the failure-free run's (the tables' test). In epoch 6 it died after
+    committing its block, before its ledger row: its retry's block was found already there."""
     assert "ingest epoch 2: committed" not in regions.logs[A, "ingest", 2, 1]
+    retry = regions.logs[A, "ingest", 6, 2]
+    assert "rows, already there)" in retry, retry[-3000:]
+
+
+def test_a_task_failing_after_the_one_it_feeds_rebuilds_from_its_own_producers(regions) -> None:
+    """S5 case 1, durable logs: total failed in epoch 5, then join in 6 with its scratch lost;
+    join's retry rebuilt its build side from every customers block, and total went on from its
+    scratch state (the report is the failure-free run's: the tables' test)."""
+    retry = regions.logs[A, "join", 6, 2]
+    assert ("rebuilding the state of epoch 5 with no checkpoint, by replaying the blocks its producers retain: "
+            "clean none; customers 1-5") in retry, retry[-3000:]
+    total = regions.logs[A, "total", 6, 1]
+    assert "total epoch 6: restoring the state of epoch 5 from scratch" in total, total[-3000:]
 
 
 def test_every_table_equals_the_failure_free_run_row_for_row(regions) -> None:
