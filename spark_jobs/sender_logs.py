@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Mapping
 import pyarrow as pa
 
 from falkirk.policies.epochs import epoch_ranges
-from falkirk.policies.regimes import Tier
 from falkirk.policies.partitions import UNPARTITIONED
-from falkirk.policies.regimes import SenderLog
+from falkirk.policies.regimes import SenderLog, Tier
 from falkirk.policies.store.commits import open_table
 from falkirk.policies.sender_logs.rebuild import BlocksLost, Rebuild, rebuild
 from falkirk.policies.store.ledger import LedgerEntry
@@ -111,7 +110,8 @@ def rebuild_state(ctx: "EpochContext", previous: LedgerEntry, why: str) -> "Data
 
 def restarted_volatile(ctx: "EpochContext") -> bool:
     """Whether this job is a new incarnation of a task whose log is volatile: an attempt after a
-    failed one, which the paper's failed vertex starts without its memory or its log."""
+    failed one (a retry, or a task instance cleared by a recovery), which the paper's failed
+    vertex starts without its memory or its log."""
     regime = ctx.args.regime
     return isinstance(regime, SenderLog) and regime.log_durability == "volatile" and ctx.args.try_number > 1
 
