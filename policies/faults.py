@@ -83,14 +83,21 @@ def crash_requested(task_id: str, epoch: int, step: str, setting: str | None, da
 
 
 def _take_out(path: str, entry: str) -> None:
-    """Remove ``entry`` from the crash file at ``path`` (written whole, then renamed: atomic)."""
-    with open(path, encoding="utf-8") as f:
-        lines = [line.strip() for line in f if line.strip()]
-    kept = [",".join(e for e in (x.strip() for x in line.split(",")) if e and e != entry) for line in lines]
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(f"{line}\n" for line in kept if line))
-    os.replace(tmp, path)
+    """Remove ``entry`` from the crash file at ``path`` (written whole, then renamed: atomic).
+
+    Under a lock beside the file: two jobs firing at once must not each write back the file as
+    they read it, restoring the other's entry (which would then fire again)."""
+    import fcntl
+
+    with open(f"{path}.lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(path, encoding="utf-8") as f:
+            lines = [line.strip() for line in f if line.strip()]
+        kept = [",".join(e for e in (x.strip() for x in line.split(",")) if e and e != entry) for line in lines]
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(f"{line}\n" for line in kept if line))
+        os.replace(tmp, path)
 
 
 def crash_point(task_id: str, epoch: int, step: str, dag_id: str | None = None) -> None:

@@ -66,3 +66,28 @@ def test_a_once_entry_fires_once_and_leaves_the_others_armed(tmp_path: Path) -> 
         crash_requested("rank", 2, "iteration-13", "rank:2:iteration-13:once")
     with pytest.raises(ValueError, match="unknown step 'iteration-0'"):
         crash_requested("rank", 2, "iteration-0", "rank:2:iteration-0")
+
+
+def test_once_entries_firing_at_the_same_moment_each_fire_once(tmp_path: Path) -> None:
+    """Eight jobs hit their crash points at once, each its own ``:once`` entry: each entry is
+    taken out exactly once (none written back by a job that read the file before another's
+    removal), so none fires again."""
+    import multiprocessing
+
+    tasks = [f"t{i}" for i in range(8)]
+    path = tmp_path / "faults"
+    path.write_text("".join(f"{t}:1:before-commit:once\n" for t in tasks))
+    context = multiprocessing.get_context("fork")
+    barrier, fired = context.Barrier(len(tasks)), context.Array("b", len(tasks))
+
+    def fire(i: int) -> None:
+        barrier.wait()
+        fired[i] = crash_requested(tasks[i], 1, "before-commit", f"@{path}")
+
+    jobs = [context.Process(target=fire, args=(i,)) for i in range(len(tasks))]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join(60)
+    assert list(fired) == [1] * len(tasks)
+    assert path.read_text() == ""
