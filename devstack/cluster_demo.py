@@ -13,7 +13,7 @@
    through Airflow: the re-runs move to worker-b, restoring the durable checkpoints;
 6. checks every Delta table and the PostgreSQL query table against the copy's, row for row.
 
-Run it with ``make cluster-demo``; the tests (``tests/integration/test_cluster.py``) check what
+Run it with ``make cluster-demo``; the tests (``tests/integration/cluster/test_cluster.py``) check what
 it returns.
 """
 
@@ -33,7 +33,7 @@ from typing import Any, Callable
 from deltalake import DeltaTable
 
 from devstack.airflow import PROJECT_ROOT
-from devstack.cluster import Cluster
+from devstack.cluster import Cluster, ClusterServers
 from devstack.processes import VENV_BIN
 from falkirk.plugins.airflow_rest import AirflowClient
 from falkirk.policies import EpochClock
@@ -88,8 +88,10 @@ class ClusterOutcome:
 
 
 def run_cluster_demo(root: Path, *, epochs: int = 8, move_at: int = 2, lose_at: int = 6, records: int = 5_000,
-                     extra_env: dict[str, str] | None = None, progress: Progress = say) -> ClusterOutcome:
-    """Run the whole demo under ``root`` (emptied first); see the module docstring."""
+                     extra_env: dict[str, str] | None = None, progress: Progress = say,
+                     servers: ClusterServers | None = None) -> ClusterOutcome:
+    """Run the whole demo under ``root`` (emptied first); see the module docstring. ``servers``:
+    already running ones to run the shape on (default: its own)."""
     if not 2 <= move_at < lose_at <= epochs:
         raise ValueError(f"need 2 <= --move-at ({move_at}) < --lose-at ({lose_at}) <= --epochs ({epochs})")
     root = root.resolve()
@@ -99,7 +101,7 @@ def run_cluster_demo(root: Path, *, epochs: int = 8, move_at: int = 2, lose_at: 
     queues.write_text(json.dumps({DAG_ID: "worker-a", REFERENCE: "worker-b"}))
     env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(records), **(extra_env or {})}
     started = time.monotonic()
-    with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True) as cluster:
+    with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True, servers=servers) as cluster:
         progress(f"the shape is up after {time.monotonic() - started:.0f}s: Airflow at {cluster.airflow.base_url} "
                  f"(admin/admin), Spark master {cluster.spark.master_url}, store {cluster.store.durable_uri}")
         outcome = _scenario(cluster, queues, epochs, move_at, lose_at, progress)

@@ -30,6 +30,7 @@ from devstack.processes import Service, ServiceError, free_port, wait_until
 
 PG_USER = "falkirk"
 PG_PASSWORD = "falkirk"
+REDIS_DATABASES = 64
 
 
 def _pg_bin(name: str) -> str:
@@ -88,8 +89,9 @@ class PostgresServer:
     def url(self, database: str = "postgres", driver: str = "postgresql+psycopg2") -> str:
         return f"{driver}://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{self.port}/{database}"
 
-    def create_database(self, name: str) -> None:
-        """Create ``name`` unless it exists."""
+    def create_database(self, name: str, template: str | None = None) -> None:
+        """Create ``name`` unless it exists; with ``template``, as a copy of that database (which
+        nobody may be connected to meanwhile)."""
         import psycopg2
 
         db = psycopg2.connect(self.url(driver="postgresql"))
@@ -98,7 +100,7 @@ class PostgresServer:
             with db.cursor() as cur:
                 cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
                 if cur.fetchone() is None:
-                    cur.execute(f'CREATE DATABASE "{name}"')
+                    cur.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
         finally:
             db.close()
 
@@ -125,7 +127,14 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return self.database_url(0)
+
+    def database_url(self, number: int) -> str:
+        """The URL of one of the server's numbered databases (0-63): deployments sharing the
+        server each take their own, and see none of the others' queues."""
+        if not 0 <= number < REDIS_DATABASES:
+            raise ValueError(f"number={number}: Redis here has databases 0-{REDIS_DATABASES - 1}")
+        return f"redis://127.0.0.1:{self.port}/{number}"
 
     def start(self) -> "RedisServer":
         binary = shutil.which("redis-server")
@@ -133,7 +142,8 @@ class RedisServer:
             raise ServiceError("redis-server is not installed: run `make cluster-tools` (Debian's redis-server)")
         self.root.mkdir(parents=True, exist_ok=True)
         self.service = Service("redis", [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                         "--appendonly", "no", "--dir", str(self.root)],
+                                         "--appendonly", "no", "--dir", str(self.root),
+                                         "--databases", str(REDIS_DATABASES)],
                                env={"PATH": os.environ.get("PATH", "")}, log_path=self.root / "redis.log")
         self.service.start()
         wait_until("Redis", lambda: _listening(self.port), timeout=30, services=[self.service])

@@ -40,7 +40,7 @@ def worker_group(path: Path) -> str:
         return "unit"
     if "recovery" in path.parts:
         return "recovery"
-    if path.stem in ("test_cluster", "test_cluster_partitions", "test_cluster_pairs"):
+    if "cluster" in path.parts:
         return "cluster"
     return path.stem
 

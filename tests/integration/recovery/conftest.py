@@ -31,7 +31,7 @@ import shutil
 
 import pytest
 
-from devstack.airflow import AirflowStack
+from devstack.airflow import AirflowStack, migrated_database
 from devstack.demo import run_id_of
 from devstack.servers import PostgresServer
 from devstack.spark import SparkConnectServer
@@ -47,7 +47,6 @@ STATE_LOST = {"source": {"success"}, "clean": {"success"}, "model": {"failed"}, 
 @pytest.fixture(scope="package")
 def drill(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer, postgres: PostgresServer):
     root = tmp_path_factory.mktemp("drill")
-    postgres.create_database("drill")
     store = StoreConfig(str(root / "durable"), str(root / "scratch"))
     inbox, faults = root / "inbox", root / "faults"
     for dag in (REF, A, B, C, K, G):
@@ -55,7 +54,7 @@ def drill(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectS
             deliver(inbox, dag, e, clicks_for_epoch(e))
     deliver(inbox, C, 4, clicks_for_epoch(4) + DUPLICATED)
     faults.write_text(f"{A}/clean:4:before-commit\n")
-    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=DAGS, database_url=postgres.url("drill"),
+    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=DAGS, database_url=migrated_database(postgres, "drill"),
                          extra_env={
                              **spark_connect.airflow_env(),
                              "FALKIRK_INBOX": str(inbox), "FALKIRK_CRASH_AT": f"@{faults}",

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from devstack.airflow import USERS
-from devstack.cluster import Cluster
+from devstack.cluster import Cluster, ClusterServers
 from devstack.demo import run_id_of
 from devstack.inprocess import run_reference_process
 from falkirk.plugins.pairs import catch_up
@@ -48,7 +48,7 @@ from tests.oracle import canonical
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 P, M = "pairs_c", "mixed_c"
 WORKERS = ("worker-a", "worker-b", "worker-c")
 TIMEOUT, POLL = 15, 3  # falkirk watch: a worker silent for 15 s is lost; pinged every 3 s
@@ -79,12 +79,13 @@ def regimes(dag: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def lost(tmp_path_factory: pytest.TempPathFactory):
+def lost(tmp_path_factory: pytest.TempPathFactory, cluster_servers: ClusterServers):
     root = tmp_path_factory.mktemp("cluster-pairs")
     dags = root / "dags"
     dags.mkdir()
     (dags / "pairs.py").write_text(DAG_FILE.format(path=str(ROOT / "dags" / "falkirk_pairs.py")))
-    with Cluster(root / "shape", dags_folder=dags, workers=WORKERS, spark_connect=True) as cluster:
+    with Cluster(root / "shape", dags_folder=dags, workers=WORKERS, spark_connect=True,
+                 servers=cluster_servers) as cluster:
         client, store, clock = cluster.airflow.client(), cluster.store, PAIRS.EPOCHS
         for dag in (P, M):
             client.wait_for_dag(dag)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from devstack.cluster import ClusterServers
 from devstack.cluster_demo import DAG_ID, REFERENCE, TASKS, ClusterOutcome, run_cluster_demo
 from falkirk.spark_jobs.figure1.data import QUERIES_PER_EPOCH
 
@@ -27,9 +28,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def outcome(tmp_path_factory: pytest.TempPathFactory) -> ClusterOutcome:
+def outcome(tmp_path_factory: pytest.TempPathFactory, cluster_servers: ClusterServers) -> ClusterOutcome:
     return run_cluster_demo(tmp_path_factory.mktemp("cluster") / "run", epochs=8, move_at=2, lose_at=6,
-                            records=5_000, extra_env={"FALKIRK_DRIVER_WRITE_MAX_ROWS": "0"})
+                            records=5_000, extra_env={"FALKIRK_DRIVER_WRITE_MAX_ROWS": "0"}, servers=cluster_servers)
 
 
 def test_the_lost_worker_plan_reruns_the_set_derived_by_hand_and_less_than_clear_downstream(outcome) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.cluster import Cluster
+from devstack.cluster import Cluster, ClusterServers
 from devstack.demo import run_id_of
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.partitions import processors
@@ -32,7 +32,7 @@ from tests.oracle import canonical
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DAG, REF = "shards_c", "shards_c_ref"
 EPOCHS = list(range(1, 7))
 DAG_FILE = '''"""Airflow DAG file: a copy of dags/falkirk_shards.py (a DAG factory) on the distributed shape."""
@@ -58,12 +58,12 @@ ON_A = {"totals[0]", "totals[2]", "leaders[0]", "leaders[2]"}
 
 
 @pytest.fixture(scope="module")
-def lost(tmp_path_factory: pytest.TempPathFactory):
+def lost(tmp_path_factory: pytest.TempPathFactory, cluster_servers: ClusterServers):
     root = tmp_path_factory.mktemp("cluster-shards")
     dags = root / "dags"
     dags.mkdir()
     (dags / "shards.py").write_text(DAG_FILE.format(path=str(ROOT / "dags" / "falkirk_shards.py")))
-    with Cluster(root / "shape", dags_folder=dags, spark_connect=True) as cluster:
+    with Cluster(root / "shape", dags_folder=dags, spark_connect=True, servers=cluster_servers) as cluster:
         client, store = cluster.airflow.client(), cluster.store
         client.wait_for_dag(DAG)
         client.set_paused(DAG, False)
