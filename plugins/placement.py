@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from airflow.policies import hookimpl
@@ -90,37 +91,59 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
     return home_worker(dag.dag_id, group, entries, workers, lost=lost, preferred=queue, partition=partition)
 
 
-# dag_id (and store) -> the versions read at, the DAG's current ledger rows, its lost workers
-_FACTS: dict[tuple[str, str], tuple[tuple[Any, ...], list[Any], dict[str, Any]]] = {}
+# dag_id (and store) -> the facts placement reads, kept for the life of the process
+_FACTS: dict[tuple[str, str], "_PlacementFacts"] = {}
 _FACTS_LOCK = threading.Lock()
 # dag_id (and store) -> the layout table's version and the DAG's process-pair layout at it
 _LAYOUTS: dict[tuple[str, str], tuple[Any, Any]] = {}
+# A held snapshot is read whole again after this long, so a table deleted and made again is seen.
+REREAD_SECONDS = 300.0
+
+
+class _PlacementFacts:
+    """One DAG's ledger rows, rollbacks and recovery-log rows, read whole once and then brought
+    forward by reading only the commits made since; the answer is computed again only when one
+    of the three moved."""
+
+    def __init__(self, store: Any, dag_id: str) -> None:
+        from falkirk.policies.planning.recovery_log import SCHEMA, RecoveryLog
+        from falkirk.policies.store.ledger import Ledger, LedgerSnapshot, PinnedRows
+
+        log_uri = RecoveryLog(store).uri
+        self.snapshot = LedgerSnapshot(Ledger(store), dag_id)
+        self.events = PinnedRows(log_uri, store.options_for(log_uri), dag_id, SCHEMA)
+        self.events.refresh()
+        self.made = time.monotonic()
+        self.lock = threading.Lock()
+        self.versions: tuple[Any, ...] | None = None
+        self.answer: tuple[list[Any], dict[str, Any]] = ([], {})
+
+    def current(self) -> tuple[list[Any], dict[str, Any]]:
+        from falkirk.policies.placement import lost_workers
+
+        with self.lock:
+            if self.versions is not None:  # the first look is the constructor's read
+                self.snapshot.refresh()
+                self.events.refresh()
+            versions = (self.snapshot.version, self.snapshot.rollbacks_version, self.events.version)
+            if versions != self.versions:
+                events = sorted(self.events.rows.to_pylist(), key=lambda e: e["recorded_at"])
+                plans = {e["plan_id"]: json.loads(e["detail"]) for e in events if e["event"] == "planned"}
+                self.answer, self.versions = (self.snapshot.entries(), lost_workers(events, plans)), versions
+            return self.answer
 
 
 def _placement_facts(store: Any, dag_id: str) -> tuple[list[Any], dict[str, Any]]:
-    """The DAG's current ledger rows and its lost workers, read again only when the ledger, the
-    rollbacks or the recovery log has a new version since the last call. Airflow calls the hook
-    several times per task instance it creates or clears, and a clear of N instances would
-    otherwise read the store 2N times while holding the metadata database's transaction."""
-    from falkirk.policies.placement import lost_workers
-    from falkirk.policies.planning.recovery_log import RecoveryLog
-    from falkirk.policies.store.commits import latest_version
-    from falkirk.policies.store.ledger import Ledger
-
-    ledger, log = Ledger(store), RecoveryLog(store)
-    versions = tuple(latest_version(t.uri, store.options_for(t.uri)) for t in (ledger, ledger.invalidations, log))
+    """The DAG's current ledger rows and its lost workers. Airflow calls the hook several times
+    per task instance it creates or clears, holding the metadata database's transaction: each
+    call reads only the commits made since the last one (one listing of each table's log when
+    nothing moved), never the whole ledger again."""
     key = (store.durable_uri, dag_id)
     with _FACTS_LOCK:
         held = _FACTS.get(key)
-        if held is not None and held[0] == versions:
-            return held[1], held[2]
-    # Read after the versions: a commit landing in between only makes the next call read again.
-    events = log.events(dag_id)
-    plans = {e["plan_id"]: json.loads(e["detail"]) for e in events if e["event"] == "planned"}
-    entries, lost = ledger.entries(dag_id), lost_workers(events, plans)
-    with _FACTS_LOCK:
-        _FACTS[key] = (versions, entries, lost)
-    return entries, lost
+        if held is None or time.monotonic() - held.made > REREAD_SECONDS:
+            held = _FACTS[key] = _PlacementFacts(store, dag_id)
+    return held.current()
 
 
 def replica_worker(store: Any, dag_id: str, task_id: str, partitions: int | None, map_index: int,

@@ -365,9 +365,23 @@ def entries_of(rows: pa.Table, gone: set[InvalidationKey]) -> tuple[list[LedgerE
     return sorted(seen.values(), key=order), sorted(rolled_back, key=order)
 
 
-class _PinnedRows:
+class PinnedRows:
     """One DAG's rows of an append-only control table, pinned to the Delta version they were read
-    at, and brought forward by reading only the commits made since (:func:`scan_since`)."""
+    at, and brought forward by reading only the commits made since (:func:`scan_since`): what a
+    long-lived process (the scheduler, the API server) keeps instead of reading the table again.
+
+    >>> import tempfile
+    >>> from falkirk.policies.store import StoreConfig
+    >>> root = tempfile.mkdtemp()
+    >>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
+    >>> _ = ledger.append(LedgerEntry("orders", "ingest", 1, "ephemeral", "r1", 1))
+    >>> pinned = PinnedRows(ledger.uri, None, "orders", SCHEMA)
+    >>> pinned.refresh(), pinned.rows.num_rows        # the first read: the whole table
+    (1, 1)
+    >>> _ = ledger.append(LedgerEntry("orders", "ingest", 2, "ephemeral", "r2", 1))
+    >>> pinned.refresh(), pinned.rows.num_rows        # then only the commit made since
+    (0, 2)
+    """
 
     def __init__(self, uri: str, options: dict[str, str] | None, dag_id: str, schema: pa.Schema) -> None:
         self.uri, self.options, self.dag_id, self.schema = uri, options, dag_id, schema
@@ -431,8 +445,8 @@ class LedgerSnapshot:
         self.dag_id = dag_id
         self.scans = 0  # whole-table reads
         self.refreshes = 0  # reads of only the commits made since
-        self._ledger = _PinnedRows(ledger.uri, ledger.store.options_for(ledger.uri), dag_id, SCHEMA)
-        self._rollbacks = _PinnedRows(ledger.invalidations.uri, ledger.store.options_for(ledger.invalidations.uri),
+        self._ledger = PinnedRows(ledger.uri, ledger.store.options_for(ledger.uri), dag_id, SCHEMA)
+        self._rollbacks = PinnedRows(ledger.invalidations.uri, ledger.store.options_for(ledger.invalidations.uri),
                                       dag_id, INVALIDATION_SCHEMA)
         self.refresh()
 
@@ -460,6 +474,11 @@ class LedgerSnapshot:
         self.gone, self.rollback_rows = keys_of(self._rollbacks.rows), self._rollbacks.rows.num_rows
         self.rollbacks_version = self._rollbacks.version
         return self.rollbacks_version
+
+    @property
+    def version(self) -> int | None:
+        """The ledger table's Delta version the rows are read at (-1: no table yet)."""
+        return self._ledger.version
 
     @property
     def dag_version(self) -> int:

@@ -256,10 +256,11 @@ def test_the_hook_places_partitions_as_airflow_creates_a_runs_task_instances(
     assert queues == {f"{t}[{i}]": ("worker-a", "worker-b")[i % 2] for t in ("totals", "leaders") for i in range(4)}
 
 
-def test_the_hook_reads_the_store_again_only_when_the_ledger_or_the_recovery_log_moved(tmp_path) -> None:
+def test_the_hook_reads_the_ledger_whole_once_then_only_the_commits_made_since(tmp_path) -> None:
     """Airflow calls the hook several times per task instance it creates or clears: the facts it
-    places by are read once per version of the ledger, the rollbacks and the recovery log."""
-    from falkirk.plugins.placement import _placement_facts
+    places by are read whole once per process, then brought forward from the commits made since
+    (the ledger's, the rollbacks' and the recovery log's)."""
+    from falkirk.plugins.placement import _FACTS, _placement_facts
     from falkirk.policies.planning.recovery_log import RecoveryLog
     from falkirk.policies.store import StoreConfig
     from falkirk.policies.store.ledger import Ledger
@@ -272,14 +273,19 @@ def test_the_hook_reads_the_store_again_only_when_the_ledger_or_the_recovery_log
     first = _placement_facts(store, rows[0].dag_id)
     assert [e.key for e in first[0]] == [rows[0].key] and first[1] == {}
     assert [_placement_facts(store, rows[0].dag_id) for _ in range(5)] == [first] * 5
-    assert Ledger.reads - before == 1  # five more calls, no read
+    assert Ledger.reads - before == 1  # five more calls, no whole read
     ledger.append(rows[1])
     assert {e.key for e in _placement_facts(store, rows[0].dag_id)[0]} == {r.key for r in rows[:2]}
-    assert Ledger.reads - before == 2
+    snapshot = _FACTS[store.durable_uri, rows[0].dag_id].snapshot
+    assert Ledger.reads - before == 1 and snapshot.scans == 2 and snapshot.refreshes == 6  # the new row alone
+    # a rollback is seen at the next call
+    ledger.invalidations.record([rows[1]], "plan-0")
+    assert [e.key for e in _placement_facts(store, rows[0].dag_id)[0]] == [rows[0].key]
     # a recovery of the lost worker-a is seen at the next call, once it has started
     plan = plan_recovery(rows[0].dag_id, GRAPH, rows[:2], [LostWorker("worker-a")], 1, readable_when(False),
                          REGIMES)
     log = RecoveryLog(store)
     log.record(plan)
+    assert _placement_facts(store, rows[0].dag_id)[1] == {}
     log.begin(plan, "test")
-    assert list(_placement_facts(store, rows[0].dag_id)[1]) == ["worker-a"] and Ledger.reads - before == 3
+    assert list(_placement_facts(store, rows[0].dag_id)[1]) == ["worker-a"] and Ledger.reads - before == 1
