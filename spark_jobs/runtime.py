@@ -614,7 +614,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         worker=worker_name(),
     )
     entry = dataclasses.replace(entry, rollbacks_seen=_check_still_current(ctx, entry, appended=False))
-    ctx.ledger.append(entry)
+    ctx.ledger.append(entry, snapshot=ctx.rows)  # through the handle the job read the ledger with
     _check_still_current(ctx, entry, appended=True)
     if args.replicas > 1:
         try:

@@ -204,12 +204,14 @@ def append_once(
     key: CommitKey,
     storage_options: dict[str, str] | None = None,
     schema_mode: str | None = None,
+    table: DeltaTable | None = None,
 ) -> CommitResult:
     """Append ``rows`` to a table shared by many tasks (the ledger), at most once per ``key``.
 
     Appends from concurrent tasks can lose Delta's commit race, the first one most of all
     (every writer tries to create the table); see :func:`retry_lost_races`. ``schema_mode``
-    ``"merge"`` adds columns ``rows`` has and the table has not yet.
+    ``"merge"`` adds columns ``rows`` has and the table has not yet. ``table``: a handle the
+    caller already holds, brought up to date instead of loading the table's log again.
     """
 
     def write(table: DeltaTable | None, properties: CommitProperties) -> None:
@@ -217,7 +219,7 @@ def append_once(
                     schema_mode=schema_mode)
 
     # Skipped: report none of the rows already there, which are other keys' rows.
-    return commit_once(uri, key, write, rows.num_rows, storage_options, count_existing=False)
+    return commit_once(uri, key, write, rows.num_rows, storage_options, table=table, count_existing=False)
 
 
 Write = Callable[["DeltaTable | None", CommitProperties], None]

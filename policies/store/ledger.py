@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from deltalake.exceptions import DeltaError
@@ -40,6 +40,9 @@ from falkirk.policies.store.commits import (CommitKey, UnreadableTable, append_o
                                             scan, scan_since)
 from falkirk.policies.store.config import StoreConfig
 from falkirk.policies.store.control import INVALIDATION_SCHEMA, InvalidationKey, Invalidations, keys_of
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 # Ledger versions between compactions (each task commit appends one version, one small file).
 # Every read of the ledger opens each file added since the last compaction, a few requests
@@ -284,14 +287,18 @@ class Ledger:
             return []
         return sorted(set(table.to_pyarrow_table(columns=["dag_id"]).column("dag_id").to_pylist()))
 
-    def append(self, entry: LedgerEntry) -> bool:
+    def append(self, entry: LedgerEntry, snapshot: "LedgerSnapshot | None" = None) -> bool:
         """Record ``entry``; ``False`` when that (task, epoch, incarnation) is already recorded.
+        With the ``snapshot`` a job runs from, its open handle of the table is brought up to
+        date for the commit instead of the table's log being loaded again.
 
         Every :data:`COMPACT_EVERY` versions the appender also compacts the table.
         """
-        table = pa.Table.from_pylist([entry.to_row()], schema=SCHEMA)
+        rows = pa.Table.from_pylist([entry.to_row()], schema=SCHEMA)
+        held = snapshot.table if snapshot is not None and snapshot.ledger.uri == self.uri else None
         # Merging schemas lets a ledger written before a column existed take rows that carry it.
-        result = append_once(self.uri, table, entry.key, self.store.options_for(self.uri), schema_mode="merge")
+        result = append_once(self.uri, rows, entry.key, self.store.options_for(self.uri), schema_mode="merge",
+                             table=held)
         compact_every(result, COMPACT_EVERY, self.store.options_for(self.uri), "ledger")
         return result.applied
 
@@ -479,6 +486,13 @@ class LedgerSnapshot:
     def version(self) -> int | None:
         """The ledger table's Delta version the rows are read at (-1: no table yet)."""
         return self._ledger.version
+
+    @property
+    def table(self) -> "DeltaTable | None":
+        """The open handle of the ledger table the rows were read through (``None``: no table
+        yet). An append through it (:meth:`Ledger.append`) moves the handle on, not the rows:
+        :meth:`refresh` still reads the commits made since the rows' version."""
+        return self._ledger.table
 
     @property
     def dag_version(self) -> int:
