@@ -141,7 +141,9 @@ class Cluster:
             self.postgres, self.redis, self.s3, self.spark = servers.postgres, servers.redis, servers.s3, servers.spark
             self.connect = servers.connect if self.spark_connect else None
             n = servers.new_shape()
-            suffix = f"_{n}" if n else ""
+            # A shape on shared servers names its databases by its number: another user of the same
+            # PostgreSQL may have a "queries" of its own.
+            suffix = "" if self._own else f"_shape{n}"
             # The reference application's query statistics go to PostgreSQL; its clickstream's
             # acknowledgement point (the source system's own state) to a file every worker reaches.
             self.postgres.create_database(f"queries{suffix}")

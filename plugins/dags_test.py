@@ -34,9 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from airflow.policies import hookimpl
-
-from falkirk.plugins.placement import is_falkirk_task
+from falkirk.plugins import hookimpl
 from falkirk.policies.store import StoreConfig, StoreError
 
 DAGS_TEST_POOL = "falkirk_dags_test"
@@ -123,6 +121,8 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None
         return
     task = getattr(task_instance, "task", None)
     dag = getattr(task, "dag", None)
+    from falkirk.plugins.placement import is_falkirk_task  # placement loads Airflow: not before this module is made
+
     if dag is not None and any(is_falkirk_task(t) for t in dag.tasks):
         task_instance.pool = DAGS_TEST_POOL
 

@@ -31,7 +31,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from airflow.policies import hookimpl
+from falkirk.plugins import hookimpl
 
 from falkirk.policies.faults import crash_point
 

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from airflow.policies import hookimpl
+from falkirk.plugins import hookimpl
 
 from falkirk.policies.workers import configured_workers
 
@@ -39,9 +39,6 @@ def _enable_on_run_creation() -> None:
     from airflow import settings
 
     settings.task_instance_mutation_hook.is_noop = False  # type: ignore[attr-defined]
-
-
-_enable_on_run_creation()
 
 
 @hookimpl
@@ -182,3 +179,8 @@ def _is_partitioned_falkirk(task: Any) -> bool:
     """Whether ``task`` is a partitioned (mapped) Falkirk task: its regime is among its arguments."""
     kwargs = getattr(task, "partial_kwargs", None)
     return isinstance(kwargs, dict) and bool(kwargs.get("regime")) and "partitions" in kwargs
+
+
+# Last: imported before Airflow, this loads Airflow, which loads its policy entry points (this
+# module among them) and finds every hook above already made.
+_enable_on_run_creation()

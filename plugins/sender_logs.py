@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.exceptions import AirflowClusterPolicyViolation
-from airflow.policies import hookimpl
+from falkirk.plugins import hookimpl
 
 from falkirk.policies.regimes import SenderLog
 from falkirk.policies.sender_logs.graph import GraphError, check_uniform
@@ -71,6 +70,8 @@ def check_dag(dag: Any) -> None:
     except GraphError as exc:
         problems.append(str(exc))
     if problems:
+        from airflow.exceptions import AirflowClusterPolicyViolation
+
         raise AirflowClusterPolicyViolation(f"DAG {dag.dag_id!r}: " + "; ".join(problems))
 
 

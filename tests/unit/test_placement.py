@@ -289,3 +289,20 @@ def test_the_hook_reads_the_ledger_whole_once_then_only_the_commits_made_since(t
     assert _placement_facts(store, rows[0].dag_id)[1] == {}
     log.begin(plan, "test")
     assert list(_placement_facts(store, rows[0].dag_id)[1]) == ["worker-a"] and Ledger.reads - before == 1
+
+
+@pytest.mark.parametrize("module", ["placement", "pairs", "sender_logs", "dags_test", "operators"])
+def test_each_policy_hook_is_registered_whichever_module_is_imported_before_airflow(module: str) -> None:
+    """The policy modules are Airflow entry points: importing one first loads Airflow, which loads
+    them all; none may be registered half-made, without its hooks."""
+    import subprocess
+    import sys
+
+    code = (f"import falkirk.plugins.{module}\n"
+            "import airflow.settings as s\n"
+            "pm = s.get_policy_plugin_manager()\n"
+            "print(sorted((n, len(pm.get_hookcallers(p) or [])) for n, p in pm.list_name_plugin()"
+            " if n.startswith('falkirk')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == ("[('falkirk', 1), ('falkirk_dags_test', 1), ('falkirk_pairs', 1), "
+                                                    "('falkirk_sender_logs', 1)]"), done.stderr[-2000:]
