@@ -45,6 +45,11 @@ WORKERS = ("worker-a", "worker-b")
 BUCKET = "falkirk"
 
 
+def _made(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 class ClusterServers:
     """What a shape's Airflow runs beside, started once: PostgreSQL, Redis, ``moto_server``, a
     Spark standalone cluster blind to ``<root>/scratch`` and, with ``spark_connect``, a Spark
@@ -97,9 +102,7 @@ class ClusterServers:
         return next(self._shapes)
 
     def _dir(self, name: str) -> Path:
-        path = self.root / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return _made(self.root / name)
 
     def stop(self) -> None:
         self._stack.close()
@@ -173,9 +176,7 @@ class Cluster:
         return self
 
     def _dir(self, name: str) -> Path:
-        path = self.root / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return _made(self.root / name)
 
     def stop(self) -> None:
         self._stack.close()

@@ -93,8 +93,6 @@ _FACTS: dict[tuple[str, str], "_PlacementFacts"] = {}
 _FACTS_LOCK = threading.Lock()
 # dag_id (and store) -> the layout table's version and the DAG's process-pair layout at it
 _LAYOUTS: dict[tuple[str, str], tuple[Any, Any]] = {}
-# A held snapshot is read whole again after this long, so a table deleted and made again is seen.
-REREAD_SECONDS = 300.0
 
 
 class _PlacementFacts:
@@ -135,10 +133,14 @@ def _placement_facts(store: Any, dag_id: str) -> tuple[list[Any], dict[str, Any]
     per task instance it creates or clears, holding the metadata database's transaction: each
     call reads only the commits made since the last one (one listing of each table's log when
     nothing moved), never the whole ledger again."""
+    from falkirk.policies.store.commits import REOPEN_SECONDS
+
     key = (store.durable_uri, dag_id)
     with _FACTS_LOCK:
         held = _FACTS.get(key)
-        if held is None or time.monotonic() - held.made > REREAD_SECONDS:
+        # read whole again now and then, as latest_version reopens its handles: a table deleted
+        # and made again is seen
+        if held is None or time.monotonic() - held.made > REOPEN_SECONDS:
             held = _FACTS[key] = _PlacementFacts(store, dag_id)
     return held.current()
 
