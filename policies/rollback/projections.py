@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from bisect import bisect_right
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from falkirk.policies.rollback.times import Bound, Domain, EpochDomain, LexDomain, SeqDomain
+
+if TYPE_CHECKING:
+    from falkirk.policies.rollback.metadata import Chain
 
 
 class ProjectionError(ValueError):
@@ -158,6 +161,60 @@ class Recorded(Projection):
                     break
                 i = j
         return self.values[i] if i >= 0 else self.dst.empty
+
+
+class Consumed(Projection):
+    """An asset edge between two DAGs: the consumer's run k consumed the producer's epochs S(k),
+    as Airflow records the asset events each run of a DAG scheduled on an Asset consumed.
+
+    If the producer keeps its epochs below f, the consumer keeps its runs before the first run
+    that consumed an epoch at or above f: φ(f) = min{k : max S(k) ≥ f}, ⊤ when no run did (runs
+    not made yet will read the redone epochs). Monotone, since a larger f makes fewer runs stale.
+
+    >>> from falkirk.policies.rollback.times import EPOCH
+    >>> consumed = Consumed(EPOCH, EPOCH, {1: {1, 2}, 2: {3}, 3: {4, 5}})
+    >>> consumed.apply(3), consumed.apply(4), consumed.apply(6), consumed.apply(0)
+    (2, 3, inf, 0)
+
+    It is not a kind a scenario names: it needs the consumption records, and the solver reads
+    a history-dependent φ off the sender's chain. :meth:`record_into` writes this φ at each of
+    the producer's checkpoints, for an edge of kind ``recorded``.
+    """
+
+    kind = "consumed"
+    depends_on_history = True
+
+    def __init__(self, src: Domain, dst: Domain, consumed: Mapping[int, Iterable[int]] | None = None) -> None:
+        super().__init__(src, dst)
+        self.consumed = {int(k): frozenset(int(e) for e in v) for k, v in (consumed or {}).items()}
+        # (max epoch consumed, run), so that a bound's first stale run is found without a scan per call
+        self._latest = sorted((max(v), k) for k, v in self.consumed.items() if v)
+
+    def check_domains(self) -> None:
+        if not (isinstance(self.src, EpochDomain) and isinstance(self.dst, EpochDomain)):
+            raise ProjectionError(
+                f"consumed joins two epoch domains (a producer DAG's epochs to a consumer DAG's runs); "
+                f"here {self.src.describe()} -> {self.dst.describe()}")
+
+    def project(self, bound: Bound) -> Bound:
+        stale = [run for latest, run in self._latest if latest >= bound]
+        return min(stale) if stale else self.dst.top
+
+    def record_into(self, chain: "Chain", edge_id: str) -> "Chain":
+        """A copy of the producer's ``chain`` with this φ recorded at each checkpoint under
+        ``edge_id``, for an edge of kind ``recorded``.
+
+        >>> from falkirk.policies.rollback.metadata import Chain, Checkpoint
+        >>> from falkirk.policies.rollback.times import EPOCH, INF
+        >>> producer = Chain(EPOCH, [Checkpoint(0), Checkpoint(3), Checkpoint(INF)])
+        >>> [c.phi["asset"] for c in Consumed(EPOCH, EPOCH, {1: {1, 2}, 2: {3}}).record_into(producer, "asset")]
+        [0, 2, inf]
+        """
+        from dataclasses import replace
+
+        recorded = chain.copy()
+        recorded.checkpoints = [replace(c, phi={**c.phi, edge_id: self.apply(c.f)}) for c in chain]
+        return recorded
 
 
 ProjectionFactory = Callable[[Domain, Domain], Projection]
