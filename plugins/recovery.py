@@ -552,6 +552,7 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
           poll: float) -> None:
     client, recovery, runs, started = running.client, running.plan, running.runs, running.started
     seen: dict[tuple[str, int], str | None] = {}
+    settled: set[tuple[str, int]] = set()  # refused after their redo committed: settled once each
     deadline = time.monotonic() + timeout
     changed = time.monotonic()
     while True:
@@ -570,6 +571,11 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
                     changed = time.monotonic()
                     progress(f"  {time.monotonic() - started:6.1f}s  epoch {epoch}  {task:<12} {state or 'waiting'}")
         verdict = wait_verdict(todo, states)
+        if verdict.failed is not None and _settle_refused_redos(
+                running, {k for k, s in states.items() if s == "failed" and k not in settled}, settled, progress):
+            changed = time.monotonic()
+            time.sleep(poll)
+            continue
         if verdict.failed is not None:
             (task, epoch), state = verdict.failed
             raise AirflowError(f"{task} of epoch {epoch} ({runs[epoch]}) ended {state}; see its log in "
@@ -580,6 +586,30 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
             raise AirflowError(f"timed out after {timeout:.0f}s with {verdict.done}/{verdict.total} task instances "
                                f"done; resume with: falkirk replay {recovery.plan_id}")
         time.sleep(poll)
+
+
+def _settle_refused_redos(running: RunningReplay, failed: set[tuple[str, int]], settled: set[tuple[str, int]],
+                          progress: Progress) -> bool:
+    """Settle the re-runs Airflow shows failed although this replay's redo of their epoch is
+    committed: a task process killed after its commit (with the scheduler that ran it) is run
+    again by the next scheduler, and that attempt finds the epoch committed. They are settled as
+    a resumed replay settles them (:func:`_to_clear`): marked success when the epoch completed
+    (the attempt was refused), else cleared once to finish as a no-op. Returns whether any was;
+    a failed re-run without a commit is a real failure, left to the caller."""
+    if not failed or running.store is None:
+        return False
+    ledger = Ledger(running.store)
+    redone = {(e.processor, e.epoch) for e in ledger.entries(running.plan.dag_id)} & failed
+    if not redone:
+        return False
+    settled |= redone
+    again = _to_clear(running, ledger, wanted=redone)
+    if again:
+        _clear(running, again, progress)
+    progress(f"plan {running.plan.plan_id}: {', '.join(f'{t} of epoch {e}' for t, e in sorted(redone))} failed after "
+             f"the redo had committed (an attempt killed after its commit, run again): "
+             + ("cleared to finish as a no-op" if again else "marked success"))
+    return True
 
 
 def _let_earlier_epochs_through(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress) -> str | None:

@@ -5,7 +5,8 @@ commits, and the replay executor between its steps; when ``FALKIRK_CRASH_AT`` na
 task, epoch and step, the process ends at once, killed by SIGKILL with no cleanup, as a
 worker that loses power mid-commit would. (``after-files`` is the point between the
 executors writing an epoch's data files and the driver's Delta commit that makes them
-visible; ``after-sink`` is between a paired task's sink write and its ledger row.) A replay's points use the task name ``replay``: ``replay:0:after-lease``,
+visible; ``after-sink`` is between a paired task's sink write and its ledger row;
+``after-completion`` is after the job recorded its epoch completed, before Airflow hears of it.) A replay's points use the task name ``replay``: ``replay:0:after-lease``,
 ``replay:0:after-invalidations`` and ``replay:E:after-clear`` (once epoch E is cleared); a
 process pair's catch-up uses ``catch-up``: ``catch-up:E:after-copy`` (epoch E's tables copied
 to the standby, its ledger row not yet written).
@@ -30,7 +31,7 @@ False
 >>> crash_requested("aggregate", 2, "halfway", "aggregate:2:halfway")
 Traceback (most recent call last):
 ...
-ValueError: FALKIRK_CRASH_AT: unknown step 'halfway' in 'aggregate:2:halfway'; steps are before-commit, after-files, after-outputs, after-state, after-sink, after-lease, after-invalidations, after-clear, after-copy, iteration-N, chunk-N, chunk-N-after-files, replayed-E
+ValueError: FALKIRK_CRASH_AT: unknown step 'halfway' in 'aggregate:2:halfway'; steps are before-commit, after-files, after-outputs, after-state, after-sink, after-completion, after-lease, after-invalidations, after-clear, after-copy, iteration-N, chunk-N, chunk-N-after-files, replayed-E
 >>> crash_requested("rank", 3, "iteration-7", "rank:3:iteration-7")
 True
 """
@@ -43,7 +44,7 @@ import signal
 import sys
 
 CRASH_ENV = "FALKIRK_CRASH_AT"
-STEPS = ("before-commit", "after-files", "after-outputs", "after-state", "after-sink",
+STEPS = ("before-commit", "after-files", "after-outputs", "after-state", "after-sink", "after-completion",
          "after-lease", "after-invalidations", "after-clear", "after-copy")
 STEP_POINTS = re.compile(r"(iteration|chunk|replayed)-[1-9][0-9]*|chunk-[1-9][0-9]*-after-files")
 

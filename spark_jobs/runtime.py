@@ -438,6 +438,7 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
         spark.stop()
     if args.task_instance:
         Completions(store).record(entry)
+    crash_point(args.processor, args.epoch, "after-completion", dag_id=args.dag_id)
     say(f"{label}: committed {entry.output_rows} output rows"
         + (f", {entry.state_rows} state rows" if entry.state_uri else "")
         + f" in {time.monotonic() - started:.1f}s (ledger read {Ledger.reads}x, rollbacks read "

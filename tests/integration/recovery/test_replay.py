@@ -197,3 +197,33 @@ def test_two_recoveries_of_different_plans_on_one_dag(drill: Drill) -> None:
     ran = Counter([*plans[winner].rerun_set(), *again.rerun_set()])
     assert {k: after[k[1], k[0]][1] - base[k[1], k[0]][1] for k in ran} == dict(ran)
     assert all(after[k] == base[k] for k in base if (k[1], k[0]) not in ran)
+
+
+def test_a_re_run_killed_after_its_commit_is_settled_without_running_it_again(drill: Drill) -> None:
+    """model's redo of epoch 6 commits and records its epoch completed, and its process is
+    SIGKILLed before Airflow hears of it (as when the scheduler running it is killed): Airflow
+    shows it failed. Running it again would be refused (the epoch is completed), so the replay
+    marks it success instead, naming why; sink's epoch 6 then runs, the replay finishes, and
+    model's epoch 6 ran exactly once."""
+    faults = drill.inbox.parent / "faults"
+    base = tries(drill.client, A)
+    p = plan(A, drill.store, drill.client, bad_epochs=[("model", 6)])
+    assert sorted(p.rerun_set()) == [("model", 6), ("sink", 6)]
+    faults.write_text(f"{A}/model:6:after-completion:once\n")
+    said: list[str] = []
+    try:
+        replay(p.plan_id, drill.store, drill.client, progress=lambda m: (said.append(m), print(m)))
+    finally:
+        faults.write_text("")
+    assert any(f"plan {p.plan_id}: model of epoch 6 failed after the redo had committed" in m and
+               m.endswith("marked success") for m in said), said
+    log = drill.client.task_log(A, run_id_of(6), "model", base[6, "model"][1] + 1)
+    assert "injected crash: model epoch 6 at after-completion" in log, log[-3000:]
+    after = tries(drill.client, A)
+    assert {k: (after[k][0], after[k][1] - base[k][1]) for k in [(6, "model"), (6, "sink")]} == {
+        (6, "model"): ("success", 1), (6, "sink"): ("success", 1)}
+    assert {k: v for k, v in after.items() if k not in [(6, "model"), (6, "sink")]} == {
+        k: v for k, v in base.items() if k not in [(6, "model"), (6, "sink")]}
+    assert [e.incarnation for e in Ledger(drill.store).entries(A, "model") if e.epoch == 6] == [
+        max(e.incarnation for e in Ledger(drill.store).entries(A, "model", include_invalidated=True) if e.epoch == 6)]
+    assert_equals_reference(drill.store, A)
