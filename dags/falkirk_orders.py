@@ -5,7 +5,9 @@ Each DAG run is one epoch (see ``EPOCHS``); each task is a Spark job run through
 
 * ``ingest``    Ephemeral: reads the epoch's orders from the source, keeps nothing durable;
 * ``aggregate`` EagerCheckpoint: running totals per customer, state and output durable every epoch;
-* ``publish``   Batch(log_outputs=True): the epoch's ranking, logged durably.
+* ``publish``   Batch(log_outputs=True): the epoch's ranking, logged durably, and the Asset
+  ``falkirk_orders.ranking``: each committed epoch is an asset event whose extra names the
+  epoch, its incarnation (a recovery's redo is a replacement) and the table's Delta version.
 
 Trigger a run with a logical date on the epoch grid (midnight UTC, from 2026-01-01): the next
 epoch after the latest run (``falkirk trigger --dag falkirk_orders`` picks it). A backfill needs
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Asset
 
 from falkirk.plugins.operators import RegimeSparkSubmitOperator
 from falkirk.plugins.timetable import EpochTimetable
@@ -24,6 +26,7 @@ from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, EpochClock
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
 JOBS = "falkirk.spark_jobs.pipeline"  # the jobs, found by package
+RANKING = Asset("falkirk_orders.ranking")  # a DAG scheduled on it runs on each committed epoch
 
 with DAG(
     dag_id="falkirk_orders",
@@ -45,6 +48,7 @@ with DAG(
         regime=EagerCheckpoint(),  # keeps state: its epochs run in order (depends_on_past)
     )
     publish = RegimeSparkSubmitOperator(
-        task_id="publish", application=f"{JOBS}.publish", regime=Batch(log_outputs=True)
+        task_id="publish", application=f"{JOBS}.publish", regime=Batch(log_outputs=True),
+        outlets=[RANKING],
     )
     ingest >> aggregate >> publish

@@ -27,6 +27,7 @@ import subprocess
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
+from falkirk.policies.asset_events import CommittedEpoch
 from falkirk.policies.job_host import JobHost, JobHostError, enabled
 from falkirk.policies.job_spec import REFUSAL_PREFIX
 
@@ -37,13 +38,15 @@ class FalkirkJobHook:
     """Runs one job as a Spark Connect client of ``conn_id`` and reports its exit code.
 
     ``refusal`` holds the job's refusal (see :data:`falkirk.policies.job_spec.REFUSED_EXIT_CODE`)
-    once it has printed one.
+    once it has printed one; ``committed``, the commit it made or found made
+    (:class:`~falkirk.policies.asset_events.CommittedEpoch`), once it has printed that.
     """
 
     def __init__(self, conn_id: str, on_line: Callable[[str], None] = log.info) -> None:
         self.conn_id = conn_id
         self.log = on_line
         self.refusal: str | None = None
+        self.committed: CommittedEpoch | None = None
         self._pid: int | None = None
         self._proc: subprocess.Popen[str] | None = None
 
@@ -88,6 +91,7 @@ class FalkirkJobHook:
         if line.startswith(REFUSAL_PREFIX):  # the job's refusal, one line of it per output line
             said = line[len(REFUSAL_PREFIX):]
             self.refusal = said if self.refusal is None else f"{self.refusal}\n{said}"
+        self.committed = CommittedEpoch.parse_line(line) or self.committed
         self.log(line)
 
     def on_kill(self) -> None:

@@ -21,6 +21,10 @@ connection chooses the cluster), plus:
 * it reads nothing from the store itself: the job decides whether its epoch runs, is an
   idempotent no-op (a retry after a commit), or is refused (Airflow re-running an epoch whose
   task instance completed), which fails the task instance without retries;
+* given ``outlets=[Asset(...)]``, it puts the commit behind each asset event in the event's
+  ``extra`` (the epoch, its incarnation, each output table's Delta version: see
+  :mod:`falkirk.policies.asset_events`), so a DAG scheduled on the Asset knows which epoch,
+  and which redo of it, its run consumed;
 * it takes the store from the Airflow connection ``store_conn_id`` (default
   ``falkirk_default``, see :mod:`falkirk.plugins.store_hook`) when it is defined, so the
   credentials live in Airflow's connections and secrets backends rather than in the
@@ -58,6 +62,7 @@ from falkirk.plugins.job_hook import FalkirkJobHook
 from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
 from falkirk.plugins.task_metadata import epoch_clock_of, partitions_of, regime_of  # noqa: F401 (re-exported)
 from falkirk.plugins.timetable import EpochTimetable
+from falkirk.policies.asset_events import CommittedEpoch
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.job_spec import REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec
 from falkirk.policies.partitions import check_count
@@ -314,7 +319,9 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
                 raise _taken_over(self._job_hook.refusal, spec)
             if code != 0:
                 raise RuntimeError(f"{self.task_id}: the job exited with code {code}; its output is above")
+            self._describe_asset_events(context, self._job_hook.committed)
             return
+        self._committed = None  # the job's commit record, once its output shows it (_get_hook)
         try:
             super().execute(context)
         except Exception:
@@ -324,6 +331,40 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             if submitted is not None and submitted.returncode == TAKEN_OVER_EXIT_CODE:
                 raise _taken_over(None, spec) from None
             raise
+        self._describe_asset_events(context, self._committed)
+
+    def _get_hook(self) -> Any:
+        """The provider's ``SparkSubmitHook``, its output lines also read for the job's commit record."""
+        hook = super()._get_hook()
+        self._committed: CommittedEpoch | None = None
+        process_log = hook._process_spark_submit_log
+
+        def watched(lines: Any) -> None:
+            def each() -> Any:
+                for line in lines:
+                    self._committed = CommittedEpoch.parse_line(str(line).strip()) or self._committed
+                    yield line
+            process_log(each())
+
+        hook._process_spark_submit_log = watched
+        return hook
+
+    def _describe_asset_events(self, context: Any, committed: CommittedEpoch | None) -> None:
+        """Put the commit in the ``extra`` of each asset event this task instance emits (its outlets)."""
+        from airflow.sdk import Asset
+
+        assets = [o for o in (self.outlets or []) if isinstance(o, Asset)]
+        if not assets:
+            return
+        if committed is None:  # spark-submit in cluster deploy mode: the driver's output is not streamed here
+            self.log.warning("Falkirk: the job's commit record was not in its output; the asset events of %s carry "
+                             "no epoch or incarnation", ", ".join(a.name for a in assets))
+            return
+        for asset in assets:
+            context["outlet_events"][asset].extra.update(committed.extra())
+        self.log.info("Falkirk: asset events %s: %s epoch %s, incarnation %s%s", ", ".join(a.name for a in assets),
+                      committed.processor, committed.epoch, committed.incarnation,
+                      " (replaces the events of earlier incarnations)" if committed.replacement else "")
 
     def _spark_connection(self) -> Any:
         """The Spark connection; ``spark_default`` runs on ``local[2]`` when it is not defined."""

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from falkirk.policies.asset_events import CommittedEpoch
 from falkirk.policies.job_spec import (REFUSAL_PREFIX, REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec,
                                        completed_epoch_refusal)
 from falkirk.policies.pairs import Layout, Status
@@ -439,6 +440,7 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     if args.task_instance:
         Completions(store).record(entry)
     crash_point(args.processor, args.epoch, "after-completion", dag_id=args.dag_id)
+    print(CommittedEpoch.from_entry(entry).line(), flush=True)  # what the task's asset events carry
     say(f"{label}: committed {entry.output_rows} output rows"
         + (f", {entry.state_rows} state rows" if entry.state_uri else "")
         + f" in {time.monotonic() - started:.1f}s (ledger read {Ledger.reads}x, rollbacks read "
@@ -504,6 +506,7 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
         f"run {done.run_id}); nothing to do")
     if args.task_instance:
         completions.record(done)
+    print(CommittedEpoch.from_entry(done).line(), flush=True)  # the retried task instance's asset events carry it
     return 0
 
 

@@ -117,6 +117,30 @@ def test_clearing_a_completed_epoch_is_refused_naming_the_plan_that_redoes_it(
     assert any(f"set 1 DAG runs to success: {run_id_of(3)}" in m for m in said), said
 
 
+def test_each_committed_epoch_is_an_asset_event_naming_its_incarnation_and_a_redo_replaces_it(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig) -> None:
+    """publish's outlet, the Asset falkirk_orders.ranking: one event per commit, after the test
+    before: epochs 1-3 (incarnation 0); the refused Clears emit nothing; the replay of aggregate:2
+    redoes publish 2 and 3 (incarnation 1), the one of publish:2 redoes epoch 2 again
+    (incarnation 2). Each redo is marked a replacement, and the latest event of each epoch names
+    the Delta version the ledger's current row holds."""
+    client = airflow_stack.client()
+    events = client.request("GET", "/api/v2/assets/events", params={
+        "source_dag_id": DAG_ID, "source_task_id": "publish", "order_by": "timestamp", "limit": 100})["asset_events"]
+    records = [e["extra"]["falkirk"] for e in events]
+    assert [(r["epoch"], r["incarnation"], r["replacement"]) for r in records] == [
+        (1, 0, False), (2, 0, False), (3, 0, False), (2, 1, True), (3, 1, True), (2, 2, True)], records
+    assert {e["name"] for e in events} == {"falkirk_orders.ranking"}
+    assert [e["source_run_id"] for e in events] == [run_id_of(r["epoch"]) for r in records]
+    versions = [r["outputs"]["output"]["version"] for r in records]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)  # one commit of the table each
+    current = {e.epoch: e for e in Ledger(local_store).entries(DAG_ID, "publish")}
+    latest = {r["epoch"]: r for r in records}  # the last event of each epoch
+    assert {k: (r["incarnation"], r["outputs"]["output"]["version"], r["outputs"]["output"]["rows"])
+            for k, r in latest.items()} == {
+        k: (e.incarnation, e.outputs[0].version, e.outputs[0].rows) for k, e in current.items()}
+
+
 def test_plugin_route_answers_through_the_api_server(three_epochs, airflow_stack: AirflowStack,
                                                      monkeypatch) -> None:
     url = f"{airflow_stack.base_url}/falkirk/api/v1/dags/{DAG_ID}/ledger"

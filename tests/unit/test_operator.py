@@ -407,3 +407,51 @@ def test_a_paired_task_maps_into_two_replicas_per_partition_and_its_readers_wait
     errors = DagBag(str(dags)).import_errors
     [error] = [e for path, e in errors.items() if "unpartitioned" in path]
     assert "process_pairs runs each partition twice: partition the task with .partial(task_id='pair', ...)" in error
+
+
+def test_the_commit_record_is_read_from_spark_submit_output_and_put_in_each_asset_event(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """On ``spark-submit`` the provider's hook reads the job's output; the operator reads the
+    commit line from the same lines (the last one wins: a retry's no-op repeats it) and puts
+    the record in the extra of each Asset among its outlets, and of nothing else."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from airflow.sdk import DAG, Asset
+
+    from falkirk.plugins.operators import RegimeSparkSubmitOperator
+    from falkirk.policies import Batch, EpochClock
+    from falkirk.policies.asset_events import CommittedEpoch, CommittedOutput
+
+    clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+    ranking = Asset("orders.ranking")
+    with DAG("orders", schedule=None, start_date=clock.first):
+        op = RegimeSparkSubmitOperator(task_id="publish", application="falkirk.spark_jobs.pipeline.publish",
+                                       regime=Batch(log_outputs=True), epoch_clock=clock, outlets=[ranking])
+    done = CommittedEpoch("orders", "publish", 2, incarnation=1,
+                          outputs=(CommittedOutput("output", "/s/orders/publish/output", 4, 5),))
+    hook = op._get_hook()
+    hook._process_spark_submit_log(iter(["[falkirk] publish epoch 2: starting\n", done.line() + "\n",
+                                         "done\n"]))
+    assert op._committed == done
+    assert "[falkirk] committed: " in capsys.readouterr().out  # the task's log still shows every line
+
+    events = {ranking: SimpleNamespace(extra={})}
+    op._describe_asset_events({"outlet_events": events}, op._committed)
+    assert events[ranking].extra == {"falkirk": {
+        "dag_id": "orders", "task_id": "publish", "epoch": 2, "incarnation": 1, "replacement": True,
+        "outputs": {"output": {"uri": "/s/orders/publish/output", "version": 4, "rows": 5}}}}
+
+
+@pytest.mark.parametrize("record, field", [
+    ("not an object", "is str, not an object"),
+    ({"dag_id": "d", "task_id": "t", "epoch": "3", "incarnation": 0}, "epoch='3' is not a int"),
+    ({"dag_id": "d", "task_id": "t", "epoch": 3, "incarnation": True}, "incarnation=True is not a int"),
+    ({"dag_id": "d", "task_id": "t", "epoch": 3, "incarnation": 0, "outputs": {"output": {"uri": "/x"}}},
+     "outputs: each needs uri, version and rows"),
+])
+def test_an_asset_event_extra_that_is_not_a_commit_record_is_refused_naming_the_field(record, field) -> None:
+    from falkirk.policies.asset_events import AssetEventError, CommittedEpoch
+
+    with pytest.raises(AssetEventError, match=re.escape(field)):
+        CommittedEpoch.from_extra({"falkirk": record})

@@ -1,0 +1,164 @@
+"""What a Falkirk task's asset event says: the commit behind it.
+
+A Falkirk task with ``outlets=[Asset(...)]`` emits Airflow asset events as any task does, when
+its task instance succeeds. The operator puts the commit behind the event in its ``extra``,
+under the key ``"falkirk"``: the producer (DAG, task, partition), the epoch, its incarnation
+and each output table's URI, Delta version and row count. Incarnation 0 is the epoch's first
+commit; incarnation n is the n-th redo by a recovery, and its event is a *replacement*: it
+supersedes every earlier event of the same epoch, whose rows the tables no longer hold.
+
+A consumer DAG scheduled on the Asset finds these in its run's triggering asset events, and
+records which producer epochs (and incarnations) each of its runs consumed.
+
+The job prints the record as one line after its commit (:data:`COMMITTED_PREFIX` and JSON):
+the operator learns it from the job's output, without reading the store itself.
+
+>>> done = CommittedEpoch("orders", "publish", epoch=3, incarnation=1,
+...                       outputs=(CommittedOutput("output", "/store/orders/publish/output", 7, 5),))
+>>> CommittedEpoch.parse_line(done.line()) == done
+True
+>>> extra = done.extra()
+>>> extra["falkirk"]["epoch"], extra["falkirk"]["replacement"], extra["falkirk"]["outputs"]["output"]["version"]
+(3, True, 7)
+>>> CommittedEpoch.from_extra(extra) == done
+True
+>>> CommittedEpoch.from_extra({"source": "a plain Airflow task"}) is None
+True
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from falkirk.policies.partitions import processor_id
+
+if TYPE_CHECKING:
+    from falkirk.policies.store.ledger import LedgerEntry
+
+COMMITTED_PREFIX = "[falkirk] committed: "
+"""The start of the line a job prints once its epoch is committed (or found committed)."""
+
+EXTRA_KEY = "falkirk"
+"""The key of the commit record in an asset event's ``extra``."""
+
+
+class AssetEventError(ValueError):
+    """An asset event's ``extra`` under :data:`EXTRA_KEY` is not a commit record; the message names the field."""
+
+
+@dataclass(frozen=True)
+class CommittedOutput:
+    """One output table of a commit: where it is, the Delta version that holds the epoch, its rows."""
+
+    name: str
+    uri: str
+    version: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class CommittedEpoch:
+    """A task's (or one partition's) commit of one epoch, as its asset events carry it."""
+
+    dag_id: str
+    task_id: str
+    epoch: int
+    incarnation: int = 0
+    map_index: int = -1
+    outputs: tuple[CommittedOutput, ...] = ()
+
+    @property
+    def processor(self) -> str:
+        """The producer as the planner names it: ``task`` or, for one partition, ``task[i]``.
+
+        >>> CommittedEpoch("d", "tally", 2, map_index=1).processor
+        'tally[1]'
+        """
+        return processor_id(self.task_id, self.map_index)
+
+    @property
+    def replacement(self) -> bool:
+        """Whether this commit redoes an epoch a recovery rolled back (it replaces earlier events).
+
+        >>> CommittedEpoch("d", "t", 2).replacement, CommittedEpoch("d", "t", 2, incarnation=1).replacement
+        (False, True)
+        """
+        return self.incarnation > 0
+
+    @classmethod
+    def from_entry(cls, entry: "LedgerEntry") -> "CommittedEpoch":
+        """The record of a ledger row (its tables only: records sent outside the store are no table).
+
+        >>> from falkirk.policies.store.ledger import LedgerEntry, OutputRef
+        >>> row = LedgerEntry("d", "t", 4, "eager_checkpoint", "epoch-4", 1, incarnation=2,
+        ...                   outputs=(OutputRef("output", "/s/d/t/output", "durable", 9, 3),))
+        >>> CommittedEpoch.from_entry(row).outputs
+        (CommittedOutput(name='output', uri='/s/d/t/output', version=9, rows=3),)
+        """
+        from falkirk.policies.store.ledger import is_external
+
+        return cls(entry.dag_id, entry.task_id, entry.epoch, entry.incarnation, entry.map_index,
+                   tuple(CommittedOutput(o.name, o.uri, o.version, o.rows) for o in entry.outputs
+                         if not is_external(o.uri)))
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON values (what goes under :data:`EXTRA_KEY`)."""
+        record: dict[str, Any] = {"dag_id": self.dag_id, "task_id": self.task_id, "epoch": self.epoch,
+                                  "incarnation": self.incarnation, "replacement": self.replacement,
+                                  "outputs": {o.name: {"uri": o.uri, "version": o.version, "rows": o.rows}
+                                              for o in self.outputs}}
+        if self.map_index >= 0:
+            record["map_index"] = self.map_index
+        return record
+
+    def extra(self) -> dict[str, Any]:
+        """The asset event's ``extra``: ``{"falkirk": record}``."""
+        return {EXTRA_KEY: self.to_json()}
+
+    def line(self) -> str:
+        """The line the job prints (one line, so the operator reads it from the job's output)."""
+        return COMMITTED_PREFIX + json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def parse_line(cls, line: str) -> "CommittedEpoch | None":
+        """The record a job's output line carries; ``None`` for any other line."""
+        if not line.startswith(COMMITTED_PREFIX):
+            return None
+        return cls.from_json(json.loads(line[len(COMMITTED_PREFIX):]))
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any] | None) -> "CommittedEpoch | None":
+        """The record in an asset event's ``extra``; ``None`` when a task other than a Falkirk one emitted it.
+
+        >>> CommittedEpoch.from_extra({"falkirk": {"dag_id": "d", "task_id": "t"}})
+        Traceback (most recent call last):
+        ...
+        falkirk.policies.asset_events.AssetEventError: asset event extra["falkirk"]: no 'epoch'; a Falkirk operator writes {"dag_id", "task_id", "epoch", "incarnation", "outputs"}: was the extra edited by hand?
+        """
+        if not extra or EXTRA_KEY not in extra:
+            return None
+        return cls.from_json(extra[EXTRA_KEY])
+
+    @classmethod
+    def from_json(cls, record: Any) -> "CommittedEpoch":
+        where = f"asset event extra[\"{EXTRA_KEY}\"]"
+        if not isinstance(record, Mapping):
+            raise AssetEventError(f"{where} is {type(record).__name__}, not an object")
+        for name, kind in (("dag_id", str), ("task_id", str), ("epoch", int), ("incarnation", int)):
+            if name not in record:
+                raise AssetEventError(f"{where}: no {name!r}; a Falkirk operator writes {{\"dag_id\", \"task_id\", "
+                                      f"\"epoch\", \"incarnation\", \"outputs\"}}: was the extra edited by hand?")
+            if not isinstance(record[name], kind) or isinstance(record[name], bool):
+                raise AssetEventError(f"{where}: {name}={record[name]!r} is not a {kind.__name__}")
+        outputs = record.get("outputs") or {}
+        if not isinstance(outputs, Mapping):
+            raise AssetEventError(f"{where}: outputs={outputs!r} is not an object of output name -> table")
+        try:
+            tables = tuple(CommittedOutput(name, str(o["uri"]), int(o["version"]), int(o["rows"]))
+                           for name, o in sorted(outputs.items()))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AssetEventError(f"{where}: outputs: each needs uri, version and rows ({exc!r})") from exc
+        return cls(record["dag_id"], record["task_id"], record["epoch"], record["incarnation"],
+                   int(record.get("map_index", -1)), tables)
