@@ -152,6 +152,10 @@ class CommittedEpoch:
                                       f"\"epoch\", \"incarnation\", \"outputs\"}}: was the extra edited by hand?")
             if not isinstance(record[name], kind) or isinstance(record[name], bool):
                 raise AssetEventError(f"{where}: {name}={record[name]!r} is not a {kind.__name__}")
+        map_index = record.get("map_index", -1)
+        if not isinstance(map_index, int) or isinstance(map_index, bool):
+            raise AssetEventError(f"{where}: map_index={map_index!r} is not a int (the partition; leave it out for "
+                                  f"a task that is not partitioned)")
         outputs = record.get("outputs") or {}
         if not isinstance(outputs, Mapping):
             raise AssetEventError(f"{where}: outputs={outputs!r} is not an object of output name -> table")
@@ -160,5 +164,4 @@ class CommittedEpoch:
                            for name, o in sorted(outputs.items()))
         except (KeyError, TypeError, ValueError) as exc:
             raise AssetEventError(f"{where}: outputs: each needs uri, version and rows ({exc!r})") from exc
-        return cls(record["dag_id"], record["task_id"], record["epoch"], record["incarnation"],
-                   int(record.get("map_index", -1)), tables)
+        return cls(record["dag_id"], record["task_id"], record["epoch"], record["incarnation"], map_index, tables)

@@ -447,6 +447,7 @@ def test_the_commit_record_is_read_from_spark_submit_output_and_put_in_each_asse
     ("not an object", "is str, not an object"),
     ({"dag_id": "d", "task_id": "t", "epoch": "3", "incarnation": 0}, "epoch='3' is not a int"),
     ({"dag_id": "d", "task_id": "t", "epoch": 3, "incarnation": True}, "incarnation=True is not a int"),
+    ({"dag_id": "d", "task_id": "t", "epoch": 3, "incarnation": 0, "map_index": "2"}, "map_index='2' is not a int"),
     ({"dag_id": "d", "task_id": "t", "epoch": 3, "incarnation": 0, "outputs": {"output": {"uri": "/x"}}},
      "outputs: each needs uri, version and rows"),
 ])
@@ -455,3 +456,15 @@ def test_an_asset_event_extra_that_is_not_a_commit_record_is_refused_naming_the_
 
     with pytest.raises(AssetEventError, match=re.escape(field)):
         CommittedEpoch.from_extra({"falkirk": record})
+
+
+def test_a_partitions_commit_record_round_trips_through_its_line_and_extra() -> None:
+    from falkirk.policies.asset_events import CommittedEpoch, CommittedOutput
+
+    done = CommittedEpoch("clicks", "tally", 4, incarnation=0, map_index=3,
+                          outputs=(CommittedOutput("counts", "/s/clicks/tally/counts/3", 11, 2),
+                                   CommittedOutput("output", "/s/clicks/tally/output/3", 12, 7)))
+    assert CommittedEpoch.parse_line(done.line()) == CommittedEpoch.from_extra(done.extra()) == done
+    assert done.extra()["falkirk"]["map_index"] == 3 and done.processor == "tally[3]" and not done.replacement
+    assert "map_index" not in CommittedEpoch("clicks", "tally", 4).extra()["falkirk"]
+    assert CommittedEpoch.parse_line("[falkirk] tally epoch 4: committed 7 output rows") is None
