@@ -145,6 +145,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
     """
 
     ui_color = "#d8e9f0"
+    _committed: CommittedEpoch | None = None  # on spark-submit: the job's commit record, read by _get_hook's hook
 
     @classmethod
     def partial(cls, **kwargs: Any) -> PartitionedPartial:  # type: ignore[override]
@@ -321,7 +322,6 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
                 raise RuntimeError(f"{self.task_id}: the job exited with code {code}; its output is above")
             self._describe_asset_events(context, self._job_hook.committed)
             return
-        self._committed = None  # the job's commit record, once its output shows it (_get_hook)
         try:
             super().execute(context)
         except Exception:
@@ -336,7 +336,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
     def _get_hook(self) -> Any:
         """The provider's ``SparkSubmitHook``, its output lines also read for the job's commit record."""
         hook = super()._get_hook()
-        self._committed: CommittedEpoch | None = None
+        self._committed = None  # the job's commit record, once its output shows it
         process_log = hook._process_spark_submit_log
 
         def watched(lines: Any) -> None:

@@ -19,7 +19,7 @@ New kinds plug in with :func:`register_projection`; a kind that depends on histo
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from falkirk.policies.rollback.times import Bound, Domain, EpochDomain, LexDomain, SeqDomain
@@ -187,8 +187,14 @@ class Consumed(Projection):
     def __init__(self, src: Domain, dst: Domain, consumed: Mapping[int, Iterable[int]] | None = None) -> None:
         super().__init__(src, dst)
         self.consumed = {int(k): frozenset(int(e) for e in v) for k, v in (consumed or {}).items()}
-        # (max epoch consumed, run), so that a bound's first stale run is found without a scan per call
-        self._latest = sorted((max(v), k) for k, v in self.consumed.items() if v)
+        # Runs by the latest epoch each consumed, with the first run among those at or after each
+        # position: a bound's first stale run is one bisection, not a scan per call.
+        latest = sorted((max(v), k) for k, v in self.consumed.items() if v)
+        self._latest = [m for m, _ in latest]
+        self._first_from: list[int] = []
+        for _, run in reversed(latest):
+            self._first_from.append(min(run, self._first_from[-1]) if self._first_from else run)
+        self._first_from.reverse()
 
     def check_domains(self) -> None:
         if not (isinstance(self.src, EpochDomain) and isinstance(self.dst, EpochDomain)):
@@ -197,8 +203,8 @@ class Consumed(Projection):
                 f"here {self.src.describe()} -> {self.dst.describe()}")
 
     def project(self, bound: Bound) -> Bound:
-        stale = [run for latest, run in self._latest if latest >= bound]
-        return min(stale) if stale else self.dst.top
+        i = bisect_left(self._latest, bound)
+        return self._first_from[i] if i < len(self._first_from) else self.dst.top
 
     def record_into(self, chain: "Chain", edge_id: str) -> "Chain":
         """A copy of the producer's ``chain`` with this φ recorded at each checkpoint under
