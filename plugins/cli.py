@@ -220,7 +220,7 @@ def _pairs(args: argparse.Namespace) -> int:
             raise PairsError(f"--dag {args.dag}: no process pairs are recorded for this DAG (has a ProcessPairs task "
                              f"run?)")
         print(pairs.layout_table(layout, LedgerSnapshot(Ledger(store), args.dag)))
-    except PairsError as exc:
+    except (PairsError, AirflowError) as exc:
         print(f"falkirk pairs: {exc}", file=sys.stderr)
         return EXIT_INVALID
     return 0

@@ -28,6 +28,7 @@ The ``falkirk pairs`` command (:mod:`falkirk.plugins.cli`) calls these.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -146,9 +147,11 @@ class CatchUp:
 
 
 def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, workers: Sequence[str] = (),
-             progress: Callable[[str], None] = print) -> CatchUp:
+             wait: float = 300.0, progress: Callable[[str], None] = print) -> CatchUp:
     """Recreate every replica the layout has lost, on ``spare`` (else the first spare of
-    ``workers``); see the module docstring."""
+    ``workers``); see the module docstring. Epochs may keep running meanwhile: the slot's task
+    instances under way when its standby is registered are waited for (up to ``wait`` seconds)
+    before those its dead predecessor left are cleared."""
     from falkirk.policies.pairs import PairsError, Status, catch_up_order, spares
     from falkirk.policies.store.control import PairLayouts
     from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
@@ -170,8 +173,6 @@ def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, 
             raise PairsError(f"no spare worker: every worker in {list(workers)} holds replicas or was lost; start "
                              f"one and name it with --spare (a lost worker comes back under a new name)")
         spare = free[0] if free else workers_held[0]
-    runs = {run: ti for run, ti in client.task_instances_by_run(dag_id).items()}
-    epochs = _run_epochs(dag_id, client, runs, snapshot)
     done = CatchUp()
     for task, partition in todo:
         before = layouts.load(dag_id)
@@ -185,6 +186,8 @@ def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, 
             progress(f"{dag_id}: resuming the catch-up of {standby.name} on {standby.worker}")
         survivor = next(r for r in after.pair(task, partition) if r is not standby)
         record = _install(store, snapshot, dag_id, task, partition, survivor.replica, standby.replica)
+        runs = _settled_slot(dag_id, client, task, partition, standby.replica, wait, progress)
+        epochs = _run_epochs(dag_id, client, runs, snapshot)
         cleared = _clear_after(dag_id, client, runs, epochs, task, partition, standby.replica, record["epoch"])
         record.update(replica=standby.name, spare=standby.worker, generation=standby.generation, cleared=cleared)
         done.replicas.append(record)
@@ -271,11 +274,42 @@ def _copied_row(store: Any, snapshot: Any, dag_id: str, source: Any, dst_index: 
         state_rows=state[2] if state else None, run_id=f"catch-up:{source.run_id}", worker=None)
 
 
+def _settled_slot(dag_id: str, client: Any, task: str, partition: int, replica: str, wait: float,
+                  progress: Callable[[str], None]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The DAG's task instances by run, once none of the standby's slot is under way.
+
+    One that started before the standby was registered read the replica as dead and ends
+    skipped, or ran before the copies it restores from and ends failed: either way its epoch is
+    the standby's to run, and is cleared only once it has ended (a clear of a running instance
+    could race its end). One that starts after reads the standby and its copies."""
+    from falkirk.plugins.airflow_rest import AirflowError
+    from falkirk.policies.partitions import processor_id, replica_index
+
+    processor = processor_id(task, replica_index(partition, replica))
+    deadline, said = time.monotonic() + wait, False
+    while True:
+        runs = client.task_instances_by_run(dag_id)
+        busy = sorted(run for run, instances in runs.items()
+                      if (instances.get(processor) or {}).get("state") in UNDER_WAY)
+        if not busy:
+            return runs
+        if time.monotonic() > deadline:
+            raise AirflowError(f"{processor}: still under way in {', '.join(busy)} after {wait:.0f}s; once it ends, "
+                               f"run the catch-up again (it resumes the standby)")
+        if not said:
+            progress(f"  waiting for {processor} to end in {', '.join(busy)} (started before its standby)")
+            said = True
+        time.sleep(1.0)
+
+
+UNDER_WAY = ("queued", "running", "up_for_retry", "restarting", "deferred", "up_for_reschedule")
+
+
 def _clear_after(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, Any]]], epochs: dict[str, int],
                  task: str, partition: int, replica: str, epoch: int) -> list[int]:
     """Clear the standby's task instances of the epochs after ``epoch`` that its dead
     predecessor left skipped or failed: Airflow runs them on the spare, in epoch order. (One
-    running, queued or done already, on a resumed catch-up, is left alone.)"""
+    done already, on a resumed catch-up, is left alone.)"""
     from falkirk.policies.partitions import processor_id, replica_index
 
     processor = processor_id(task, replica_index(partition, replica))
