@@ -451,16 +451,93 @@ def _literal(value: int | str) -> str:
 
 def compact(uri: str, storage_options: dict[str, str] | None = None) -> int:
     """Rewrite an append-only control table's small files (one per commit) into a few large
-    ones; returns how many files were replaced. Rows, versions and idempotency records are
-    unchanged. Losing a race with another compaction is harmless: the other one did the work."""
+    ones; returns how many files were replaced (0 when another compaction of the table is under
+    way). Rows, versions and idempotency records are unchanged.
+
+    Two compactions of one table never run at once. delta-rs commits both (a rewrite that
+    changes no data does not conflict with another one), and every row of the files both
+    rewrote would then be in the table twice, and each later pair of compactions would double
+    them again. So a compaction first claims the table (:func:`_claim_compaction`), and one
+    that cannot does nothing: the next one does the work.
+
+    >>> import tempfile
+    >>> uri = tempfile.mkdtemp() + "/t"
+    >>> for k in range(5):
+    ...     write_deltalake(uri, pa.table({"k": [k]}), mode="append")
+    >>> compact(uri), DeltaTable(uri).to_pyarrow_table().num_rows
+    (5, 5)
+    """
     table = open_table(uri, storage_options)
     if table is None:
+        return 0
+    token = _claim_compaction(uri, storage_options)
+    if token is None:
         return 0
     try:
         metrics = table.optimize.compact()
     except CommitFailedError:
         return 0
+    finally:
+        _release_compaction(uri, token, storage_options)
     return int(metrics.get("numFilesRemoved", 0))
+
+
+# A claim not released after this long is a crashed compactor's (one takes seconds).
+COMPACTION_CLAIM_SECONDS = 600.0
+_CLAIM_SCHEMA = pa.schema([("token", pa.string()), ("event", pa.string()), ("at", pa.timestamp("us", tz="UTC"))])
+
+
+def _claims_uri(uri: str) -> str:
+    """The table of compaction claims on ``uri``: beside it, in the store."""
+    return uri.rstrip("/") + "-compactions"
+
+
+def _claim_compaction(uri: str, storage_options: dict[str, str] | None) -> str | None:
+    """A token for this compaction of ``uri``, or ``None`` while another one holds the table.
+
+    The claim is an append that fails if any other row landed in the claims table since this
+    one read it: of two compactors that read the same claims, one commits and the other stops.
+    Claims are taken one at a time, so the table's last row says whether one is held: only
+    that commit is read."""
+    import uuid
+    from datetime import datetime, timedelta, timezone
+
+    claims_uri = _claims_uri(uri)
+    claims = open_table(claims_uri, storage_options)
+    if claims is None:  # created empty first: an append is a claim only through a handle read before it
+        try:
+            DeltaTable.create(claims_uri, schema=_CLAIM_SCHEMA, mode="ignore", storage_options=storage_options)
+        except DeltaError:
+            pass  # created meanwhile by another compactor
+        claims = open_table(claims_uri, storage_options)
+        if claims is None:
+            return None
+    now = datetime.now(timezone.utc)
+    last = scan_since(claims, claims.version() - 1) if claims.version() > 0 else scan(claims)
+    if last is None:  # not a plain append (cannot happen to this table): read it whole
+        last = scan(claims)
+    rows = sorted(last.to_pylist(), key=lambda r: r["at"])
+    if rows and rows[-1]["event"] == "start" and now - rows[-1]["at"] < timedelta(seconds=COMPACTION_CLAIM_SECONDS):
+        return None
+    token = uuid.uuid4().hex
+    row = pa.Table.from_pylist([{"token": token, "event": "start", "at": now}], schema=_CLAIM_SCHEMA)
+    try:
+        write_deltalake(claims, row, mode="append", commit_properties=CommitProperties(max_commit_retries=0))
+    except (CommitFailedError, DeltaError):
+        return None  # another claim landed first
+    return token
+
+
+def _release_compaction(uri: str, token: str, storage_options: dict[str, str] | None) -> None:
+    from datetime import datetime, timezone
+
+    row = pa.Table.from_pylist([{"token": token, "event": "end", "at": datetime.now(timezone.utc)}],
+                               schema=_CLAIM_SCHEMA)
+    try:
+        write_deltalake(_claims_uri(uri), row, mode="append", storage_options=storage_options)
+    except Exception as exc:  # noqa: BLE001 - an unreleased claim expires by itself
+        logging.getLogger(__name__).warning("compaction claim on %s not released (%s); it expires in %.0f s",
+                                            uri, exc, COMPACTION_CLAIM_SECONDS)
 
 
 def compact_every(result: CommitResult, every: int, storage_options: dict[str, str] | None = None,

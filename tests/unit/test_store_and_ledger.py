@@ -8,7 +8,7 @@ from deltalake import DeltaTable
 
 from falkirk.policies import (CommitKey, EpochTableError, Ledger, LedgerEntry, LedgerError, OutputRef, StoreConfig,
     StoreError, Tier, commit_epoch, read_epoch)
-from falkirk.policies.store.commits import scan
+from falkirk.policies.store.commits import open_table, scan
 
 
 def test_store_config_from_env(tmp_path: Path) -> None:
@@ -236,3 +236,47 @@ def test_a_refreshed_snapshot_equals_a_fresh_one_and_reads_only_the_new_commits(
         assert (held.gone, held.dag_version, held.rollbacks_version) == (
             fresh.gone, fresh.dag_version, fresh.rollbacks_version), step
     assert rewrites and (held.scans, held.refreshes) == (2 + rewrites, 40)  # one scan per table, one per rewrite
+
+
+def _compact_at(uri: str, barrier) -> None:  # noqa: ANN001 - run in a spawned process
+    from falkirk.policies.store.commits import compact
+
+    barrier.wait()
+    compact(uri)
+
+
+def test_compactions_racing_on_one_table_never_duplicate_its_rows(tmp_path: Path) -> None:
+    """Four processes compact the ledger at once, three times over, with appends between. delta-rs
+    would commit every one of them (a rewrite that changes no data conflicts with nothing), each
+    adding the rows of the files it rewrote again; the claim lets one through per race."""
+    import multiprocessing
+
+    ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
+    spawn = multiprocessing.get_context("spawn")  # delta-rs's runtime does not survive a fork
+    for race in range(3):
+        for epoch in range(race * 15, race * 15 + 15):
+            ledger.append(LedgerEntry("d", "t", epoch + 1, "ephemeral", f"r{epoch}", 1))
+        barrier = spawn.Barrier(4)
+        racers = [spawn.Process(target=_compact_at, args=(ledger.uri, barrier)) for _ in range(4)]
+        for p in racers:
+            p.start()
+        for p in racers:
+            p.join(120)
+            assert p.exitcode == 0
+        table = open_table(ledger.uri)
+        rows = scan(table).to_pylist()
+        assert sorted(r["epoch"] for r in rows) == list(range(1, race * 15 + 16)), f"race {race}"
+        assert sum(h["operation"] == "OPTIMIZE" for h in table.history()) >= race + 1
+
+
+def test_a_compaction_claim_left_by_a_dead_compactor_expires(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from falkirk.policies.store import commits
+
+    ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
+    for epoch in range(1, 6):
+        ledger.append(LedgerEntry("d", "t", epoch, "ephemeral", f"r{epoch}", 1))
+    assert commits._claim_compaction(ledger.uri, None) is not None  # and never released: it died
+    assert ledger.compact() == 0  # held
+    monkeypatch.setattr(commits, "COMPACTION_CLAIM_SECONDS", 0.0)
+    assert ledger.compact() == 5  # expired: taken over
+    assert len(open_table(ledger.uri).to_pyarrow_table()) == 5
