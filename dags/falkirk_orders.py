@@ -7,7 +7,8 @@ Each DAG run is one epoch (see ``EPOCHS``); each task is a Spark job run through
 * ``aggregate`` EagerCheckpoint: running totals per customer, state and output durable every epoch;
 * ``publish``   Batch(log_outputs=True): the epoch's ranking, logged durably, and the Asset
   ``falkirk_orders.ranking``: each committed epoch is an asset event whose extra names the
-  epoch, its incarnation (a recovery's redo is a replacement) and the table's Delta version.
+  epoch, its incarnation (a recovery's redo is a replacement) and the table's Delta version,
+  and whose partition key is the epoch's date: ``falkirk_orders_leaders`` runs on it.
 
 Trigger a run with a logical date on the epoch grid (midnight UTC, from 2026-01-01): the next
 epoch after the latest run (``falkirk trigger --dag falkirk_orders`` picks it). A backfill needs
@@ -49,6 +50,6 @@ with DAG(
     )
     publish = RegimeSparkSubmitOperator(
         task_id="publish", application=f"{JOBS}.publish", regime=Batch(log_outputs=True),
-        outlets=[RANKING],
+        outlets=[RANKING], partition_outlets=True,  # one run of falkirk_orders_leaders per epoch
     )
     ingest >> aggregate >> publish

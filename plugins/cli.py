@@ -6,7 +6,8 @@
 * ``falkirk new-job NAME [--project DIR]``: write a job (``jobs/NAME.py``) and a DAG
   (``dags/NAME.py``) to start from (see :mod:`falkirk.plugins.scaffold`).
 * ``falkirk solve SCENARIO.json``: answer a rollback scenario (see :mod:`falkirk.policies.rollback.cli`).
-* ``falkirk plan --dag D (--failed-task T[:E] | --lost-scratch LOCATION | --lost-worker NAME | --bad-epoch T:E) [--json]``:
+* ``falkirk plan --dag D (--failed-task T[:E] | --lost-scratch LOCATION | --lost-worker NAME | --bad-epoch T:E |
+  --stale-inputs) [--json]``:
   compute a recovery plan from the ledger (and, for ``--failed-task T`` without an
   epoch, from the failed task instances Airflow reports), record it, and print it as a
   table: per task its frontier, the epochs it re-runs and what clear-downstream would
@@ -98,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan.add_argument("--bad-epoch", action="append", default=[], metavar="TASK:EPOCH",
                       help="an epoch of a task (or of one partition, TASK[i]:EPOCH) whose results are wrong "
                            "(e.g. its input was corrected)")
+    plan.add_argument("--stale-inputs", action="store_true",
+                      help="every epoch that read an epoch of another DAG (through an Asset) which a recovery "
+                           "there has redone since")
     plan.add_argument("--last-epoch", type=_epoch_arg,
                       help="the latest epoch with a DAG run (default: the DAG's latest run in Airflow, else the "
                            "ledger's newest epoch)")
@@ -362,7 +366,8 @@ def _plan(args: argparse.Namespace) -> int:
     result = plan(args.dag, _store(), _client(args.airflow_url, required=bool(tasks)),
                   failed_tasks=tasks, failed_instances=instances, lost_scratch=args.lost_scratch,
                   lost_workers=args.lost_worker,
-                  bad_epochs=[_task_epoch("--bad-epoch", v) for v in args.bad_epoch], last_epoch=args.last_epoch)
+                  bad_epochs=[_task_epoch("--bad-epoch", v) for v in args.bad_epoch], stale_inputs=args.stale_inputs,
+                  last_epoch=args.last_epoch)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -24,7 +24,14 @@ connection chooses the cluster), plus:
 * given ``outlets=[Asset(...)]``, it puts the commit behind each asset event in the event's
   ``extra`` (the epoch, its incarnation, each output table's Delta version: see
   :mod:`falkirk.policies.asset_events`), so a DAG scheduled on the Asset knows which epoch,
-  and which redo of it, its run consumed;
+  and which redo of it, its run consumed; with ``partition_outlets=True`` each event also
+  carries its epoch's logical date as its partition key, so that a consumer DAG scheduled with
+  ``PartitionedAssetTimetable`` gets one run per epoch (or, through a rollup mapper, one per
+  several);
+* in a DAG run started by such events (which has no logical date) it takes the epoch from the
+  run's partition date or key, and hands the job the commits the run consumed: the job's
+  ``ctx.read_asset(name)`` reads them, and its ledger row records which producer epochs, and
+  which incarnations of them, the run read;
 * it takes the store from the Airflow connection ``store_conn_id`` (default
   ``falkirk_default``, see :mod:`falkirk.plugins.store_hook`) when it is defined, so the
   credentials live in Airflow's connections and secrets backends rather than in the
@@ -62,7 +69,7 @@ from falkirk.plugins.job_hook import FalkirkJobHook
 from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
 from falkirk.plugins.task_metadata import epoch_clock_of, partitions_of, regime_of  # noqa: F401 (re-exported)
 from falkirk.plugins.timetable import EpochTimetable
-from falkirk.policies.asset_events import CommittedEpoch
+from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent, epoch_partition_key, run_date
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.job_spec import REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec
 from falkirk.policies.partitions import check_count
@@ -178,9 +185,12 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         partitions: int | None = None,
         deterministic: bool = True,
         concurrent_inputs: Sequence[str] = (),
+        partition_outlets: bool = False,
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
+        if not isinstance(partition_outlets, bool):
+            raise TypeError(f"task {task_id!r}: partition_outlets={partition_outlets!r}: give True or False")
         if (partition is None) != (partitions is None):
             raise mapping_refused(task_id, "partition= and partitions= come from .expand(partition=range(N)); "
                                            "do not give them by hand")
@@ -235,6 +245,9 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         self.partitions = partitions
         self.deterministic = deterministic
         self.concurrent_inputs = tuple(concurrent_inputs)
+        # Off by default: Airflow starts no run of a DAG scheduled plainly on an Asset (not
+        # partitioned) for an event that has a partition key.
+        self.partition_outlets = partition_outlets
         # The regime's and the clock's text forms, serialized with the DAG: the API server reads
         # them from the serialized DAG without importing DAG files (see falkirk.plugins.task_metadata).
         self.falkirk_regime = regime.spec()
@@ -258,7 +271,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         return JobSpec(
             dag_id=self.dag_id,
             task_id=self.task_id,
-            epoch=self.epoch_clock.epoch_of(dag_run.logical_date),
+            epoch=self.epoch_clock.epoch_of(self._run_date(dag_run)),
             regime=self.regime,
             run_id=dag_run.run_id,
             try_number=ti.try_number,
@@ -272,7 +285,21 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             replicas=self.regime.replicas,
             paired_inputs=tuple(t for t in inputs if dag is not None and (r := regime_of(dag.get_task(t))) is not None
                                 and r.replicas > 1),
+            consumed=consumed_events(context.get("triggering_asset_events")),
         )
+
+    def _run_date(self, dag_run: Any) -> Any:
+        """The date of the run's epoch: its logical date, or for a run started by asset events
+        (which has none) the date of the partition it runs."""
+        date = run_date(dag_run.logical_date, getattr(dag_run, "partition_date", None),
+                        getattr(dag_run, "partition_key", None))
+        if date is None:
+            raise RuntimeError(
+                f"{self.task_id}: DAG run {dag_run.run_id} has no logical date (Airflow starts a run on asset events "
+                f"without one) and no epoch partition, so its epoch is unknown. Schedule {self.dag_id} with "
+                f"PartitionedAssetTimetable(assets=...) on assets whose Falkirk producer task sets "
+                f"partition_outlets=True: each run then has its producer epoch's date")
+        return date
 
     def _check_concurrent_inputs(self, dag: Any) -> None:
         for t in self.concurrent_inputs:
@@ -360,8 +387,11 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             self.log.warning("Falkirk: the job's commit record was not in its output; the asset events of %s carry "
                              "no epoch or incarnation", ", ".join(a.name for a in assets))
             return
+        key = epoch_partition_key(self.epoch_clock.logical_date(committed.epoch)) if self.partition_outlets else None
         for asset in assets:
             context["outlet_events"][asset].extra.update(committed.extra())
+            if key is not None:
+                context["outlet_events"][asset].add_partitions(key)
         self.log.info("Falkirk: asset events %s: %s epoch %s, incarnation %s%s", ", ".join(a.name for a in assets),
                       committed.processor, committed.epoch, committed.incarnation,
                       " (replaces the events of earlier incarnations)" if committed.replacement else "")
@@ -387,6 +417,20 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             job.on_kill()
             return
         super().on_kill()
+
+
+def consumed_events(triggering: Mapping[Any, Sequence[Any]] | None) -> tuple[ConsumedEvent, ...]:
+    """The Falkirk commits among a run's triggering asset events (Airflow's
+    ``context["triggering_asset_events"]``: asset -> its events), oldest first; events other
+    tasks emitted carry none and are left out."""
+    found = []
+    for asset, events in (triggering or {}).items():
+        for event in events:
+            committed = CommittedEpoch.from_extra(event.extra)
+            if committed is not None:
+                found.append((event.timestamp, ConsumedEvent(asset.name, committed)))
+    # An event reached through an asset alias is listed under the alias too: once each.
+    return tuple(dict.fromkeys(event for _, event in sorted(found, key=lambda item: item[0])))
 
 
 def _refused(refusal: str | None, spec: JobSpec) -> Exception:

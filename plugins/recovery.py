@@ -74,10 +74,15 @@ def plan(
     lost_scratch: Sequence[str] = (),
     lost_workers: Sequence[str] = (),
     bad_epochs: Sequence[tuple[str, int]] = (),
+    stale_inputs: bool = False,
     last_epoch: int | None = None,
     record: bool = True,
 ) -> RecoveryPlan:
     """The recovery plan for the failures named (see the module docstring).
+
+    ``stale_inputs`` adds, as bad epochs, the checkpoints that read an epoch of another DAG's
+    task (through an Asset) in an incarnation that DAG's ledger no longer names: what a
+    recovery there left stale here.
 
     ``failed_tasks`` names tasks whose failed instances are read from Airflow (every
     failed instance of the DAG when it holds ``"*"``), and with them the instances Airflow
@@ -107,7 +112,24 @@ def plan(
     failures += [LostScratch(loc) for loc in lost_scratch]
     failures += [LostWorker(name) for name in lost_workers]
     failures += [BadEpoch(t, e) for t, e in bad_epochs]
+    if stale_inputs:
+        failures += _stale_inputs(dag_id, store)
     return compute_plan(dag_id, store, failures, regimes, last_epoch=last_epoch, record=record)
+
+
+def _stale_inputs(dag_id: str, store: StoreConfig) -> list[BadEpoch]:
+    """The DAG's checkpoints whose asset inputs their producers' ledgers no longer name, as bad epochs."""
+    from falkirk.policies.planning.assets import stale_reads
+
+    ledger = Ledger(store)
+    rows = LedgerSnapshot(ledger, dag_id).entries()
+    producers = sorted({read.dag_id for row in rows for read in row.asset_inputs})
+    stale = stale_reads(rows, [e for dag in producers for e in LedgerSnapshot(ledger, dag).entries()])
+    if not stale:
+        raise PlanError(f"--stale-inputs: no checkpoint of {dag_id} read an epoch of another DAG that a recovery "
+                        f"there has redone or rolled back since" + ("" if producers else
+                                                                     " (it reads no other DAG through an Asset)"))
+    return list(dict.fromkeys(BadEpoch(row.processor, row.epoch) for row, _ in stale))
 
 
 def latest_run_epoch(dag_id: str, client: AirflowClient, clock: EpochClock) -> int | None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping
 
 from falkirk.policies.partitions import processor_id
@@ -165,3 +166,72 @@ class CommittedEpoch:
         except (KeyError, TypeError, ValueError) as exc:
             raise AssetEventError(f"{where}: outputs: each needs uri, version and rows ({exc!r})") from exc
         return cls(record["dag_id"], record["task_id"], record["epoch"], record["incarnation"], map_index, tables)
+
+
+@dataclass(frozen=True)
+class ConsumedEvent:
+    """A commit record a consumer's run found among its triggering asset events, with the name
+    of the Asset it came through: what the run consumed. The job reads the epoch it names at
+    the incarnation the producer's ledger names when it runs (a newer one after a recovery's
+    redo), not at the one the event carried.
+
+    >>> event = ConsumedEvent("orders.ranking", CommittedEpoch("orders", "publish", 2))
+    >>> ConsumedEvent.from_json(event.to_json()) == event
+    True
+    >>> ConsumedEvent.from_json({"dag_id": "orders", "task_id": "publish", "epoch": 2, "incarnation": 0})
+    Traceback (most recent call last):
+    ...
+    falkirk.policies.asset_events.AssetEventError: consumed event: no 'asset' (the name of the Asset it came through)
+    """
+
+    asset: str
+    committed: CommittedEpoch
+
+    def to_json(self) -> dict[str, Any]:
+        return {"asset": self.asset, **self.committed.to_json()}
+
+    @classmethod
+    def from_json(cls, record: Any) -> "ConsumedEvent":
+        if not isinstance(record, Mapping) or not isinstance(record.get("asset"), str) or not record["asset"]:
+            raise AssetEventError("consumed event: no 'asset' (the name of the Asset it came through)")
+        return cls(record["asset"], CommittedEpoch.from_json({k: v for k, v in record.items() if k != "asset"}))
+
+
+EPOCH_KEY_FORMAT = "%Y-%m-%dT%H:%M:%S"
+"""The partition key a Falkirk task's asset events carry with ``partition_outlets=True``: its
+epoch's logical date in UTC, as Airflow's temporal partition mappers read keys by default."""
+
+
+def epoch_partition_key(logical_date: datetime) -> str:
+    """The partition key of the epoch that starts at ``logical_date``.
+
+    >>> epoch_partition_key(datetime(2026, 1, 2, 3, 0, tzinfo=timezone.utc))
+    '2026-01-02T03:00:00'
+    """
+    if logical_date.tzinfo is not None:
+        logical_date = logical_date.astimezone(timezone.utc)
+    return logical_date.strftime(EPOCH_KEY_FORMAT)
+
+
+def run_date(logical_date: datetime | None, partition_date: datetime | None = None,
+             partition_key: str | None = None) -> datetime | None:
+    """The date a DAG run's epoch is read from: its logical date; for a run Airflow started on
+    asset events (which has none), the date of the partition it runs: ``partition_date`` (set
+    by a temporal partition mapper), else the key itself when it is an epoch key (the identity
+    mapper passes the producer's key on); ``None`` when the run has neither.
+
+    >>> run_date(None, partition_key="2026-01-02T03:00:00")
+    datetime.datetime(2026, 1, 2, 3, 0, tzinfo=datetime.timezone.utc)
+    >>> run_date(None, partition_key="eu-west") is None
+    True
+    """
+    if logical_date is not None:
+        return logical_date
+    if partition_date is not None:
+        return partition_date
+    if partition_key:
+        try:
+            return datetime.strptime(partition_key, EPOCH_KEY_FORMAT).replace(tzinfo=timezone.utc)
+        except ValueError:
+            return None
+    return None

@@ -20,14 +20,21 @@ True
 ...                inputs=("sessions",), input_partitions=(("sessions", 2),), paired_inputs=("sessions",))
 >>> JobSpec.parse(pair.argv()) == pair, pair.processor, pair.replica
 (True, 'stats[3]', 'stats[1].B')
+>>> from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent
+>>> fed = JobSpec("reports", "report", 3, EagerCheckpoint(), "partition-3",
+...               consumed=(ConsumedEvent("orders.ranking", CommittedEpoch("orders", "publish", 3, 1)),))
+>>> JobSpec.parse(fed.argv()) == fed
+True
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from typing import Sequence
 
+from falkirk.policies.asset_events import AssetEventError, ConsumedEvent
 from falkirk.policies.partitions import processor_id, replica_label
 from falkirk.policies.regimes import Regime, RegimeError
 
@@ -69,6 +76,33 @@ def completed_epoch_refusal(spec: "JobSpec", run_id: str, try_number: int, plan_
     ])
 
 
+def replaced_input_refusal(spec: "JobSpec", producer: str, epoch: int, read: int, now: int,
+                           plan_size: str = "") -> str:
+    """Why a run Airflow started on a replacement asset event is refused: the epoch completed
+    having read ``producer``'s ``epoch`` as incarnation ``read``, which a recovery in the
+    producer's DAG has replaced by ``now``; the plan that redoes it and the epochs built on it.
+
+    >>> from falkirk.policies.regimes import EagerCheckpoint
+    >>> print(replaced_input_refusal(JobSpec("leaders", "leaders", 3, EagerCheckpoint(), "asset_triggered__x"),
+    ...                              "falkirk_orders.publish", 3, 0, 1))
+    leaders epoch 3 read falkirk_orders.publish epoch 3 as incarnation 0, which a recovery there has replaced
+    (incarnation 1): this epoch, and every later one built on it, is stale. Airflow started this run on the
+    replacement's asset event, but a re-run of one task instance cannot redo what was built on it.
+    Plan the recovery that redoes them, and replay it (or preview and replay it in the Falkirk view):
+        falkirk plan --dag leaders --bad-epoch leaders:3
+        falkirk replay PLAN_ID
+    """
+    return "\n".join([
+        f"{spec.processor} epoch {spec.epoch} read {producer} epoch {epoch} as incarnation {read}, which a recovery "
+        f"there has replaced",
+        f"(incarnation {now}): this epoch, and every later one built on it, is stale. Airflow started this run on the",
+        "replacement's asset event, but a re-run of one task instance cannot redo what was built on it.",
+        "Plan the recovery that redoes them, and replay it (or preview and replay it in the Falkirk view):",
+        f"    falkirk plan --dag {spec.dag_id} --bad-epoch {spec.processor}:{spec.epoch}{plan_size}",
+        "    falkirk replay PLAN_ID",
+    ])
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """What the operator tells a job: which task, which epoch, under which regime, reading what."""
@@ -98,6 +132,9 @@ class JobSpec:
     replicas: int = 1
     # The partitioned inputs run as process pairs: each partition is read from one of its replicas.
     paired_inputs: tuple[str, ...] = ()
+    # The commits of other DAGs' tasks this run consumed through Airflow Assets (its triggering
+    # asset events that a Falkirk task emitted).
+    consumed: tuple[ConsumedEvent, ...] = ()
 
     @property
     def processor(self) -> str:
@@ -136,7 +173,16 @@ class JobSpec:
                             help="replicas per partition (2: process pairs)")
         parser.add_argument("--paired-input", action="append", default=[], dest="paired_inputs",
                             help="a partitioned input run as process pairs (repeatable)")
+        parser.add_argument("--consumed", action="append", default=[], metavar="JSON",
+                            help="a commit of another DAG's task this run consumed through an Asset: "
+                                 "{\"asset\": NAME, \"dag_id\", \"task_id\", \"epoch\", ...} (repeatable)")
         ns = parser.parse_args(argv)
+        consumed = []
+        for item in ns.consumed:
+            try:
+                consumed.append(ConsumedEvent.from_json(json.loads(item)))
+            except (ValueError, AssetEventError) as exc:  # json's errors are ValueErrors
+                parser.error(f"--consumed {item!r}: {exc}")
         counts = []
         for item in ns.input_partitions:
             task, _, n = item.partition("=")
@@ -154,7 +200,7 @@ class JobSpec:
         return cls(ns.dag_id, ns.task_id, ns.epoch, regime, ns.run_id, ns.try_number, ns.map_index,
                    ns.incarnation, tuple(ns.inputs), tuple(ns.products), ns.partitions, tuple(counts),
                    deterministic=not ns.nondeterministic, task_instance=ns.task_instance,
-                   replicas=ns.replicas, paired_inputs=tuple(ns.paired_inputs))
+                   replicas=ns.replicas, paired_inputs=tuple(ns.paired_inputs), consumed=tuple(consumed))
 
     def argv(self) -> list[str]:
         """The command line that :meth:`parse` reads back."""
@@ -177,4 +223,6 @@ class JobSpec:
             out += ["--replicas", str(self.replicas)]
         for name in self.paired_inputs:
             out += ["--paired-input", name]
+        for event in self.consumed:
+            out += ["--consumed", json.dumps(event.to_json(), sort_keys=True)]
         return out

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from falkirk.policies.asset_events import CommittedEpoch
 from falkirk.policies.job_spec import (REFUSAL_PREFIX, REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec,
-                                       completed_epoch_refusal)
+                                       completed_epoch_refusal, replaced_input_refusal)
 from falkirk.policies.pairs import Layout, Status
 from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id, replica_of
 from falkirk.policies.planning.from_ledger import compute_plan
@@ -47,13 +47,13 @@ from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, EpochTableError
 from falkirk.policies.store.control import Completions, Deliveries, Invalidations
-from falkirk.policies.store.ledger import (EXTERNAL_TIER, InputRef, Ledger, LedgerEntry, LedgerSnapshot, OutputRef,
-                                           external_uri)
+from falkirk.policies.store.ledger import (EXTERNAL_TIER, AssetInput, InputRef, Ledger, LedgerEntry, LedgerSnapshot,
+                                           OutputRef, external_uri)
 from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
 from falkirk.spark_jobs.job_log import say
 from falkirk.spark_jobs.faults import crash_point
-from falkirk.spark_jobs import pairs, sender_logs, steps
+from falkirk.spark_jobs import assets, pairs, sender_logs, steps
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
     from pyspark.sql import DataFrame, SparkSession
@@ -124,6 +124,9 @@ class EpochContext:
     reads_back: dict[tuple[str, str, int], int] = field(default_factory=dict)
     # The ledger rows this epoch was computed from: checked again around the commit point.
     depends_on: dict[tuple[str, int], LedgerEntry] = field(default_factory=dict)
+    # The epochs of other DAGs' tasks read through Assets (read_asset), and their DAGs' rows.
+    asset_inputs: list[AssetInput] = field(default_factory=list)
+    producer_snapshots: dict[str, LedgerSnapshot] = field(default_factory=dict, repr=False)
     # Whether the job checkpoints inside its epochs (iterate, chunks): only then does the
     # commit look for step checkpoints to delete.
     checkpoints_inside: bool = False
@@ -229,6 +232,12 @@ class EpochContext:
         for more in frames[1:]:
             frame = frame.unionByName(more)
         return self._slice(frame, routing) if isinstance(routing, Repartition) else frame
+
+    def read_asset(self, asset: str, output: str = "output") -> "DataFrame":
+        """Rows of ``output`` of the producer epochs this run consumed through the Airflow Asset
+        ``asset`` (a task of another DAG), each at the incarnation its DAG's ledger names now
+        (:mod:`falkirk.spark_jobs.assets`)."""
+        return assets.read_asset(self, asset, output)
 
     def iterate(self, step: Callable[["DataFrame", int], "DataFrame"], start: "DataFrame", *, times: int,
                 checkpoint_every: int) -> "DataFrame":
@@ -499,7 +508,10 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
     completions = Completions(store)
     if args.task_instance and completions.completed(done):
         size = plan_size(store, snapshot, args, BadEpoch(args.processor, args.epoch))
-        for line in completed_epoch_refusal(args, done.run_id, done.try_number, size).splitlines():
+        replaced = _replaced_read(args, done)
+        refusal = (replaced_input_refusal(args, *replaced, size) if replaced is not None
+                   else completed_epoch_refusal(args, done.run_id, done.try_number, size))
+        for line in refusal.splitlines():
             print(REFUSAL_PREFIX + line, flush=True)  # a line each: the operator joins them
         return REFUSED_EXIT_CODE
     say(f"{args.dag_id}.{args.processor} epoch {args.epoch}: already committed (incarnation {done.incarnation}, "
@@ -508,6 +520,18 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
         completions.record(done)
     print(CommittedEpoch.from_entry(done).line(), flush=True)  # the retried task instance's asset events carry it
     return 0
+
+
+def _replaced_read(args: JobSpec, done: LedgerEntry) -> tuple[str, int, int, int] | None:
+    """(producer, epoch, incarnation read, incarnation now) for a producer epoch ``done`` read
+    that one of this run's asset events replaces; ``None`` if none does."""
+    for event in args.consumed:
+        c = event.committed
+        for read in done.asset_inputs:
+            if (read.dag_id, read.task_id, read.map_index, read.epoch) == (c.dag_id, c.task_id, c.map_index, c.epoch) \
+                    and c.incarnation > read.incarnation:
+                return read.producer, read.epoch, read.incarnation, c.incarnation
+    return None
 
 
 def commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
@@ -616,6 +640,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         # on the completion of every epoch up to this one.
         notified_through=args.epoch,
         worker=worker_name(),
+        asset_inputs=tuple(ctx.asset_inputs),
     )
     entry = dataclasses.replace(entry, rollbacks_seen=_check_still_current(ctx, entry, appended=False))
     ctx.ledger.append(entry, snapshot=ctx.rows)  # through the handle the job read the ledger with

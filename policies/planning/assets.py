@@ -27,10 +27,11 @@ checks it against a brute-force oracle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from falkirk.policies.partitions import task_of
 from falkirk.policies.planning.recovery import BadEpoch, Failure, PlanError, RecoveryPlan
+from falkirk.policies.store.ledger import AssetInput, LedgerEntry
 
 
 @dataclass(frozen=True)
@@ -141,3 +142,43 @@ def plan_across_dags(dags: Mapping[str, PlanDag], edges: Sequence[AssetEdge],
             if e.producer_dag == dag:
                 handed[e.consumer_dag].extend(e.handed_down(reruns))
     return CrossDagPlan(tuple(plans), tuple(edges))
+
+
+def asset_edges(rows: Iterable[LedgerEntry]) -> list[AssetEdge]:
+    """The asset edges that consumers' ledger rows record: one per (producer task, consuming
+    task), with ``consumed[k]`` the producer epochs the consumer's epoch ``k`` read (over all
+    partitions of either task).
+
+    >>> from falkirk.policies.store.ledger import AssetInput
+    >>> def row(k, *epochs):
+    ...     return LedgerEntry("reports", "report", k, "eager_checkpoint", f"r{k}", 1, asset_inputs=tuple(
+    ...         AssetInput("orders.ranking", "orders", "publish", "output", e) for e in epochs))
+    >>> [(e.producer_dag, e.producer_task, e.consumer_task, e.consumed) for e in asset_edges([row(1, 1, 2), row(2, 3)])]
+    [('orders', 'publish', 'report', {1: (1, 2), 2: (3,)})]
+    """
+    consumed: dict[tuple[str, str, str, str], dict[int, set[int]]] = {}
+    for row in rows:
+        for read in row.asset_inputs:
+            edge = consumed.setdefault((read.dag_id, read.task_id, row.dag_id, row.task_id), {})
+            edge.setdefault(row.epoch, set()).add(read.epoch)
+    return [AssetEdge(p_dag, p_task, c_dag, c_task, runs)
+            for (p_dag, p_task, c_dag, c_task), runs in sorted(consumed.items())]
+
+
+def stale_reads(consumers: Iterable[LedgerEntry],
+                producers: Iterable[LedgerEntry]) -> list[tuple[LedgerEntry, AssetInput]]:
+    """The consumer checkpoints that read a producer epoch in an incarnation its ledger no
+    longer names (a recovery redid the epoch since, or rolled it back and has not yet redone
+    it), each with the read that is stale: what a recovery upstream left behind downstream.
+
+    >>> from falkirk.policies.store.ledger import AssetInput
+    >>> publish = [LedgerEntry("orders", "publish", e, "eager_checkpoint", f"r{e}", 1, incarnation=i)
+    ...            for e, i in ((1, 0), (2, 1))]
+    >>> report = [LedgerEntry("reports", "report", k, "eager_checkpoint", f"k{k}", 1, asset_inputs=(
+    ...           AssetInput("orders.ranking", "orders", "publish", "output", k),)) for k in (1, 2)]
+    >>> [(row.epoch, read.epoch, read.incarnation) for row, read in stale_reads(report, publish)]
+    [(2, 2, 0)]
+    """
+    current = {(e.dag_id, e.task_id, e.map_index, e.epoch): e.incarnation for e in producers}
+    return [(row, read) for row in consumers for read in row.asset_inputs
+            if current.get((read.dag_id, read.task_id, read.map_index, read.epoch)) != read.incarnation]

@@ -69,7 +69,8 @@ SCHEMA = pa.schema(
         pa.field("output_rows", pa.int64(), nullable=False),
         # JSON list of {"task_id", "output", "through"[, "reads_back"][, "map_index"]}: M̄ per input
         # (per producer partition), the last epoch consumed (and how far back before its own epoch the
-        # task read it).
+        # task read it); then one {"asset", "dag_id", "task_id", "output", "epoch"[, "incarnation"]
+        # [, "map_index"]} per epoch of another DAG's task the run consumed through an Asset.
         pa.field("inputs", pa.string(), nullable=False),
         # N̄: the last epoch whose completion this task acted on (null: none).
         pa.field("notified_through", pa.int64()),
@@ -144,6 +145,37 @@ class InputRef:
 
 
 @dataclass(frozen=True)
+class AssetInput:
+    """One epoch of another DAG's task that this task's run consumed through an Airflow Asset,
+    and the incarnation of that epoch it read (a recovery's redo of the epoch is a new one, and
+    leaves this run stale).
+
+    >>> read = AssetInput("orders.ranking", "orders", "publish", "output", epoch=3, incarnation=1)
+    >>> read.processor, read.producer
+    ('publish', 'orders.publish')
+    """
+
+    asset: str
+    dag_id: str
+    task_id: str
+    output: str
+    epoch: int
+    incarnation: int = 0
+    # The producer partition read (-1: the producer is not partitioned).
+    map_index: int = -1
+
+    @property
+    def processor(self) -> str:
+        """The producer as its own DAG's planner names it: ``task`` or ``task[i]``."""
+        return processor_id(self.task_id, self.map_index)
+
+    @property
+    def producer(self) -> str:
+        """``dag.task`` (or ``dag.task[i]``): the producer across DAGs."""
+        return f"{self.dag_id}.{self.processor}"
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """One checkpoint of one task: the metadata of its (task, epoch) commit."""
 
@@ -165,6 +197,9 @@ class LedgerEntry:
     committed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     worker: str | None = None
     rollbacks_seen: int | None = None
+    # The epochs of other DAGs' tasks this run consumed through Airflow Assets (kept in the
+    # ``inputs`` column, after the inputs of its own DAG).
+    asset_inputs: tuple[AssetInput, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("dag_id", "task_id", "run_id"):
@@ -210,13 +245,15 @@ class LedgerEntry:
         return state + tuple(o.uri for o in self.outputs if o.tier == "scratch")
 
     def to_row(self) -> dict[str, Any]:
-        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "asset_inputs"}
         row["outputs"] = json.dumps([{k: v for k, v in asdict(o).items() if k != "product" or v}
                                      for o in self.outputs], sort_keys=True)
         # reads_back and map_index only when set: rows of tasks that read just their own epoch of
         # unpartitioned producers stay as they were.
         row["inputs"] = json.dumps([{k: v for k, v in asdict(i).items() if _DEFAULT_INPUT.get(k, object()) != v}
-                                    for i in self.inputs], sort_keys=True)
+                                    for i in self.inputs]
+                                   + [{k: v for k, v in asdict(a).items() if _DEFAULT_ASSET_INPUT.get(k, object()) != v}
+                                      for a in self.asset_inputs], sort_keys=True)
         row["frontier"] = json.dumps(self.frontier)
         row["output_rows"] = self.output_rows
         return row
@@ -225,12 +262,15 @@ class LedgerEntry:
     def from_row(cls, row: dict[str, Any]) -> "LedgerEntry":
         values = {k: row[k] for k in _ENTRY_FIELDS if k in row}
         values["outputs"] = tuple(OutputRef(**o) for o in json.loads(row["outputs"]))
-        values["inputs"] = tuple(InputRef(**i) for i in json.loads(row.get("inputs") or "[]"))
+        inputs = json.loads(row.get("inputs") or "[]")
+        values["inputs"] = tuple(InputRef(**i) for i in inputs if "asset" not in i)
+        values["asset_inputs"] = tuple(AssetInput(**i) for i in inputs if "asset" in i)
         return cls(**values)
 
 
-_ENTRY_FIELDS = tuple(f.name for f in fields(LedgerEntry))
+_ENTRY_FIELDS = tuple(f.name for f in fields(LedgerEntry) if f.name != "asset_inputs")
 _DEFAULT_INPUT = {"reads_back": 0, "map_index": -1}
+_DEFAULT_ASSET_INPUT = {"incarnation": 0, "map_index": -1}
 
 
 class Ledger:

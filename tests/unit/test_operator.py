@@ -468,3 +468,98 @@ def test_a_partitions_commit_record_round_trips_through_its_line_and_extra() -> 
     assert done.extra()["falkirk"]["map_index"] == 3 and done.processor == "tally[3]" and not done.replacement
     assert "map_index" not in CommittedEpoch("clicks", "tally", 4).extra()["falkirk"]
     assert CommittedEpoch.parse_line("[falkirk] tally epoch 4: committed 7 output rows") is None
+
+
+def _orders_and_leaders():
+    """A producer task with partitioned outlets and a consumer task on the same epoch clock."""
+    from datetime import datetime, timedelta, timezone
+
+    from airflow.sdk import DAG, Asset
+
+    from falkirk.plugins.operators import RegimeSparkSubmitOperator
+    from falkirk.policies import Batch, EagerCheckpoint, EpochClock
+
+    clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+    ranking = Asset("orders.ranking")
+    with DAG("orders", schedule=None, start_date=clock.first):
+        publish = RegimeSparkSubmitOperator(task_id="publish", application="falkirk.spark_jobs.pipeline.publish",
+                                            regime=Batch(log_outputs=True), epoch_clock=clock, outlets=[ranking],
+                                            partition_outlets=True)
+    with DAG("leaders", schedule=None, start_date=clock.first):
+        leaders = RegimeSparkSubmitOperator(task_id="leaders", application="falkirk.spark_jobs.pipeline.leaders",
+                                            regime=EagerCheckpoint(), epoch_clock=clock)
+    return clock, ranking, publish, leaders
+
+
+def test_partition_outlets_key_each_asset_event_by_its_epochs_date() -> None:
+    """Airflow's own outlet accessor: the extra holds the commit, the partition key the date of
+    its epoch (a redo's event has its epoch's key, so it reaches the same consumer partition)."""
+    from airflow.sdk.definitions.asset import AssetUniqueKey
+    from airflow.sdk.execution_time.context import OutletEventAccessor
+
+    from falkirk.policies.asset_events import CommittedEpoch
+
+    clock, ranking, publish, _ = _orders_and_leaders()
+    for done in (CommittedEpoch("orders", "publish", 3), CommittedEpoch("orders", "publish", 3, incarnation=1)):
+        events = {ranking: OutletEventAccessor(key=AssetUniqueKey.from_asset(ranking))}
+        publish._describe_asset_events({"outlet_events": events}, done)
+        assert events[ranking].partition_keys == {"2026-01-03T00:00:00"}
+        assert events[ranking].extra["falkirk"]["incarnation"] == done.incarnation
+    publish.partition_outlets = False
+    events = {ranking: OutletEventAccessor(key=AssetUniqueKey.from_asset(ranking))}
+    publish._describe_asset_events({"outlet_events": events}, CommittedEpoch("orders", "publish", 3))
+    assert events[ranking].partition_keys == set()  # plain consumers (schedule=[asset]) still run on it
+
+
+def test_a_run_started_by_asset_events_runs_its_partitions_epoch_and_hands_the_job_what_it_consumed() -> None:
+    """A run Airflow started on asset events has no logical date: its epoch comes from its
+    partition key (or date); its Falkirk events, from Airflow's triggering-event accessor, reach
+    the job's spec oldest first, an event of a plain task left out."""
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.comms import AssetEventDagRunReferenceResult
+    from airflow.sdk.execution_time.context import TriggeringAssetEventsAccessor
+
+    from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent
+    from falkirk.policies.job_spec import JobSpec
+
+    _, _, _, leaders = _orders_and_leaders()
+
+    def event(extra: dict, minute: int) -> AssetEventDagRunReferenceResult:
+        return AssetEventDagRunReferenceResult(
+            asset={"name": "orders.ranking", "uri": "orders.ranking", "extra": {}}, extra=extra,
+            source_task_id="publish", source_dag_id="orders", source_run_id="epoch-3", source_map_index=-1,
+            source_aliases=[], timestamp=datetime(2026, 1, 5, 0, minute, tzinfo=timezone.utc),
+            partition_key="2026-01-03T00:00:00")
+
+    redo, first = CommittedEpoch("orders", "publish", 3, 1), CommittedEpoch("orders", "publish", 3)
+    triggering = TriggeringAssetEventsAccessor.build([event(redo.extra(), 9), event({"by": "hand"}, 5),
+                                                      event(first.extra(), 1)])
+    run = SimpleNamespace(logical_date=None, partition_date=None, partition_key="2026-01-03T00:00:00",
+                          run_id="asset_triggered__2026-01-05")
+    context = {"dag_run": run, "ti": SimpleNamespace(map_index=-1, try_number=1), "triggering_asset_events": triggering}
+    spec = leaders.job_spec(context)
+    assert spec.epoch == 3
+    assert spec.consumed == (ConsumedEvent("orders.ranking", first), ConsumedEvent("orders.ranking", redo))
+    assert JobSpec.parse(spec.argv()) == spec
+    # a temporal mapper's partition date wins over the key
+    run.partition_date, run.partition_key = datetime(2026, 1, 4, tzinfo=timezone.utc), "2026-01-04"
+    assert leaders.job_spec(context).epoch == 4
+    run.partition_date, run.partition_key = None, "eu-west"
+    with pytest.raises(RuntimeError, match=r"has no logical date .* Schedule leaders with "
+                                           r"PartitionedAssetTimetable\(assets=\.\.\.\) on assets whose Falkirk "
+                                           r"producer task sets partition_outlets=True"):
+        leaders.job_spec(context)
+
+
+def test_partition_outlets_must_be_a_bool() -> None:
+    from airflow.sdk import DAG
+
+    from falkirk.plugins.operators import RegimeSparkSubmitOperator
+    from falkirk.policies import Batch
+
+    clock, *_ = _orders_and_leaders()
+    with DAG("orders", schedule=None), pytest.raises(TypeError, match="partition_outlets='yes': give True or False"):
+        RegimeSparkSubmitOperator(task_id="publish", application="falkirk.spark_jobs.pipeline.publish",
+                                  regime=Batch(), epoch_clock=clock, partition_outlets="yes")

@@ -1,0 +1,142 @@
+"""Two DAGs joined by an Asset, through the real scheduler.
+
+``falkirk_orders``' ``publish`` updates the Asset ``falkirk_orders.ranking`` with each committed
+epoch, the epoch's date as the event's partition key; ``falkirk_orders_leaders`` is scheduled on
+it with ``PartitionedAssetTimetable``: one run per producer epoch, on the same epoch clock. Its
+stateful ``leaders`` reads the ranking through ``ctx.read_asset``.
+
+Epochs 1-4 of ``falkirk_orders`` run; each starts one run of ``leaders``, whose ledger row
+records the producer epoch and incarnation it read. Then a recovery in ``falkirk_orders``
+redoes ``publish`` 3 (a bad epoch): its replacement event starts a second run of leaders' epoch
+3, which is refused, naming the read that was replaced and the plan that redoes leaders from
+it; the ledgers show which of leaders' checkpoints read the replaced incarnation. A recovery of
+leaders from that epoch re-runs 3 and 4, which read the redo, and leaves every table equal to
+the failure-free run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devstack.airflow import AirflowStack
+from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs, run_id_of
+from devstack.spark import SparkConnectServer
+from falkirk.plugins.recovery import plan, replay
+from falkirk.policies.asset_events import epoch_partition_key
+from falkirk.policies.planning.assets import asset_edges, stale_reads
+from falkirk.policies.regimes import Tier
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.ledger import AssetInput, Ledger
+from tests.tables import table_rows
+
+pytestmark = pytest.mark.integration
+
+LEADERS = "falkirk_orders_leaders"
+ASSET = "falkirk_orders.ranking"
+EPOCHS = [1, 2, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def joined(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
+    root = tmp_path_factory.mktemp("assets")
+    store = StoreConfig(durable_uri=str(root / "durable"), scratch_uri=str(root / "scratch"))
+    stack = AirflowStack(home=root / "airflow", store=store, extra_env=spark_connect.airflow_env())
+    stack.init()
+    stack.start()
+    try:
+        client = stack.client()
+        client.wait_for_dag(LEADERS)
+        client.set_paused(LEADERS, False)
+        states = run_epochs(client, dag_epoch_clock(), EPOCHS, progress=print)
+        assert states == {e: "success" for e in EPOCHS}
+        runs = _leaders_runs(stack, len(EPOCHS))
+        for run in runs:
+            assert client.wait_for_run(LEADERS, run["dag_run_id"], timeout=600) == "success"
+        yield stack, store, client
+    finally:
+        stack.stop()
+
+
+def _leaders_runs(stack: AirflowStack, count: int, timeout: float = 300) -> list[dict]:
+    """leaders' DAG runs, oldest first, once there are ``count`` of them."""
+    from devstack.processes import wait_until
+
+    client = stack.client()
+    found: list[dict] = []
+
+    def enough() -> bool:
+        found[:] = client.request("GET", f"/api/v2/dags/{LEADERS}/dagRuns",
+                                  params={"order_by": "run_after", "limit": 100})["dag_runs"]
+        return len(found) >= count
+
+    wait_until(f"{count} runs of {LEADERS}", enough, timeout=timeout)
+    return list(found)
+
+
+def _oracle(ranking: list[dict], epochs: list[int]) -> list[tuple]:
+    """leaders' state after ``epochs``, computed from publish's rows in Python."""
+    on_top: dict[str, list[int]] = {}
+    for row in ranking:
+        if row["epoch"] in epochs and row["rank"] <= 3:
+            on_top.setdefault(row["customer"], []).append(row["rank"])
+    return sorted((c, len(ranks), min(ranks)) for c, ranks in on_top.items())
+
+
+def _state(store: StoreConfig, epoch: int, table: str = "state") -> list[tuple]:
+    rows = table_rows(store, f"leaders/{table}", dag_id=LEADERS, tier=Tier.DURABLE)
+    return sorted((r["customer"], r["epochs_on_top"], r["best_rank"]) for r in rows if r["epoch"] == epoch)
+
+
+def test_each_producer_epoch_starts_one_consumer_run_that_records_what_it_read(joined) -> None:
+    stack, store, client = joined
+    runs = _leaders_runs(stack, len(EPOCHS))
+    assert [r["partition_key"] for r in runs] == [epoch_partition_key(dag_epoch_clock().logical_date(e))
+                                                  for e in EPOCHS]
+    assert all(r["logical_date"] is None for r in runs)
+    rows = Ledger(store).entries(LEADERS, "leaders")
+    assert [(r.epoch, r.run_id, r.asset_inputs) for r in rows] == [
+        (e, runs[e - 1]["dag_run_id"], (AssetInput(ASSET, DAG_ID, "publish", "output", e, 0),)) for e in EPOCHS]
+    [edge] = asset_edges(rows)
+    assert (edge.producer_dag, edge.producer_task, edge.consumer_dag, edge.consumer_task, edge.consumed) == (
+        DAG_ID, "publish", LEADERS, "leaders", {e: (e,) for e in EPOCHS})
+    ranking = table_rows(store, "publish/output")
+    for e in EPOCHS:
+        assert _state(store, e) == _oracle(ranking, list(range(1, e + 1))), f"leaders' state of epoch {e}"
+
+
+def test_a_producer_redo_leaves_the_consumer_visibly_stale_and_its_recovery_reads_the_redo(joined) -> None:
+    stack, store, client = joined
+    before = {e: _state(store, e) for e in EPOCHS}
+    redo = plan(DAG_ID, store, client, bad_epochs=[("publish", 3)])
+    assert {(t, e) for t, e in redo.rerun_set()} == {("publish", 3)}
+    replay(redo.plan_id, store, client, holder="admin")
+    publish = Ledger(store).entries(DAG_ID, "publish")
+    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 1), (4, 0)]
+    # Airflow's own answer: the replacement event starts leaders' epoch 3 again, which alone
+    # would leave epoch 4 built on the old ranking; the job refuses it, naming the replaced read
+    # and the plan, so the run fails, visibly.
+    runs = _leaders_runs(stack, len(EPOCHS) + 1)
+    again = runs[-1]
+    assert again["partition_key"] == runs[2]["partition_key"]
+    assert client.wait_for_run(LEADERS, again["dag_run_id"], timeout=600) == "failed"
+    log = client.task_log(LEADERS, again["dag_run_id"], "leaders", 1)
+    assert ("leaders epoch 3 read falkirk_orders.publish epoch 3 as incarnation 0, which a recovery there has "
+            "replaced") in log, log[-2000:]
+    assert f"falkirk plan --dag {LEADERS} --bad-epoch leaders:3 (re-runs 2 task instances" in log, log[-2000:]
+    # The ledgers name the stale checkpoint: leaders' epoch 3 read publish 3 as incarnation 0.
+    stale = stale_reads(Ledger(store).entries(LEADERS, "leaders"), publish)
+    assert [(row.epoch, read.epoch, read.incarnation) for row, read in stale] == [(3, 3, 0)]
+    # Recovered from that epoch, leaders re-runs 3 and 4 (it keeps state), reading the redo.
+    fix = plan(LEADERS, store, client, stale_inputs=True)
+    assert fix.failures == plan(LEADERS, store, client, bad_epochs=[("leaders", 3)], record=False).failures
+    assert {(t, e) for t, e in fix.rerun_set()} == {("leaders", 3), ("leaders", 4)}
+    replay(fix.plan_id, store, client, holder="admin", timeout=900)
+    rows = Ledger(store).entries(LEADERS, "leaders")
+    assert [(r.epoch, r.incarnation, [(a.epoch, a.incarnation) for a in r.asset_inputs]) for r in rows] == [
+        (1, 0, [(1, 0)]), (2, 0, [(2, 0)]), (3, 1, [(3, 1)]), (4, 1, [(4, 0)])]
+    assert stale_reads(rows, publish) == []
+    # publish is deterministic: its redo holds the same ranking, and so do leaders' redone epochs
+    assert {e: _state(store, e) for e in EPOCHS} == before
+    assert {e: _state(store, e, "output") for e in EPOCHS} == before

@@ -1,0 +1,52 @@
+"""What a consumer DAG's ledger rows say about the producer epochs they read through Assets:
+the rows round-trip through the ledger table, and the planner reads edges and stale reads off them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from falkirk.policies.planning.assets import asset_edges, stale_reads
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.ledger import AssetInput, InputRef, Ledger, LedgerEntry
+
+ASSET = "orders.ranking"
+
+
+def _read(k: int, *reads: tuple[int, int], task: str = "leaders", map_index: int = -1) -> LedgerEntry:
+    return LedgerEntry("leaders", task, k, "eager_checkpoint", f"asset_triggered__{k}", 1, map_index=map_index,
+                       inputs=(InputRef("prepare", "output", k),),
+                       asset_inputs=tuple(AssetInput(ASSET, "orders", "publish", "output", e, i) for e, i in reads))
+
+
+def test_asset_inputs_round_trip_through_the_ledger_table_beside_the_dags_own_inputs(tmp_path: Path) -> None:
+    ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
+    row = _read(2, (3, 1), (4, 0))
+    partitioned = LedgerEntry("leaders", "by_region", 2, "eager_checkpoint", "r", 1, asset_inputs=(
+        AssetInput(ASSET, "orders", "publish", "output", 2, 0, map_index=1),))
+    for entry in (row, partitioned, _read(3)):
+        ledger.append(entry)
+    back = {(e.task_id, e.epoch, e.map_index): e for e in ledger.entries("leaders")}
+    assert back["leaders", 2, -1].asset_inputs == row.asset_inputs
+    assert back["leaders", 2, -1].inputs == row.inputs  # the DAG's own inputs alone, as the planner reads them
+    assert back["leaders", 3, -1].asset_inputs == ()
+    assert back["by_region", 2, -1].asset_inputs == partitioned.asset_inputs  # read producer partition 1
+    # a row without asset inputs is written exactly as before they existed
+    assert json.loads(_read(3).to_row()["inputs"]) == [{"output": "output", "task_id": "prepare", "through": 3}]
+    assert json.loads(partitioned.to_row()["inputs"]) == [
+        {"asset": ASSET, "dag_id": "orders", "epoch": 2, "map_index": 1, "output": "output", "task_id": "publish"}]
+
+
+def test_edges_gather_every_epoch_a_run_read_over_partitions() -> None:
+    rows = [_read(1, (1, 0), (2, 0), map_index=0), _read(1, (2, 0), map_index=1), _read(2, (3, 0)), _read(3)]
+    [edge] = asset_edges(rows)
+    assert edge.consumed == {1: (1, 2), 2: (3,)}
+    assert edge.stale_runs({"publish": (2, 3)}) == (1, 2)
+
+
+def test_a_read_is_stale_once_its_producer_epoch_is_redone_or_rolled_back_and_not_yet_redone() -> None:
+    producer = [LedgerEntry("orders", "publish", e, "batch(log_outputs=true)", f"epoch-{e}", 1, incarnation=i)
+                for e, i in ((1, 0), (2, 2), (4, 0))]  # epoch 3 rolled back, not yet redone
+    rows = [_read(1, (1, 0)), _read(2, (2, 1)), _read(3, (3, 0)), _read(4, (4, 0)), _read(5, (2, 2))]
+    assert [(row.epoch, read.epoch, read.incarnation) for row, read in stale_reads(rows, producer)] == [
+        (2, 2, 1), (3, 3, 0)]
