@@ -429,7 +429,8 @@ def consumed_events(triggering: Mapping[Any, Sequence[Any]] | None) -> tuple[Con
             committed = CommittedEpoch.from_extra(event.extra)
             if committed is not None:
                 found.append((event.timestamp, ConsumedEvent(asset.name, committed)))
-    # An event reached through an asset alias is listed under the alias too: once each.
+    # An event reached through an asset alias is listed under the alias too: the job may read it
+    # by either name (read_asset reads each producer epoch once).
     return tuple(dict.fromkeys(event for _, event in sorted(found, key=lambda item: item[0])))
 
 
