@@ -110,3 +110,31 @@ def test_two_attempts_at_the_same_instant_commit_once(spark, store: StoreConfig,
     assert tables(store) == {name: (0, [{"amount": 10, "customer": c, "epoch": 1} for c in "ab"])
                              for name in ("output", "state")}
     assert rows[0].state_version == 0 and [o.version for o in rows[0].outputs] == [0]
+
+
+def test_compactions_racing_on_the_ledger_leave_each_row_once(store: StoreConfig) -> None:
+    """Four compactions of the ledger at once, on the local store and on the S3-compatible
+    server (whose conditional writes are what makes a claim exclusive there): one claims the
+    table and compacts, the others do nothing, and every row is there once."""
+    import threading
+
+    from falkirk.policies import LedgerEntry
+
+    ledger = Ledger(store)
+    for epoch in range(1, 13):
+        ledger.append(LedgerEntry("d", "t", epoch, "ephemeral", f"r{epoch}", 1))
+    barrier, removed = threading.Barrier(4), []
+
+    def race() -> None:
+        barrier.wait()
+        removed.append(ledger.compact())
+
+    racers = [threading.Thread(target=race) for _ in range(4)]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join(120)
+    table = open_table(ledger.uri, store.options_for(ledger.uri))
+    assert sorted(r["epoch"] for r in scan(table).to_pylist()) == list(range(1, 13))
+    assert sorted(removed) == [0, 0, 0, 12]
+    assert [h["operation"] for h in table.history()].count("OPTIMIZE") == 1
