@@ -44,10 +44,7 @@ def read_asset(ctx: "EpochContext", asset: str, output: str = "output") -> "Data
         if entry is None:
             raise JobError(f"{me}: {producer} has no current commit of epoch {epoch}: a recovery rolled it back "
                            f"and has not redone it yet. This epoch can run once the redo is committed")
-        ref = next((o for o in entry.outputs if o.name == output), None)
-        if ref is None:
-            raise JobError(f"{me}: {producer} has no output {output!r}; it has {[o.name for o in entry.outputs]}")
-        frames.append(ctx._read(ref.uri, entry, ref.rows, f"output {output!r} of {producer}"))
+        frames.append(ctx.read_output(entry, output, repr(producer), repr(producer)))
         ctx.asset_inputs.append(AssetInput(asset, dag_id, task_id, output, epoch, entry.incarnation, map_index))
     frame = frames[0]
     for more in frames[1:]:

@@ -277,21 +277,26 @@ class EpochContext:
                 f"{self.args.processor}: upstream task {producer!r} has no checkpoint for epoch {epoch}; "
                 f"run {producer} for this epoch first"
             )
-        ref = next((o for o in entry.outputs if o.name == output), None)
-        if ref is None:
-            names = [o.name for o in entry.outputs]
-            raise JobError(f"{self.args.processor}: task {task_id!r} has no output {output!r}; it has {names}")
-        if ref.tier == EXTERNAL_TIER:
-            raise JobError(f"{self.args.processor}: {task_id!r} sent {output!r} to {ref.uri[len('external:'):]}, "
-                           f"outside the store; read one of its output tables instead")
-        if ref.tier == Tier.SCRATCH.value:
-            self._check_on_this_worker(entry, f"output {output!r} of {task_id!r}")
-        frame = self._read(ref.uri, entry, ref.rows, f"output {output!r} of {producer!r}")
+        frame = self.read_output(entry, output, repr(task_id), repr(producer))
         self.depends_on[producer, epoch] = entry
         key = (task_id, output, map_index)
         self.consumed[key] = max(self.consumed.get(key, epoch), epoch)
         self.reads_back[key] = max(self.reads_back.get(key, 0), self.epoch - epoch)
         return frame
+
+    def read_output(self, entry: LedgerEntry, output: str, task: str, producer: str) -> "DataFrame":
+        """The rows of ``output`` that the commit ``entry`` holds, read where its tier keeps them;
+        ``task`` and ``producer`` name the writer in errors (the task, and it or its partition)."""
+        ref = next((o for o in entry.outputs if o.name == output), None)
+        if ref is None:
+            names = [o.name for o in entry.outputs]
+            raise JobError(f"{self.args.processor}: task {task} has no output {output!r}; it has {names}")
+        if ref.tier == EXTERNAL_TIER:
+            raise JobError(f"{self.args.processor}: {task} sent {output!r} to {ref.uri[len('external:'):]}, "
+                           f"outside the store; read one of its output tables instead")
+        if ref.tier == Tier.SCRATCH.value:
+            self._check_on_this_worker(entry, f"output {output!r} of {task}")
+        return self._read(ref.uri, entry, ref.rows, f"output {output!r} of {producer}")
 
     def previous_state(self) -> "DataFrame | None":
         """The state as of this task's latest checkpoint before this epoch; ``None`` at the start (∅)."""
