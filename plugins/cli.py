@@ -87,7 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "  falkirk plan --dag falkirk_clicks --bad-epoch source:4 --json\n"
                             "  falkirk plan --dag falkirk_clicks --lost-scratch .falkirk/scratch/falkirk_clicks\n"
                             "  falkirk plan --dag falkirk_orders --lost-worker worker-a\n"
-                            "  falkirk plan --dag falkirk_shards --bad-epoch 'events[1]:3'   # one partition\n")
+                            "  falkirk plan --dag falkirk_shards --bad-epoch 'events[1]:3'   # one partition\n"
+                            "  falkirk plan --dag falkirk_orders --bad-epoch ingest:3 --consumers   # and the DAGs "
+                            "reading it\n")
     plan.add_argument("--dag", required=True)
     plan.add_argument("--failed-task", action="append", default=[], metavar="TASK[:EPOCH]",
                       help="a failed task, or one partition TASK[i] of a partitioned task; without an epoch, its "
@@ -102,14 +104,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan.add_argument("--stale-inputs", action="store_true",
                       help="every epoch that read an epoch of another DAG (through an Asset) which a recovery "
                            "there has redone since")
+    plan.add_argument("--consumers", action="store_true",
+                      help="plan, too, every DAG that read (through an Asset) an epoch this plan redoes, and the "
+                           "DAGs reading those: one plan per DAG, replayed producers first")
     plan.add_argument("--last-epoch", type=_epoch_arg,
                       help="the latest epoch with a DAG run (default: the DAG's latest run in Airflow, else the "
                            "ledger's newest epoch)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     replay = sub.add_parser("replay", help="execute a recorded plan through Airflow and wait for it",
                             formatter_class=argparse.RawDescriptionHelpFormatter,
-                            epilog=STORE_VARIABLES + AIRFLOW_VARIABLES + "\nexample:\n  falkirk replay 3f9c0a1b2c4d\n")
-    replay.add_argument("plan_id")
+                            epilog=STORE_VARIABLES + AIRFLOW_VARIABLES + "\nexamples:\n  falkirk replay 3f9c0a1b2c4d\n"
+                                   "  falkirk replay 3f9c0a1b2c4d 8e1d2f3a4b5c   # a plan across DAGs, "
+                                   "producers first\n")
+    replay.add_argument("plan_id", nargs="+", help="a plan's id; several (from plan --consumers): replayed in "
+                                                     "order, each DAG's to its end before the next")
     replay.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the re-runs")
     gc = sub.add_parser("gc", help="garbage-collect checkpoints, logs and scratch below the low-watermarks",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -363,11 +371,24 @@ def _plan(args: argparse.Namespace) -> int:
             instances.append(_task_epoch("--failed-task", value))
         else:
             tasks.append(value)
-    result = plan(args.dag, _store(), _client(args.airflow_url, required=bool(tasks)),
-                  failed_tasks=tasks, failed_instances=instances, lost_scratch=args.lost_scratch,
-                  lost_workers=args.lost_worker,
-                  bad_epochs=[_task_epoch("--bad-epoch", v) for v in args.bad_epoch], stale_inputs=args.stale_inputs,
-                  last_epoch=args.last_epoch)
+    failures = dict(failed_tasks=tasks, failed_instances=instances, lost_scratch=args.lost_scratch,
+                    lost_workers=args.lost_worker, bad_epochs=[_task_epoch("--bad-epoch", v) for v in args.bad_epoch],
+                    stale_inputs=args.stale_inputs, last_epoch=args.last_epoch)
+    client = _client(args.airflow_url, required=bool(tasks))
+    if args.consumers:
+        from falkirk.plugins.asset_recovery import plan_across
+
+        across = plan_across(args.dag, _store(), client, **failures)
+        if args.json:
+            json.dump({"plans": [p.to_json() for p in across.plans]}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            print(across.table())
+            print(f"re-runs {len(across.rerun_set())} task instances in {len(across.plans)} DAGs "
+                  f"({', '.join(across.dags())})")
+            print(f"execute it with: falkirk replay {' '.join(p.plan_id for p in across.plans)}")
+        return 0
+    result = plan(args.dag, _store(), client, **failures)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -385,8 +406,14 @@ def _replay(args: argparse.Namespace) -> int:
     from falkirk.policies.planning.recovery_log import AlreadyReplayed
 
     client = _client(args.airflow_url, required=True)
+    if len(args.plan_id) > 1:
+        from falkirk.plugins.asset_recovery import replay_across
+
+        replay_across(args.plan_id, _store(), client, holder=_airflow_user(client),
+                      progress=lambda m: print(m, flush=True), timeout=args.timeout)
+        return 0
     try:
-        replay(args.plan_id, _store(), client, holder=_airflow_user(client),
+        replay(args.plan_id[0], _store(), client, holder=_airflow_user(client),
                progress=lambda m: print(m, flush=True), timeout=args.timeout)
     except AlreadyReplayed as exc:
         print(f"falkirk replay: {exc}")

@@ -512,6 +512,11 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
         return None
     completions = Completions(store)
     if args.task_instance and completions.completed(done):
+        if done.run_id != args.run_id and _reads_reflected(args, done):
+            say(f"{args.dag_id}.{args.processor} epoch {args.epoch}: run {done.run_id} already read every asset "
+                f"event of this run (at incarnation {done.incarnation}); nothing to do")
+            print(CommittedEpoch.from_entry(done).line(), flush=True)
+            return 0
         size = plan_size(store, snapshot, args, BadEpoch(args.processor, args.epoch))
         replaced = _replaced_read(args, done)
         refusal = (replaced_input_refusal(args, *replaced, size) if replaced is not None
@@ -525,6 +530,16 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
         completions.record(done)
     print(CommittedEpoch.from_entry(done).line(), flush=True)  # the retried task instance's asset events carry it
     return 0
+
+
+def _reads_reflected(args: JobSpec, done: LedgerEntry) -> bool:
+    """Whether ``done`` read every producer epoch this run's asset events name, each at the
+    event's incarnation or a later one: a second run Airflow started on an event the epoch's
+    commit already reflects (a redo's event arriving after the consumer was redone too)."""
+    read = {(r.dag_id, r.task_id, r.map_index, r.epoch): r.incarnation for r in done.asset_inputs}
+    return bool(args.consumed) and all(
+        read.get((c.dag_id, c.task_id, c.map_index, c.epoch), -1) >= c.incarnation
+        for c in (event.committed for event in args.consumed))
 
 
 def _replaced_read(args: JobSpec, done: LedgerEntry) -> tuple[str, int, int, int] | None:

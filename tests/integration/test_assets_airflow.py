@@ -12,6 +12,10 @@ redoes ``publish`` 3 (a bad epoch): its replacement event starts a second run of
 it; the ledgers show which of leaders' checkpoints read the replaced incarnation. A recovery of
 leaders from that epoch re-runs 3 and 4, which read the redo, and leaves every table equal to
 the failure-free run.
+
+Then a bad input in ``falkirk_orders``' epoch 3 is recovered by one plan across both DAGs,
+replayed producers first: the consumer's epochs re-run only once the producer's redone epochs
+are committed, and the runs Airflow starts on the redone epochs' events are settled.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pytest
 from devstack.airflow import AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs, run_id_of
 from devstack.spark import SparkConnectServer
+from falkirk.plugins.asset_recovery import plan_across
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.asset_events import epoch_partition_key
 from falkirk.policies.planning.assets import asset_edges, stale_reads
@@ -138,5 +143,53 @@ def test_a_producer_redo_leaves_the_consumer_visibly_stale_and_its_recovery_read
         (1, 0, [(1, 0)]), (2, 0, [(2, 0)]), (3, 1, [(3, 1)]), (4, 1, [(4, 0)])]
     assert stale_reads(rows, publish) == []
     # publish is deterministic: its redo holds the same ranking, and so do leaders' redone epochs
+    assert {e: _state(store, e) for e in EPOCHS} == before
+    assert {e: _state(store, e, "output") for e in EPOCHS} == before
+
+
+def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consumer_epoch_that_read_it(
+        joined, monkeypatch, capsys) -> None:
+    from falkirk.plugins.cli import main
+
+    stack, store, client = joined
+    for k, v in {**store.env(), "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+        monkeypatch.setenv(k, v)
+    before = {e: _state(store, e) for e in EPOCHS}
+    earlier = len(_leaders_runs(stack, len(EPOCHS) + 1))
+    across = plan_across(DAG_ID, store, client, bad_epochs=[("ingest", 3)], record=False)
+    assert main(["plan", "--dag", DAG_ID, "--bad-epoch", "ingest:3", "--consumers"]) == 0
+    out = capsys.readouterr().out
+    assert across.table() in out and "re-runs 7 task instances in 2 DAGs (falkirk_orders, falkirk_orders_leaders)" in out
+    ids = [p.plan_id for p in across.plans]
+    assert f"execute it with: falkirk replay {ids[0]} {ids[1]}" in out
+    # By hand: ingest (ephemeral) redoes 3; aggregate (eager) read it, restores its epoch 2 and
+    # redoes 3 and 4; publish (batch) reads aggregate's 3 and 4 again. leaders' runs 3 and 4 read
+    # publish 3 and 4 (one producer epoch per run): leaders restores its epoch 2, redoes 3 and 4.
+    assert across.dags() == (DAG_ID, LEADERS)
+    assert across.rerun_set() == {(DAG_ID, "ingest", 3), (LEADERS, "leaders", 3), (LEADERS, "leaders", 4),
+                                  *((DAG_ID, t, e) for t in ("aggregate", "publish") for e in (3, 4))}
+    assert across.plan(LEADERS).task("leaders").restore_from.epoch == 2
+    assert across.plan(DAG_ID) == plan(DAG_ID, store, client, bad_epochs=[("ingest", 3)], record=False)
+    assert main(["replay", *ids]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    # leaders' replay started once falkirk_orders' had ended, and after Airflow's second runs of
+    # leaders 3 and 4 (started on the redone epochs' events) had ended, refused
+    assert out.index(f"plan {ids[0]}: done, 5 task instances re-ran") < out.index(
+        f"{LEADERS}: waiting for the runs Airflow starts") < out.index(f"plan {ids[1]}: invalidated 2 ledger rows")
+    assert f"plan {ids[1]}: done, 2 task instances re-ran" in out and "replaying now" not in out
+    publish = Ledger(store).entries(DAG_ID, "publish")
+    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 2), (4, 1)]
+    rows = Ledger(store).entries(LEADERS, "leaders")
+    assert [(r.epoch, r.incarnation, [(a.epoch, a.incarnation) for a in r.asset_inputs]) for r in rows] == [
+        (1, 0, [(1, 0)]), (2, 0, [(2, 0)]), (3, 2, [(3, 2)]), (4, 2, [(4, 1)])]
+    assert stale_reads(rows, publish) == []
+    # Airflow started leaders 3 and 4 again on the redone epochs' events: refused while leaders
+    # still read the replaced epochs, then marked success, naming the plan that redid them.
+    second = _leaders_runs(stack, earlier + 2)[earlier:]
+    assert [(r["partition_key"], r["state"]) for r in second] == [
+        (epoch_partition_key(dag_epoch_clock().logical_date(e)), "success") for e in (3, 4)]
+    assert all(f"plan {across.plan(LEADERS).plan_id}" in r["note"] for r in second), [r["note"] for r in second]
     assert {e: _state(store, e) for e in EPOCHS} == before
     assert {e: _state(store, e, "output") for e in EPOCHS} == before
