@@ -5,7 +5,7 @@ epoch, the epoch's date as the event's partition key; ``falkirk_orders_leaders``
 it with ``PartitionedAssetTimetable``: one run per producer epoch, on the same epoch clock. Its
 stateful ``leaders`` reads the ranking through ``ctx.read_asset``.
 
-Epochs 1-4 of ``falkirk_orders`` run; each starts one run of ``leaders``, whose ledger row
+Epochs 1-6 of ``falkirk_orders`` run; each starts one run of ``leaders``, whose ledger row
 records the producer epoch and incarnation it read. Then a recovery in ``falkirk_orders``
 redoes ``publish`` 3 (a bad epoch): its replacement event starts a second run of leaders' epoch
 3, which is refused, naming the read that was replaced and the plan that redoes leaders from
@@ -29,7 +29,7 @@ from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs, run_id_of
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.asset_recovery import plan_across
 from falkirk.plugins.recovery import plan, replay
-from falkirk.policies.asset_events import epoch_partition_key
+from falkirk.policies.asset_events import CommittedEpoch, epoch_partition_key
 from falkirk.policies.planning.assets import asset_edges, stale_reads
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.integration
 
 LEADERS = "falkirk_orders_leaders"
 ASSET = "falkirk_orders.ranking"
-EPOCHS = [1, 2, 3, 4]
+EPOCHS = [1, 2, 3, 4, 5, 6]
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_a_producer_redo_leaves_the_consumer_visibly_stale_and_its_recovery_read
     assert {(t, e) for t, e in redo.rerun_set()} == {("publish", 3)}
     replay(redo.plan_id, store, client, holder="admin")
     publish = Ledger(store).entries(DAG_ID, "publish")
-    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 1), (4, 0)]
+    assert [(r.epoch, r.incarnation) for r in publish] == [(e, int(e == 3)) for e in EPOCHS]
     # Airflow's own answer: the replacement event starts leaders' epoch 3 again, which alone
     # would leave epoch 4 built on the old ranking; the job refuses it, naming the replaced read
     # and the plan, so the run fails, visibly.
@@ -129,18 +129,18 @@ def test_a_producer_redo_leaves_the_consumer_visibly_stale_and_its_recovery_read
     log = client.task_log(LEADERS, again["dag_run_id"], "leaders", 1)
     assert ("leaders epoch 3 read falkirk_orders.publish epoch 3 as incarnation 0, which a recovery there has "
             "replaced") in log, log[-2000:]
-    assert f"falkirk plan --dag {LEADERS} --bad-epoch leaders:3 (re-runs 2 task instances" in log, log[-2000:]
+    assert f"falkirk plan --dag {LEADERS} --bad-epoch leaders:3 (re-runs 4 task instances" in log, log[-2000:]
     # The ledgers name the stale checkpoint: leaders' epoch 3 read publish 3 as incarnation 0.
     stale = stale_reads(Ledger(store).entries(LEADERS, "leaders"), publish)
     assert [(row.epoch, read.epoch, read.incarnation) for row, read in stale] == [(3, 3, 0)]
-    # Recovered from that epoch, leaders re-runs 3 and 4 (it keeps state), reading the redo.
+    # Recovered from that epoch, leaders re-runs 3 to 6 (it keeps state), reading the redo.
     fix = plan(LEADERS, store, client, stale_inputs=True)
     assert fix.failures == plan(LEADERS, store, client, bad_epochs=[("leaders", 3)], record=False).failures
-    assert {(t, e) for t, e in fix.rerun_set()} == {("leaders", 3), ("leaders", 4)}
+    assert {(t, e) for t, e in fix.rerun_set()} == {("leaders", e) for e in range(3, 7)}
     replay(fix.plan_id, store, client, holder="admin", timeout=900)
     rows = Ledger(store).entries(LEADERS, "leaders")
     assert [(r.epoch, r.incarnation, [(a.epoch, a.incarnation) for a in r.asset_inputs]) for r in rows] == [
-        (1, 0, [(1, 0)]), (2, 0, [(2, 0)]), (3, 1, [(3, 1)]), (4, 1, [(4, 0)])]
+        (e, int(e >= 3), [(e, int(e == 3))]) for e in EPOCHS]
     assert stale_reads(rows, publish) == []
     # publish is deterministic: its redo holds the same ranking, and so do leaders' redone epochs
     assert {e: _state(store, e) for e in EPOCHS} == before
@@ -160,36 +160,50 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
     across = plan_across(DAG_ID, store, client, bad_epochs=[("ingest", 3)], record=False)
     assert main(["plan", "--dag", DAG_ID, "--bad-epoch", "ingest:3", "--consumers"]) == 0
     out = capsys.readouterr().out
-    assert across.table() in out and "re-runs 7 task instances in 2 DAGs (falkirk_orders, falkirk_orders_leaders)" in out
+    assert across.table() in out and "re-runs 13 task instances in 2 DAGs (falkirk_orders, falkirk_orders_leaders)" in out
     ids = [p.plan_id for p in across.plans]
     assert f"execute it with: falkirk replay {ids[0]} {ids[1]}" in out
     # By hand: ingest (ephemeral) redoes 3; aggregate (eager) read it, restores its epoch 2 and
-    # redoes 3 and 4; publish (batch) reads aggregate's 3 and 4 again. leaders' runs 3 and 4 read
-    # publish 3 and 4 (one producer epoch per run): leaders restores its epoch 2, redoes 3 and 4.
+    # redoes 3-6; publish (batch) reads aggregate's 3-6 again. leaders' runs 3-6 read publish 3-6
+    # (one producer epoch per run): leaders restores its epoch 2 and redoes 3-6.
     assert across.dags() == (DAG_ID, LEADERS)
-    assert across.rerun_set() == {(DAG_ID, "ingest", 3), (LEADERS, "leaders", 3), (LEADERS, "leaders", 4),
-                                  *((DAG_ID, t, e) for t in ("aggregate", "publish") for e in (3, 4))}
+    assert across.rerun_set() == {(DAG_ID, "ingest", 3), *((LEADERS, "leaders", e) for e in range(3, 7)),
+                                  *((DAG_ID, t, e) for t in ("aggregate", "publish") for e in range(3, 7))}
     assert across.plan(LEADERS).task("leaders").restore_from.epoch == 2
     assert across.plan(DAG_ID) == plan(DAG_ID, store, client, bad_epochs=[("ingest", 3)], record=False)
     assert main(["replay", *ids]) == 0
     out = capsys.readouterr().out
     print(out)
     # leaders' replay started once falkirk_orders' had ended, and after Airflow's second runs of
-    # leaders 3 and 4 (started on the redone epochs' events) had ended, refused
-    assert out.index(f"plan {ids[0]}: done, 5 task instances re-ran") < out.index(
-        f"{LEADERS}: waiting for the runs Airflow starts") < out.index(f"plan {ids[1]}: invalidated 2 ledger rows")
-    assert f"plan {ids[1]}: done, 2 task instances re-ran" in out and "replaying now" not in out
+    # leaders 3-6 (started on the redone epochs' events) had ended, refused
+    assert out.index(f"plan {ids[0]}: done, 9 task instances re-ran") < out.index(
+        f"{LEADERS}: waiting for the runs Airflow starts") < out.index(f"plan {ids[1]}: invalidated 4 ledger rows")
+    assert f"plan {ids[1]}: done, 4 task instances re-ran" in out and "replaying now" not in out
     publish = Ledger(store).entries(DAG_ID, "publish")
-    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 2), (4, 1)]
+    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 2), (4, 1), (5, 1), (6, 1)]
     rows = Ledger(store).entries(LEADERS, "leaders")
     assert [(r.epoch, r.incarnation, [(a.epoch, a.incarnation) for a in r.asset_inputs]) for r in rows] == [
-        (1, 0, [(1, 0)]), (2, 0, [(2, 0)]), (3, 2, [(3, 2)]), (4, 2, [(4, 1)])]
+        (1, 0, [(1, 0)]), (2, 0, [(2, 0)]), (3, 2, [(3, 2)]), (4, 2, [(4, 1)]), (5, 2, [(5, 1)]), (6, 2, [(6, 1)])]
     assert stale_reads(rows, publish) == []
-    # Airflow started leaders 3 and 4 again on the redone epochs' events: refused while leaders
+    # Airflow started leaders 3-6 again on the redone epochs' events: refused while leaders
     # still read the replaced epochs, then marked success, naming the plan that redid them.
-    second = _leaders_runs(stack, earlier + 2)[earlier:]
+    second = _leaders_runs(stack, earlier + 4)[earlier:]
     assert [(r["partition_key"], r["state"]) for r in second] == [
-        (epoch_partition_key(dag_epoch_clock().logical_date(e)), "success") for e in (3, 4)]
-    assert all(f"plan {across.plan(LEADERS).plan_id}" in r["note"] for r in second), [r["note"] for r in second]
+        (epoch_partition_key(dag_epoch_clock().logical_date(e)), "success") for e in range(3, 7)]
+    assert all(f"plan {ids[1]}" in r["note"] for r in second), [r["note"] for r in second]
     assert {e: _state(store, e) for e in EPOCHS} == before
     assert {e: _state(store, e, "output") for e in EPOCHS} == before
+
+    # An event that arrives after the recovery (publish 4's redo, sent again): Airflow starts
+    # leaders 4 once more, and its job finds the event already read, and does nothing.
+    [asset] = [a for a in client.request("GET", "/api/v2/assets", params={"name_pattern": ASSET})["assets"]
+               if a["name"] == ASSET]
+    key = epoch_partition_key(dag_epoch_clock().logical_date(4))
+    client.request("POST", "/api/v2/assets/events", json={
+        "asset_id": asset["id"], "partition_key": key, "extra": CommittedEpoch.from_entry(publish[3]).extra()})
+    late = _leaders_runs(stack, earlier + 5)[-1]
+    assert late["partition_key"] == key
+    assert client.wait_for_run(LEADERS, late["dag_run_id"], timeout=300) == "success"
+    log = client.task_log(LEADERS, late["dag_run_id"], "leaders", 1)
+    assert f"leaders epoch 4: run {rows[3].run_id} already read every asset event of this run" in log, log[-2000:]
+    assert Ledger(store).entries(LEADERS, "leaders") == rows
