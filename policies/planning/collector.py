@@ -10,8 +10,9 @@ moment): whatever fails, ``t`` never rolls back before it. So:
 * an output epoch ``e`` of ``t`` is needed only by consumers that re-run an epoch reading
   it. Consumer ``c`` re-runs only epochs after W(c), and its epoch W(c) + 1 reads back
   ``reads_back`` epochs (a window), so ``e`` is deleted once it lies before
-  W(c) + 1 - reads_back for **every** consumer. An output that no task of the DAG reads, or
-  that its task declares a product (the operator's ``products=``), is never collected;
+  W(c) + 1 - reads_back for **every** consumer. An output that no task of the DAG reads, that
+  its task declares a product (the operator's ``products=``), or that another DAG has read
+  through an Asset (a recovery there reads it again), is never collected;
 * a reader under sender-side logs (:class:`~falkirk.policies.regimes.SenderLog`) keeps no
   checkpoint: it rebuilds its state at W(c) by replaying the input epochs it had not released
   by then, so those are kept too (the producer's log is pruned up to the release);
@@ -48,7 +49,7 @@ second run finds nothing left to reclaim.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back
 from falkirk.policies.planning.monitor import low_watermarks
@@ -151,8 +152,12 @@ def watermarks(entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Reada
 
 def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Readable,
                     live: LivePartitions, collected: Mapping[str, int] | None = None,
-                    state_tables: Callable[[str], Iterable[str]] | None = None) -> CollectionPlan:
+                    state_tables: Callable[[str], Iterable[str]] | None = None,
+                    asset_readers: Mapping[tuple[str, str], Sequence[str]] | None = None) -> CollectionPlan:
     """The collection the low-watermarks allow (see the module docstring); reads nothing itself.
+
+    ``asset_readers``: (task, output) -> the other DAGs that read it through an Asset
+    (:meth:`~falkirk.policies.store.ledger.Ledger.asset_readers`).
 
     ``state_tables`` names every state table of a stateful task (both tiers): a ledger row
     names only the last tier its state went to, and a task checkpointed durably every epoch
@@ -178,8 +183,10 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
         declared = {o.name for r in task_rows for o in r.outputs if o.product}
         for name, uri in outputs:
             readers = [e.dst for e in graph.edges if e.src == task and e.output == name]
-            if name in declared or not readers:  # the pipeline's product: never collected
+            elsewhere = (asset_readers or {}).get((task, name))
+            if name in declared or not readers or elsewhere:  # the pipeline's product: never collected
                 products.append(Product(task, name, uri, "declared a product" if name in declared
+                                        else f"read through an Asset by {', '.join(elsewhere)}" if elsewhere
                                         else "read by no task of the DAG"))
                 continue
             need = min(_first_needed(task, name, c, low[c], back, by_task) for c in readers)
@@ -290,7 +297,8 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
     readable = durable_only(StoreReadability(store, rows), store.scratch_uri)
     plan = plan_collection(dag_id, rows, graph, readable, lambda uri: live_partitions(store, uri),
                            Collections(store).through(dag_id),
-                           lambda task: [store.table_uri(tier, dag_id, *_task_and_table(task, "state")) for tier in Tier])
+                           lambda task: [store.table_uri(tier, dag_id, *_task_and_table(task, "state")) for tier in Tier],
+                           ledger.asset_readers(dag_id))
     for r in plan.tables:  # whatever a ledger row says, only the task's own tables are touched
         own = {store.table_uri(tier, dag_id, *_task_and_table(r.task_id, r.what)) for tier in Tier}
         if r.uri not in own:

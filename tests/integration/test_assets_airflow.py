@@ -207,3 +207,9 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
     log = client.task_log(LEADERS, late["dag_run_id"], "leaders", 1)
     assert f"leaders epoch 4: run {rows[3].run_id} already read every asset event of this run" in log, log[-2000:]
     assert Ledger(store).entries(LEADERS, "leaders") == rows
+    # and falkirk_orders' garbage collection keeps publish's output whole: leaders reads it again
+    # in a recovery there
+    from falkirk.policies.planning.collector import collect
+
+    products = collect(store, DAG_ID, dry_run=True, retain_hours=0).plan.products
+    assert ("publish", "output", f"read through an Asset by {LEADERS}") in {(p.task_id, p.output, p.why) for p in products}

@@ -50,3 +50,37 @@ def test_a_read_is_stale_once_its_producer_epoch_is_redone_or_rolled_back_and_no
     rows = [_read(1, (1, 0)), _read(2, (2, 1)), _read(3, (3, 0)), _read(4, (4, 0)), _read(5, (2, 2))]
     assert [(row.epoch, read.epoch, read.incarnation) for row, read in stale_reads(rows, producer)] == [
         (2, 2, 1), (3, 3, 0)]
+
+
+def test_garbage_collection_keeps_whole_an_output_another_dag_read_through_an_asset(tmp_path: Path) -> None:
+    from falkirk.policies.planning.chains import DataEdge, TaskGraph
+    from falkirk.policies.planning.collector import plan_collection
+    from falkirk.policies.store.ledger import OutputRef
+
+    # orders: publish (batch, logged) -> audit (eager, durable each epoch): audit never re-runs
+    # epochs 1-6, so publish's epochs 1-6 may go, unless leaders (another DAG) has read them
+    # through the Asset: a recovery there reads them again.
+    def row(task: str, e: int, regime: str, state: str | None = None, inputs: tuple = ()) -> LedgerEntry:
+        return LedgerEntry("orders", task, e, regime, f"epoch-{e}", 1, state_uri=state, notified_through=e,
+                           outputs=(OutputRef("output", f"/durable/orders/{task}/output", "durable", e, 1),),
+                           inputs=tuple(InputRef(t, "output", e) for t in inputs))
+    rows = [row("publish", e, "batch(log_outputs=true)") for e in range(1, 7)]
+    rows += [row("audit", e, "eager_checkpoint", "/durable/orders/audit/state", ("publish",)) for e in range(1, 7)]
+    graph = TaskGraph(("publish", "audit"), (DataEdge("publish", "output", "audit"),))
+    live = lambda uri: {e: 10 for e in range(1, 7)}  # noqa: E731
+    alone = plan_collection("orders", rows, graph, lambda uri, key: True, live)
+    assert {(r.task_id, r.what): r.epochs for r in alone.tables}[("publish", "output")] == (1, 2, 3, 4, 5, 6)
+
+    ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
+    for entry in (*rows[:2], _read(1, (1, 0)), _read(2, (2, 0)),
+                  LedgerEntry("audit_copy", "copy", 1, "batch", "r", 1, asset_inputs=(
+                      AssetInput("orders.audit", "orders", "audit", "output", 1, 0, map_index=2),))):
+        ledger.append(entry)
+    readers = ledger.asset_readers("orders")
+    assert readers == {("audit[2]", "output"): ["audit_copy"], ("publish", "output"): ["leaders"]}
+    assert ledger.asset_readers("leaders") == {}
+    kept = plan_collection("orders", rows, graph, lambda uri, key: True, live, asset_readers=readers)
+    assert ("publish", "output") not in {(r.task_id, r.what) for r in kept.tables}
+    assert [(p.task_id, p.output, p.why) for p in kept.products] == [
+        ("publish", "output", "read through an Asset by leaders"), ("audit", "output", "read by no task of the DAG")]
+    assert kept.watermarks == alone.watermarks and kept.marks == alone.marks  # only what is deleted differs
