@@ -37,7 +37,8 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from datetime import datetime, timezone
+from typing import Annotated, Any, Sequence
 
 from deltalake.exceptions import DeltaError
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -70,11 +71,14 @@ from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
 from falkirk.plugins.discard import Discard, beyond_note, discard, plan_discard, rows_beyond
 from falkirk.plugins.grid_status import CheckpointGrid, current_epochs, grid_from_ledger, trimmed, unrecorded, with_runs
+from falkirk.plugins.asset_recovery import consumer_edges, replay_across
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.shared_computations import SharedComputations
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, recovery_history
-from falkirk.policies.planning.recovery import BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError
+from falkirk.policies.planning.assets import plan_across_dags
+from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError,
+                                                RecoveryPlan)
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.partitions import processor_id, processors
 from falkirk.policies.regimes import Regime
@@ -344,6 +348,38 @@ def _plan(dag_id: str, spec: FailureSpec, record: bool):
         raise _invalid([], str(exc)) from exc
 
 
+def _consumer_plans(dag_id: str, plan: RecoveryPlan, record: bool) -> list[RecoveryPlan]:
+    """The plans of the DAGs that read, through an Asset, an epoch ``plan`` redoes (and of the
+    DAGs reading those), producers first: the rest of the plan across DAGs
+    (:mod:`falkirk.plugins.asset_recovery`)."""
+    store = _store()
+    edges = consumer_edges(store)
+    if not any(e.producer_dag == dag_id for e in edges):
+        return []
+
+    def planner(dag: str, handed: Sequence[Failure]) -> RecoveryPlan:
+        if dag == dag_id:
+            return plan
+        try:
+            tasks = _dag_tasks(dag)
+        except HTTPException:  # in the ledger, no longer in Airflow: planned from its rows alone
+            tasks = []
+        regimes = {p: Regime.parse(t.regime) for t in tasks if t.regime
+                   for p in processors(t.task_id, t.partitions, t.replicas)}
+        return compute_plan(dag, store, handed, regimes, record=record)
+
+    dags = dict.fromkeys({dag_id, *(e.producer_dag for e in edges), *(e.consumer_dag for e in edges)}, planner)
+    try:
+        return list(plan_across_dags(dags, edges, {dag_id: plan.failures}).plans[1:])
+    except PlanError as exc:
+        raise _invalid([], str(exc)) from exc
+
+
+def _may_clear(dag_id: str, user: Any) -> bool:
+    return get_auth_manager().is_authorized_dag(
+        method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
+
+
 def _caller_token(request: Request, bearer: HTTPAuthorizationCredentials | None) -> str:
     tokens = collect_request_tokens(request, bearer)
     if not tokens:  # the auth dependency already refused such a caller; kept for safety
@@ -447,14 +483,21 @@ def _succeeded_without_row(dag_id: str, tasks: list[DagTask], grid: CheckpointGr
 
 
 @app.post("/api/v1/dags/{dag_id}/preview", dependencies=[ReadDag])
-def preview(dag_id: str, spec: FailureSpec) -> dict[str, Any]:
+def preview(dag_id: str, spec: FailureSpec, user: GetUserDep) -> dict[str, Any]:
     """The recovery plan for ``spec``, computed and not recorded: each task's frontier, the exact
-    re-run set, and what Airflow's clear-downstream from each failure would re-run.
+    re-run set, and what Airflow's clear-downstream from each failure would re-run. ``across``:
+    the plans of the other DAGs that read an epoch it redoes through an Asset, each with whether
+    the caller may replay it (edit its task instances).
 
     Previews of the same failures of a DAG asked at once share one computation that starts after
     each of them arrived (:class:`SharedComputations`): a view opened by many people at once
     costs one or two plans, not one per request, and no answer is older than its request."""
-    return _previews((dag_id, spec.model_dump_json()), lambda: plan_view(_plan(dag_id, spec, record=False)))
+    def compute() -> dict[str, Any]:
+        plan = _plan(dag_id, spec, record=False)
+        return {**plan_view(plan), "across": [plan_view(p) for p in _consumer_plans(dag_id, plan, record=False)]}
+
+    body = _previews((dag_id, spec.model_dump_json()), compute)
+    return {**body, "across": [{**p, "may_replay": _may_clear(p["dag_id"], user)} for p in body["across"]]}
 
 
 @app.post("/api/v1/dags/{dag_id}/recoveries", dependencies=[EditTaskInstances, Depends(_not_cross_site)],
@@ -476,19 +519,31 @@ def start_recovery(
         raise HTTPException(status_code=409, detail=f"the DAG's ledger changed since the preview (version "
                                                     f"{spec.ledger_version} then, {plan.ledger_version} now); "
                                                     f"preview again")
+    consumers = _consumer_plans(dag_id, plan, record=False)
+    refused = [p.dag_id for p in consumers if not _may_clear(p.dag_id, user)]
+    if refused:
+        raise HTTPException(status_code=403, detail=f"this recovery re-runs task instances of {', '.join(refused)} "
+                                                    f"(they read what it redoes, through an Asset), which you "
+                                                    f"({user.get_name()}) may not clear; nothing was run")
     store = _store()
-    RecoveryLog(store).record(plan)
+    for p in (plan, *consumers):
+        RecoveryLog(store).record(p)
     client = AirflowClient(_airflow_url(), token=_caller_token(request, bearer))
+    since = datetime.now(timezone.utc)
     try:
         running = start_replay(plan.plan_id, store, client, holder=user.get_name(), progress=log.info)
     except (AlreadyReplayed, LeaseHeld, PlanError) as exc:
         raise HTTPException(status_code=409, detail=str(exc)) from exc
     except AirflowError as exc:
         raise HTTPException(status_code=502, detail=f"Airflow refused to clear the task instances: {exc}") from exc
-    threading.Thread(target=_finish, args=(running,), name=f"falkirk-replay-{plan.plan_id}", daemon=True).start()
+    then = [p.plan_id for p in consumers]
+    threading.Thread(target=_finish, args=(running, then, since), name=f"falkirk-replay-{plan.plan_id}",
+                     daemon=True).start()
     return {"plan_id": plan.plan_id, "status": "running", "by": user.get_name(),
             "cleared": {run: list(tasks) for run, tasks in running.cleared.items()},
-            "invalidated": running.invalidated, "rerun_count": len(plan.rerun_set())}
+            "invalidated": running.invalidated, "rerun_count": len(plan.rerun_set()),
+            "across": [{"dag_id": p.dag_id, "plan_id": p.plan_id, "rerun_count": len(p.rerun_set())}
+                       for p in consumers]}
 
 
 @app.post("/api/v1/dags/{dag_id}/discards/preview", dependencies=[EditTaskInstances, DeleteRuns])
@@ -553,10 +608,14 @@ def release_lease(dag_id: str, spec: ReleaseRequest, user: GetUserDep) -> dict[s
             "released_by": user.get_name()}
 
 
-def _finish(running: RunningReplay) -> None:
+def _finish(running: RunningReplay, then: Sequence[str] = (), since: datetime | None = None) -> None:
+    """Wait for the replay; then replay the consumer DAGs' plans ``then``, in order."""
     try:
         running.wait(progress=log.info)
-    except Exception:  # recorded as "failed" in the recovery log by wait()
+        if then:
+            replay_across([running.plan.plan_id, *then], running.store, running.client, holder=running.lease.holder,
+                          progress=log.info, since=since)
+    except Exception:  # recorded as "failed" in the recovery log by wait() and replay()
         log.exception("Falkirk replay %s failed", running.plan.plan_id)
 
 

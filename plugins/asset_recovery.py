@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
-from falkirk.plugins.airflow_rest import AirflowClient
-from falkirk.plugins.recovery import Progress, ReplayReport, _regimes, plan, replay
+from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.plugins.recovery import Progress, ReplayReport, _regimes, _run_ids, plan, replay
 from falkirk.policies.asset_events import run_date
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.planning.assets import AssetEdge, CrossDagPlan, asset_edges, plan_across_dags
@@ -88,15 +88,19 @@ class SecondRun:
 
 def replay_across(plan_ids: Sequence[str], store: StoreConfig, client: AirflowClient, holder: str | None = None,
                   progress: Progress = print, timeout: float = 3600, poll: float = 2.0,
-                  second_runs_timeout: float = SECOND_RUNS_SECONDS) -> list[ReplayReport]:
+                  second_runs_timeout: float = SECOND_RUNS_SECONDS, since: datetime | None = None,
+                  ) -> list[ReplayReport]:
     """Replay the recorded plans ``plan_ids`` in order (producers first, as :func:`plan_across`
-    lists them), each to its end before the next starts; see the module docstring."""
-    since = datetime.now(timezone.utc)  # second runs are the ones Airflow starts from here on
+    lists them), each to its end before the next starts; see the module docstring. ``since``:
+    when the first plan's replay started (default: now), from which a consumer's runs of a
+    redone epoch are second runs."""
+    since = since or datetime.now(timezone.utc)
     log = RecoveryLog(store)
     plans = [log.plan(p) for p in plan_ids]
     dags = [p.dag_id for p in plans]
     if len(set(dags)) != len(dags):
         raise PlanError(f"plans {', '.join(plan_ids)}: two of them are for one DAG; give one plan per DAG")
+    _check_may_clear(plans, log, store, client)
     edges = consumer_edges(store)
     reports: list[ReplayReport] = []
     for i, recovery in enumerate(plans):
@@ -114,6 +118,25 @@ def replay_across(plan_ids: Sequence[str], store: StoreConfig, client: AirflowCl
         if redone:
             _settle_second_runs(recovery, redone, since, store, client, progress)
     return reports
+
+
+def _check_may_clear(plans: Sequence[RecoveryPlan], log: RecoveryLog, store: StoreConfig,
+                     client: AirflowClient) -> None:
+    """Ask Airflow, changing nothing (a dry run of each clear), whether the caller may clear
+    every plan's task instances: one DAG it may not touch stops the recovery before any runs."""
+    for recovery in plans:
+        try:
+            check_not_finished(log.events(recovery.dag_id), recovery.plan_id)
+        except AlreadyReplayed:
+            continue
+        runs = _run_ids(recovery, Ledger(store).entries(recovery.dag_id, include_invalidated=True), client)
+        rerun = recovery.rerun_set()
+        for epoch in sorted({e for _, e in rerun}):
+            try:
+                client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
+            except AirflowError as exc:
+                raise AirflowError(f"plan {recovery.plan_id} re-runs task instances of {recovery.dag_id}, which "
+                                   f"Airflow does not let this user clear ({exc}); nothing was run") from None
 
 
 def _redone_reads(feeding: Sequence[AssetEdge], upstream: Mapping[str, RecoveryPlan],

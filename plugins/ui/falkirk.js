@@ -426,6 +426,45 @@ function PlanSummary({ plan, error, loading, order, view }) {
         ),
       ),
     ),
+    h(AcrossDags, { plan, cell }),
+  );
+}
+
+// The DAGs that read, through an Asset, an epoch this plan redoes: the recovery re-runs them
+// too, one DAG after the other once this one's redone epochs are committed.
+function AcrossDags({ plan, cell }) {
+  const across = plan.across || [];
+  if (!across.length) return null;
+  const more = across.reduce((n, p) => n + p.rerun_count, 0);
+  return h(
+    "div",
+    { "data-testid": "across", style: { marginTop: 12 } },
+    h("div", { style: { fontSize: 14, marginBottom: 4 } },
+      h("b", { "data-testid": "across-count" }, more),
+      ` more task instances re-run in ${across.length === 1 ? "another DAG" : `${across.length} other DAGs`}: ` +
+      `they read, through an Asset, epochs this plan redoes. Each replays after the DAG it reads from. ` +
+      `(Airflow's clear-downstream stops at this DAG and would leave them as they are.)`),
+    h(
+      "table",
+      { style: { borderCollapse: "collapse" } },
+      h("thead", null, h("tr", null, ...["DAG", "task", "keeps epochs", "re-runs", "restores", "you"].map((c) => h("th", { key: c, style: cell }, c)))),
+      h(
+        "tbody",
+        null,
+        ...across.flatMap((p) => p.tasks.filter((t) => t.rerun.length).map((t, i) =>
+          h(
+            "tr",
+            { key: `${p.dag_id}-${t.task_id}`, "data-testid": `across-${p.dag_id}-${t.task_id}`, "data-rerun": t.rerun.join(",") },
+            h("td", { style: cell }, i === 0 ? h("a", { href: new URL(`dags/${encodeURIComponent(p.dag_id)}/plugin/falkirk`, document.baseURI).href }, p.dag_id) : ""),
+            h("td", { style: cell }, t.task_id),
+            h("td", { style: cell }, t.frontier > 0 ? `1-${t.frontier}` : "-"),
+            h("td", { style: cell }, span(t.rerun)),
+            h("td", { style: cell }, t.restores || "-"),
+            h("td", { style: { ...cell, color: p.may_replay ? C.muted : "#e53e3e" }, "data-testid": `across-may-${p.dag_id}` },
+              i === 0 ? (p.may_replay ? "may replay it" : "may not clear its task instances") : ""),
+          ))),
+      ),
+    ),
   );
 }
 
@@ -650,6 +689,8 @@ function ConfirmDialog({ plan, onCancel, onConfirm, busy }) {
           : `Clear-downstream would have re-run ${plan.clear_downstream_count}.`)),
       h("ul", { style: { fontSize: 13, margin: "8px 0 16px 16px", listStyle: "disc" } },
         ...Object.keys(byEpoch).sort((a, b) => a - b).map((e) => h("li", { key: e }, `epoch ${e}: ${byEpoch[e].sort().join(", ")}`))),
+      (plan.across || []).length ? h("p", { "data-testid": "confirm-across" },
+        `Then, once those are committed: ${plan.across.map((p) => `${p.dag_id}, ${p.rerun_count} task instances`).join("; ")}.`) : null,
       h("div", { style: { display: "flex", gap: 8, justifyContent: "flex-end" } },
         h(Button, { onClick: onCancel, testid: "confirm-cancel" }, "Cancel"),
         h(Button, { onClick: onConfirm, primary: true, disabled: busy, testid: "confirm-replay" }, busy ? "Starting…" : "Roll back and replay")),
@@ -857,10 +898,13 @@ function FalkirkView({ dagId, runId, taskId }) {
       h("p", null, "No checkpoints yet: this DAG has not committed an epoch through Falkirk's operator."),
       h(Graph, { tasks: view.tasks, plan: null, view }));
   }
-  const canReplay = view.can_replay && plan && !planning && !running;
+  const barred = (plan?.across || []).filter((p) => !p.may_replay).map((p) => p.dag_id);
+  const canReplay = view.can_replay && plan && !planning && !running && !barred.length;
   const why = !view.can_replay
     ? `You (${view.user}) need edit access to this DAG's task instances to replay.`
-    : running ? "A recovery of this DAG is running." : !plan ? "Pick a failure first." : undefined;
+    : running ? "A recovery of this DAG is running." : !plan ? "Pick a failure first."
+    : barred.length ? `You (${view.user}) may not clear the task instances of ${barred.join(", ")}, which this recovery re-runs.`
+    : undefined;
   return h(
     "div",
     { style: page, "data-testid": "falkirk-view", "data-ledger-version": view.ledger_version },
@@ -881,7 +925,8 @@ function FalkirkView({ dagId, runId, taskId }) {
     h(PlanSummary, { plan, error: planError, loading: planning, view, order: Object.fromEntries(gridRows(view).map((r, i) => [r.row_id, i])) }),
     replay?.error ? h("div", { role: "alert", "data-testid": "replay-error", style: { color: "#e53e3e", marginTop: 8 } }, replay.error) : null,
     replay?.plan_id ? h("div", { "data-testid": "replay-started", style: { marginTop: 8 } },
-      `Recovery ${replay.plan_id} started by ${replay.by}: ${replay.rerun_count} task instances cleared.`) : null),
+      `Recovery ${replay.plan_id} started by ${replay.by}: ${replay.rerun_count} task instances cleared.` +
+      ((replay.across || []).length ? ` Then: ${replay.across.map((p) => `${p.dag_id} (plan ${p.plan_id}, ${p.rerun_count})`).join(", ")}.` : "")) : null),
     h(Panel, { title: "Checkpoints (epochs × tasks)", testid: "panel-grid" }, h(Grid, { view, plan })),
     view.pairs ? h(Panel, { title: "Process pairs", testid: "panel-pairs" }, h(Pairs, { pairs: view.pairs })) : null,
     h(Panel, { title: "Recoveries", testid: "panel-history" },

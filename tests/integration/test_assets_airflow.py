@@ -20,11 +20,12 @@ are committed, and the runs Airflow starts on the redone epochs' events are sett
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from devstack.airflow import AirflowStack
+from devstack.airflow import USERS, AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs, run_id_of
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.asset_recovery import plan_across
@@ -171,6 +172,16 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
                                   *((DAG_ID, t, e) for t in ("aggregate", "publish") for e in range(3, 7))}
     assert across.plan(LEADERS).task("leaders").restore_from.epoch == 2
     assert across.plan(DAG_ID) == plan(DAG_ID, store, client, bad_epochs=[("ingest", 3)], record=False)
+    # the viewer may clear nothing: the replay stops before anything runs, naming the DAG
+    monkeypatch.setenv("FALKIRK_AIRFLOW_USER", "viewer")
+    monkeypatch.setenv("FALKIRK_AIRFLOW_PASSWORD", USERS["viewer"][1])
+    assert main(["replay", *ids]) == 2
+    assert f"plan {ids[0]} re-runs task instances of {DAG_ID}, which Airflow does not let this user clear" in \
+        capsys.readouterr().err
+    assert [(r.epoch, r.incarnation) for r in Ledger(store).entries(DAG_ID, "publish")] == [
+        (e, int(e == 3)) for e in EPOCHS]  # nothing invalidated
+    monkeypatch.setenv("FALKIRK_AIRFLOW_USER", "admin")
+    monkeypatch.setenv("FALKIRK_AIRFLOW_PASSWORD", "admin")
     assert main(["replay", *ids]) == 0
     out = capsys.readouterr().out
     print(out)
@@ -213,3 +224,95 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
 
     products = collect(store, DAG_ID, dry_run=True, retain_hours=0).plan.products
     assert ("publish", "output", f"read through an Asset by {LEADERS}") in {(p.task_id, p.output, p.why) for p in products}
+
+
+# -- the view --------------------------------------------------------------------------------
+
+ARTIFACTS = Path(os.environ.get("FALKIRK_ARTIFACTS", Path(__file__).resolve().parents[2] / "artifacts" / "falkirk-view"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    from tests.integration.test_falkirk_view import CHROMIUM_ARGS
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _view(browser, stack: AirflowStack, user: str, dag: str):
+    """A page signed in as ``user`` through Airflow's login form, on ``dag``'s Falkirk view."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.goto(f"{stack.base_url}/auth/login/")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", USERS[user][1])
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/auth/login" not in url, timeout=30_000)
+    page.goto(f"{stack.base_url}/dags/{dag}/plugin/falkirk")
+    page.get_by_test_id("falkirk-view").wait_for(timeout=60_000)
+    return context, page
+
+
+def _shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    height = page.get_by_test_id("falkirk-view").evaluate("el => el.scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": max(1000, height + 400)})
+    page.get_by_test_id("falkirk-view").screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def _pick_bad_epoch(page, task: str, epoch: int) -> None:
+    page.get_by_test_id("bad-task").select_option(task)
+    page.get_by_test_id("bad-epoch").fill(str(epoch))
+    page.get_by_test_id("add-bad-epoch").click()
+    page.get_by_test_id("across").wait_for(timeout=60_000)
+
+
+def test_the_view_shows_the_plan_across_dags_and_replays_both_from_the_producers_page(joined, browser) -> None:
+    stack, store, client = joined
+    before = {e: _state(store, e) for e in EPOCHS}
+    consumer = f"across-{LEADERS}-leaders"
+    # viewer: sees both DAGs' re-runs, and that it may replay neither
+    context, page = _view(browser, stack, "viewer", DAG_ID)
+    try:
+        _pick_bad_epoch(page, "ingest", 3)
+        assert page.get_by_test_id(consumer).get_attribute("data-rerun") == "3,4,5,6"
+        assert page.get_by_test_id(f"across-may-{LEADERS}").inner_text() == "may not clear its task instances"
+        assert page.get_by_test_id("replay-button").is_disabled()
+        _shot(page, "across-dags-viewer")
+    finally:
+        context.close()
+    # admin: the same plan, which it may replay; one click replays falkirk_orders, then leaders
+    context, page = _view(browser, stack, "admin", DAG_ID)
+    try:
+        _pick_bad_epoch(page, "ingest", 3)
+        assert page.get_by_test_id("rerun-count").inner_text() == "9"
+        assert page.get_by_test_id("across-count").inner_text() == "4"
+        assert page.get_by_test_id(f"across-may-{LEADERS}").inner_text() == "may replay it"
+        _shot(page, "across-dags-admin-preview")
+        page.get_by_test_id("panel-plan").screenshot(path=str(ARTIFACTS / "across-dags-plan.png"))
+        page.get_by_test_id("replay-button").click()
+        assert f"Then, once those are committed: {LEADERS}, 4 task instances." in \
+            page.get_by_test_id("confirm-across").inner_text()
+        page.get_by_test_id("confirm-replay").click()
+        started = page.get_by_test_id("replay-started")
+        started.wait_for(timeout=60_000)
+        assert f"Then: {LEADERS} (plan " in started.inner_text()
+        _shot(page, "across-dags-admin-started")
+    finally:
+        context.close()
+    from devstack.processes import wait_until
+
+    def caught_up() -> bool:
+        return [r.incarnation for r in Ledger(store).entries(LEADERS, "leaders")] == [0, 0, 3, 3, 3, 3]
+
+    wait_until("leaders' epochs 3-6 redone by the view's recovery", caught_up, timeout=600)
+    publish = Ledger(store).entries(DAG_ID, "publish")
+    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 3), (4, 2), (5, 2), (6, 2)]
+    rows = Ledger(store).entries(LEADERS, "leaders")
+    assert [[(a.epoch, a.incarnation) for a in r.asset_inputs] for r in rows[2:]] == [
+        [(3, 3)], [(4, 2)], [(5, 2)], [(6, 2)]]
+    assert {e: _state(store, e) for e in EPOCHS} == before
