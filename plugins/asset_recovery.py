@@ -42,7 +42,7 @@ from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import Failure, PlanError, RecoveryPlan
 from falkirk.policies.planning.recovery_log import AlreadyReplayed, RecoveryLog, check_not_finished
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
+from falkirk.policies.store.ledger import Ledger
 
 FINISHED = ("success", "failed")
 # How long a replay waits, after a producer DAG's redo, for the consumer runs Airflow starts on
@@ -71,9 +71,7 @@ def plan_across(dag_id: str, store: StoreConfig, client: AirflowClient | None = 
 def consumer_edges(store: StoreConfig) -> list[AssetEdge]:
     """Every asset edge the ledger's rows record: which runs of which DAG read which epochs of
     which producer task."""
-    ledger = Ledger(store)
-    rows = [row for dag in ledger.dags() for row in LedgerSnapshot(ledger, dag).entries() if row.asset_inputs]
-    return asset_edges(rows)
+    return asset_edges(Ledger(store).asset_reads())
 
 
 @dataclass(frozen=True)

@@ -327,6 +327,22 @@ class Ledger:
             return []
         return sorted(set(table.to_pyarrow_table(columns=["dag_id"]).column("dag_id").to_pylist()))
 
+    def asset_reads(self) -> list[LedgerEntry]:
+        """Every row, of any DAG, that records a read through an Asset (rolled-back ones too),
+        from one read of the table; only those rows are parsed.
+
+        >>> Ledger(StoreConfig("/nonexistent/store", "/nonexistent/scratch")).asset_reads()
+        []
+        """
+        import pyarrow.compute as pc
+
+        table = open_table(self.uri, self.store.options_for(self.uri))
+        if table is None:
+            return []
+        rows = scan(table)
+        rows = rows.filter(pc.fill_null(pc.match_substring(rows.column("inputs"), '"asset"'), False))
+        return [LedgerEntry.from_row(r) for r in rows.to_pylist()]
+
     def asset_readers(self, dag_id: str) -> dict[tuple[str, str], list[str]]:
         """The outputs of ``dag_id``'s tasks that other DAGs' runs have read through an Asset:
         (task or ``task[i]``, output) -> the reading DAGs. Rolled-back rows count: their epochs
@@ -335,18 +351,11 @@ class Ledger:
         >>> Ledger(StoreConfig("/nonexistent/store", "/nonexistent/scratch")).asset_readers("orders")
         {}
         """
-        table = open_table(self.uri, self.store.options_for(self.uri))
-        if table is None:
-            return {}
-        cols = table.to_pyarrow_table(columns=["dag_id", "inputs"]).to_pydict()
         readers: dict[tuple[str, str], set[str]] = {}
-        for reader, inputs in zip(cols["dag_id"], cols["inputs"]):
-            if reader == dag_id or not inputs or '"asset"' not in inputs:
-                continue
-            for read in json.loads(inputs):
-                if "asset" in read and read["dag_id"] == dag_id:
-                    key = (processor_id(read["task_id"], read.get("map_index", -1)), read["output"])
-                    readers.setdefault(key, set()).add(reader)
+        for row in self.asset_reads():
+            for read in row.asset_inputs:
+                if read.dag_id == dag_id and row.dag_id != dag_id:
+                    readers.setdefault((read.processor, read.output), set()).add(row.dag_id)
         return {key: sorted(dags) for key, dags in sorted(readers.items())}
 
     def append(self, entry: LedgerEntry, snapshot: "LedgerSnapshot | None" = None) -> bool:
