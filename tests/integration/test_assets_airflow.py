@@ -28,13 +28,14 @@ import pytest
 from devstack.airflow import USERS, AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs, run_id_of
 from devstack.spark import SparkConnectServer
-from falkirk.plugins.asset_recovery import plan_across
+from falkirk.plugins.asset_recovery import plan_across, replay_across
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.asset_events import CommittedEpoch, epoch_partition_key
 from falkirk.policies.planning.assets import asset_edges, stale_reads
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import AssetInput, Ledger
+from tests.oracle import canonical
 from tests.tables import table_rows
 
 pytestmark = pytest.mark.integration
@@ -44,11 +45,40 @@ ASSET = "falkirk_orders.ranking"
 EPOCHS = [1, 2, 3, 4, 5, 6]
 
 
+ROOT = Path(__file__).resolve().parents[2]
+# falkirk_orders with its stateful aggregate under LazyCheckpoint(every=4): its state of epochs 1-3,
+# 5, 6 is in scratch only, so a lost scratch tier rolls it back to epoch 4
+LAZY_AGGREGATE = ("regime=EagerCheckpoint(),  # keeps state", "regime=LazyCheckpoint(every=4),  # keeps state")
+
+
+def _dags_folder(root: Path) -> Path:
+    """The two DAGs, falkirk_orders' aggregate under LazyCheckpoint(every=4)."""
+    folder = root / "dags"
+    folder.mkdir()
+    orders = (ROOT / "dags" / "falkirk_orders.py").read_text()
+    assert LAZY_AGGREGATE[0] in orders
+    orders = orders.replace(*LAZY_AGGREGATE).replace("import Batch, EagerCheckpoint,", "import Batch, LazyCheckpoint,")
+    (folder / "falkirk_orders.py").write_text(orders)
+    (folder / "falkirk_orders_leaders.py").write_text((ROOT / "dags" / "falkirk_orders_leaders.py").read_text())
+    return folder
+
+
+def _tables(store: StoreConfig) -> dict[str, list[tuple]]:
+    """What the two DAGs deliver, exactly: publish's ranking, leaders' state and output (each
+    epoch's), and aggregate's durable checkpoint."""
+    def rows(dag: str, name: str) -> list[tuple]:
+        return canonical([{k: v for k, v in r.items() if not k.startswith("_")}
+                          for r in table_rows(store, name, dag_id=dag, tier=Tier.DURABLE)])
+    return {name: rows(dag, name) for dag, name in ((DAG_ID, "publish/output"), (DAG_ID, "aggregate/state"),
+                                                    (LEADERS, "leaders/state"), (LEADERS, "leaders/output"))}
+
+
 @pytest.fixture(scope="module")
 def joined(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
     root = tmp_path_factory.mktemp("assets")
     store = StoreConfig(durable_uri=str(root / "durable"), scratch_uri=str(root / "scratch"))
-    stack = AirflowStack(home=root / "airflow", store=store, extra_env=spark_connect.airflow_env())
+    stack = AirflowStack(home=root / "airflow", store=store, extra_env=spark_connect.airflow_env(),
+                         dags_folder=_dags_folder(root))
     stack.init()
     stack.start()
     try:
@@ -60,7 +90,8 @@ def joined(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
         runs = _leaders_runs(stack, len(EPOCHS))
         for run in runs:
             assert client.wait_for_run(LEADERS, run["dag_run_id"], timeout=600) == "success"
-        yield stack, store, client
+        # the failure-free run: every recovery below must leave these tables exactly so
+        yield stack, store, client, _tables(store)
     finally:
         stack.stop()
 
@@ -96,7 +127,7 @@ def _state(store: StoreConfig, epoch: int, table: str = "state") -> list[tuple]:
 
 
 def test_each_producer_epoch_starts_one_consumer_run_that_records_what_it_read(joined) -> None:
-    stack, store, client = joined
+    stack, store, client, reference = joined
     runs = _leaders_runs(stack, len(EPOCHS))
     assert [r["partition_key"] for r in runs] == [epoch_partition_key(dag_epoch_clock().logical_date(e))
                                                   for e in EPOCHS]
@@ -113,7 +144,7 @@ def test_each_producer_epoch_starts_one_consumer_run_that_records_what_it_read(j
 
 
 def test_a_producer_redo_leaves_the_consumer_visibly_stale_and_its_recovery_reads_the_redo(joined) -> None:
-    stack, store, client = joined
+    stack, store, client, reference = joined
     before = {e: _state(store, e) for e in EPOCHS}
     redo = plan(DAG_ID, store, client, bad_epochs=[("publish", 3)])
     assert {(t, e) for t, e in redo.rerun_set()} == {("publish", 3)}
@@ -146,13 +177,14 @@ def test_a_producer_redo_leaves_the_consumer_visibly_stale_and_its_recovery_read
     # publish is deterministic: its redo holds the same ranking, and so do leaders' redone epochs
     assert {e: _state(store, e) for e in EPOCHS} == before
     assert {e: _state(store, e, "output") for e in EPOCHS} == before
+    assert _tables(store) == reference
 
 
 def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consumer_epoch_that_read_it(
         joined, monkeypatch, capsys) -> None:
     from falkirk.plugins.cli import main
 
-    stack, store, client = joined
+    stack, store, client, reference = joined
     for k, v in {**store.env(), "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
                  "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
         monkeypatch.setenv(k, v)
@@ -204,6 +236,7 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
     assert all(f"plan {ids[1]}" in r["note"] for r in second), [r["note"] for r in second]
     assert {e: _state(store, e) for e in EPOCHS} == before
     assert {e: _state(store, e, "output") for e in EPOCHS} == before
+    assert _tables(store) == reference
 
     # An event that arrives after the recovery (publish 4's redo, sent again): Airflow starts
     # leaders 4 once more, and its job finds the event already read, and does nothing.
@@ -272,7 +305,7 @@ def _pick_bad_epoch(page, task: str, epoch: int) -> None:
 
 
 def test_the_view_shows_the_plan_across_dags_and_replays_both_from_the_producers_page(joined, browser) -> None:
-    stack, store, client = joined
+    stack, store, client, reference = joined
     before = {e: _state(store, e) for e in EPOCHS}
     consumer = f"across-{LEADERS}-leaders"
     # viewer: sees both DAGs' re-runs, and that it may replay neither
@@ -316,3 +349,29 @@ def test_the_view_shows_the_plan_across_dags_and_replays_both_from_the_producers
     assert [[(a.epoch, a.incarnation) for a in r.asset_inputs] for r in rows[2:]] == [
         [(3, 3)], [(4, 2)], [(5, 2)], [(6, 2)]]
     assert {e: _state(store, e) for e in EPOCHS} == before
+    assert _tables(store) == reference
+
+
+def test_a_lost_scratch_tier_of_the_producers_stateful_task_is_recovered_across_both_dags(joined, capsys) -> None:
+    import shutil
+
+    stack, store, client, reference = joined
+    scratch = Path(store.scratch_uri) / DAG_ID
+    shutil.rmtree(scratch)  # the worker's disk: ingest's outputs, aggregate's outputs and its scratch state
+    across = plan_across(DAG_ID, store, client, lost_scratch=[str(scratch)])
+    # By hand: aggregate's newest checkpoint left is its durable epoch 4 (every=4); it redoes 5 and
+    # 6, whose inputs (ingest's scratch outputs) are gone: ingest (ephemeral) reads its source
+    # again for 5 and 6. publish redoes 5 and 6 from the redone aggregate; its logged epochs 1-4
+    # stand. leaders' runs 5 and 6 read publish 5 and 6: leaders restores its epoch 4, redoes 5, 6.
+    assert across.rerun_set() == {(d, t, e) for d, t in ((DAG_ID, "ingest"), (DAG_ID, "aggregate"),
+                                                         (DAG_ID, "publish"), (LEADERS, "leaders")) for e in (5, 6)}
+    assert across.plan(DAG_ID).task("aggregate").restore_from.epoch == 4
+    assert across.plan(DAG_ID).task("aggregate").restore_from.tier == "durable"
+    assert across.plan(LEADERS).task("leaders").restore_from.epoch == 4
+    replay_across([p.plan_id for p in across.plans], store, client, holder="admin", timeout=900)
+    rows = Ledger(store).entries(LEADERS, "leaders")
+    publish = {r.epoch: r.incarnation for r in Ledger(store).entries(DAG_ID, "publish")}
+    assert [(r.epoch, [(a.epoch, a.incarnation) for a in r.asset_inputs]) for r in rows] == [
+        (e, [(e, publish[e])]) for e in EPOCHS]
+    assert stale_reads(rows, Ledger(store).entries(DAG_ID, "publish")) == []
+    assert _tables(store) == reference
