@@ -15,7 +15,10 @@ the failure-free run.
 
 Then a bad input in ``falkirk_orders``' epoch 3 is recovered by one plan across both DAGs,
 replayed producers first: the consumer's epochs re-run only once the producer's redone epochs
-are committed, and the runs Airflow starts on the redone epochs' events are settled.
+are committed, and the runs Airflow starts on the redone epochs' events are settled; the same
+from the Falkirk view (a browser, with screenshots), and for a lost scratch tier of
+``aggregate`` (here under ``LazyCheckpoint(every=4)``). The control runs the same two DAGs as
+plain Airflow tasks, where clearing the producer's bad epoch leaves the consumer stale.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ LAZY_AGGREGATE = ("regime=EagerCheckpoint(),  # keeps state", "regime=LazyCheckp
 
 
 def _dags_folder(root: Path) -> Path:
-    """The two DAGs, falkirk_orders' aggregate under LazyCheckpoint(every=4)."""
+    """The two DAGs, falkirk_orders' aggregate under LazyCheckpoint(every=4), and the control's two."""
     folder = root / "dags"
     folder.mkdir()
     orders = (ROOT / "dags" / "falkirk_orders.py").read_text()
@@ -60,7 +63,67 @@ def _dags_folder(root: Path) -> Path:
     orders = orders.replace(*LAZY_AGGREGATE).replace("import Batch, EagerCheckpoint,", "import Batch, LazyCheckpoint,")
     (folder / "falkirk_orders.py").write_text(orders)
     (folder / "falkirk_orders_leaders.py").write_text((ROOT / "dags" / "falkirk_orders_leaders.py").read_text())
+    (folder / "plain_dags.py").write_text(CONTROL_DAGS.format(root=str(root / "plain")))
     return folder
+
+
+# The control: the same two DAGs as Airflow alone would run them, plain tasks joined by an
+# Asset, each producer epoch's event keyed by its date. publish ranks the customers by the
+# epoch's valid orders (a marker file makes an epoch's input bad: bob's amounts 1000); leaders
+# counts, per customer, the epochs in the top three, in a state file it reads and rewrites.
+CONTROL_DAGS = '''"""Airflow DAG file: the control, plain Airflow tasks (no Falkirk) joined by an Asset."""
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from airflow.sdk import DAG, Asset, PartitionedAssetTimetable, task
+
+ROOT = Path({root!r})
+RANKING = Asset("plain.ranking")
+FIRST = datetime(2026, 1, 1, tzinfo=timezone.utc)
+KEY = "%Y-%m-%dT%H:%M:%S"
+
+
+def epoch_of(date):
+    return (date - FIRST).days + 1
+
+
+with DAG("plain_orders", schedule=None, start_date=FIRST, catchup=False, max_active_runs=1):
+    @task(outlets=[RANKING])
+    def publish(**context):
+        from falkirk.spark_jobs.pipeline.source import orders_for_epoch
+
+        date = context["dag_run"].logical_date
+        e = epoch_of(date)
+        orders = orders_for_epoch(e)
+        if (ROOT / "bad" / str(e)).exists():
+            orders = [dict(o, amount=1000) if o["customer"] == "bob" else o for o in orders]
+        totals = {{}}
+        for o in orders:
+            if o["amount"] > 0:
+                totals[o["customer"]] = totals.get(o["customer"], 0) + o["amount"]
+        (ROOT / "publish").mkdir(parents=True, exist_ok=True)
+        (ROOT / "publish" / f"{{e}}.json").write_text(json.dumps(sorted(totals, key=lambda c: (-totals[c], c))))
+        context["outlet_events"][RANKING].add_partitions(date.strftime(KEY))
+
+    publish()
+
+with DAG("plain_leaders", schedule=PartitionedAssetTimetable(assets=RANKING), start_date=FIRST, catchup=False,
+         max_active_runs=1):
+    @task
+    def leaders(**context):
+        e = epoch_of(datetime.strptime(context["dag_run"].partition_key, KEY).replace(tzinfo=timezone.utc))
+        top = json.loads((ROOT / "publish" / f"{{e}}.json").read_text())[:3]
+        path = ROOT / "leaders" / "state.json"
+        state = json.loads(path.read_text()) if path.exists() else {{}}
+        for c in top:
+            state[c] = state.get(c, 0) + 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(state, sort_keys=True))
+        (ROOT / "leaders" / f"{{e}}.json").write_text(json.dumps(state, sort_keys=True))
+
+    leaders()
+'''
 
 
 def _tables(store: StoreConfig) -> dict[str, list[tuple]]:
@@ -91,7 +154,9 @@ def joined(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
         for run in runs:
             assert client.wait_for_run(LEADERS, run["dag_run_id"], timeout=600) == "success"
         # the failure-free run: every recovery below must leave these tables exactly so
-        yield stack, store, client, _tables(store)
+        reference = _tables(store)
+        assert all(reference.values()), {name: len(rows) for name, rows in reference.items()}
+        yield stack, store, client, reference
     finally:
         stack.stop()
 
@@ -375,3 +440,66 @@ def test_a_lost_scratch_tier_of_the_producers_stateful_task_is_recovered_across_
         (e, [(e, publish[e])]) for e in EPOCHS]
     assert stale_reads(rows, Ledger(store).entries(DAG_ID, "publish")) == []
     assert _tables(store) == reference
+
+
+def _control_counts(epochs: list[tuple[int, bool]]) -> dict[str, int]:
+    """leaders' state after the control's runs over ``epochs`` ((epoch, bad input?), in run order)."""
+    from falkirk.spark_jobs.pipeline.source import orders_for_epoch
+
+    counts: dict[str, int] = {}
+    for e, bad in epochs:
+        totals: dict[str, int] = {}
+        for o in orders_for_epoch(e):
+            amount = 1000 if bad and o["customer"] == "bob" else o["amount"]
+            if amount > 0:
+                totals[o["customer"]] = totals.get(o["customer"], 0) + amount
+        for c in sorted(totals, key=lambda c: (-totals[c], c))[:3]:
+            counts[c] = counts.get(c, 0) + 1
+    return counts
+
+
+def test_airflow_alone_re_triggers_only_the_consumers_epoch_and_leaves_it_stale(joined) -> None:
+    """The control: the same bad input in producer epoch 3, recovered the way Airflow alone
+    can (correct the input, clear the producer's task instance): the redo's asset event starts
+    the consumer's epoch 3 again, which adds it to a state that already holds epochs 1-6, and
+    the consumer's epochs 4-6 stay built on the bad ranking."""
+    import json
+
+    stack, store, client, _ = joined
+    plain = Path(stack.home).parent / "plain"
+    (plain / "bad").mkdir(parents=True)
+    (plain / "bad" / "3").touch()
+    client.wait_for_dag("plain_leaders")
+    client.set_paused("plain_leaders", False)
+    assert run_epochs(client, dag_epoch_clock(), EPOCHS, dag_id="plain_orders", progress=print) == {
+        e: "success" for e in EPOCHS}
+    before = _plain_runs(client, len(EPOCHS))
+    (plain / "bad" / "3").unlink()  # the input is corrected ...
+    client.clear("plain_orders", run_id_of(3), ["publish"])  # ... and the producer's epoch 3 run again
+    assert client.wait_for_run("plain_orders", run_id_of(3)) == "success"
+    again = _plain_runs(client, len(EPOCHS) + 1)[-1]
+    assert again["partition_key"] == before[2]["partition_key"]
+    assert client.wait_for_run("plain_leaders", again["dag_run_id"]) == "success"  # green, and stale:
+
+    def state(name: str) -> dict[str, int]:
+        return json.loads((plain / "leaders" / f"{name}.json").read_text())
+    bad = [(e, e == 3) for e in EPOCHS]
+    failure_free = _control_counts([(e, False) for e in EPOCHS])
+    # epoch 3 counted twice (bad, then corrected), on top of epochs 4-6 computed after the bad one
+    assert state("state") == _control_counts([*bad, (3, False)]) != failure_free
+    for e in (4, 5, 6):  # never re-run: built on the bad ranking
+        assert state(str(e)) == _control_counts(bad[:e]) != _control_counts([(k, False) for k in range(1, e + 1)])
+
+
+def _plain_runs(client, count: int) -> list[dict]:
+    from devstack.processes import wait_until
+
+    found: list[dict] = []
+
+    def enough() -> bool:
+        found[:] = client.request("GET", "/api/v2/dags/plain_leaders/dagRuns",
+                                  params={"order_by": "run_after", "limit": 100})["dag_runs"]
+        return len(found) >= count and all(r["state"] in ("success", "failed") for r in found)
+
+    wait_until(f"{count} finished runs of plain_leaders", enough, timeout=300)
+    return list(found)
