@@ -703,19 +703,43 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) 
     before it clears, and sweeps the rows whose check did not see its invalidation, so a row
     built on rolled-back data is either never appended or withdrawn here (invalidated in turn).
     """
-    if not ctx.depends_on:  # computed from nothing a recovery can roll back
+    stale_reads = _stale_asset_reads(ctx)
+    if not ctx.depends_on and not stale_reads:  # computed from nothing a recovery can roll back
         return ctx.rows.rollbacks_version
-    version = ctx.rows.refresh_rollbacks()  # only the rollbacks committed since the snapshot
+    version = ctx.rows.refresh_rollbacks() if ctx.depends_on else ctx.rows.rollbacks_version
     gone = ctx.rows.gone
-    stale = sorted((t, e) for (t, e), row in ctx.depends_on.items()
-                   if (row.dag_id, row.task_id, row.map_index, row.epoch, row.incarnation) in gone)
-    if not stale:
+    stale = [f"{t} epoch {e}" for t, e in sorted((t, e) for (t, e), row in ctx.depends_on.items()
+                                                 if (row.dag_id, row.task_id, row.map_index, row.epoch,
+                                                     row.incarnation) in gone)]
+    if not stale and not stale_reads:
         return version
     if appended:
         ctx.ledger.invalidations.record([entry], f"withdrawn:{entry.processor}:{entry.epoch}:{entry.incarnation}")
-    raise RolledBack(f"{entry.processor} epoch {entry.epoch}: {', '.join(f'{t} epoch {e}' for t, e in stale)} "
+    if not stale:  # another DAG's recovery: it does not re-run this DAG's epochs
+        raise RolledBack(f"{entry.processor} epoch {entry.epoch}: {', '.join(stale_reads)}, read through an Asset, "
+                         f"was rolled back by a recovery in its DAG while this epoch ran; its commit is "
+                         f"{'withdrawn' if appended else 'not made'}. Recover this DAG from this epoch once the "
+                         f"redo is committed (falkirk plan --dag {entry.dag_id} --bad-epoch "
+                         f"{entry.processor}:{entry.epoch}), or plan that recovery with --consumers")
+    raise RolledBack(f"{entry.processor} epoch {entry.epoch}: {', '.join(stale + stale_reads)} "
                      f"was rolled back by a recovery while this epoch ran; its commit is "
                      f"{'withdrawn' if appended else 'not made'}, and the recovery re-runs it")
+
+
+def _stale_asset_reads(ctx: EpochContext) -> list[str]:
+    """The producer epochs this epoch read through an Asset that a recovery in the producer's
+    DAG has rolled back since (each producer's rollbacks read again, only those committed since)."""
+    if not ctx.asset_inputs:
+        return []
+    for snapshot in ctx.producer_snapshots.values():
+        snapshot.refresh_rollbacks()
+    stale = []
+    for read in ctx.asset_inputs:
+        snapshot = ctx.producer_snapshots.get(read.dag_id)
+        if snapshot is not None and (read.dag_id, read.task_id, read.map_index, read.epoch,
+                                     read.incarnation) in snapshot.gone:
+            stale.append(f"{read.producer} epoch {read.epoch}")
+    return stale
 
 
 def _spark_session() -> "SparkSession":

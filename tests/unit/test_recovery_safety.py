@@ -124,6 +124,38 @@ def test_a_stateful_task_never_restores_across_a_rolled_back_epoch(store: StoreC
     assert EpochContext(spec(1), store, ledger, spark=None).previous_checkpoint() is None
 
 
+def test_a_commit_that_read_a_producer_epoch_rolled_back_meanwhile_in_another_dag_is_refused(store: StoreConfig) -> None:
+    """leaders (a DAG on publish's Asset) read publish epoch 3; before its commit, a recovery in
+    publish's DAG rolls that epoch back: the commit is not made, or withdrawn if it was."""
+    from falkirk.policies.job_spec import JobSpec
+    from falkirk.policies.regimes import EagerCheckpoint
+    from falkirk.policies.store.ledger import AssetInput
+    from falkirk.spark_jobs.assets import producer_rows
+    from falkirk.spark_jobs.runtime import EpochContext, RolledBack, _check_still_current
+
+    ledger = Ledger(store)
+    publish = [LedgerEntry("orders", "publish", e, "batch(log_outputs=true)", f"epoch-{e}", 1) for e in (1, 2, 3)]
+    for r in publish:
+        ledger.append(r)
+    spec = JobSpec(dag_id="leaders", task_id="leaders", epoch=3, regime=EagerCheckpoint(), run_id="asset_triggered__3",
+                   try_number=1)
+    ctx = EpochContext(spec, store, ledger, spark=None)
+    assert producer_rows(ctx, "orders").find("publish", 3).incarnation == 0  # what read_asset reads
+    ctx.asset_inputs.append(AssetInput("orders.ranking", "orders", "publish", "output", 3, 0))
+    entry = LedgerEntry("leaders", "leaders", 3, "eager_checkpoint", "asset_triggered__3", 1,
+                        asset_inputs=tuple(ctx.asset_inputs))
+    assert _check_still_current(ctx, entry, appended=False) == ctx.rows.rollbacks_version  # nothing rolled back
+    ledger.invalidations.record([publish[2]], "plan-in-orders")
+    with pytest.raises(RolledBack, match=r"leaders epoch 3: orders.publish epoch 3, read through an Asset, was "
+                                         r"rolled back by a recovery in its DAG while this epoch ran; its commit is "
+                                         r"not made. Recover this DAG from this epoch once the redo is committed"):
+        _check_still_current(ctx, entry, appended=False)
+    ledger.append(entry)  # the race the second check is for: appended just before the rollback was seen
+    with pytest.raises(RolledBack, match="its commit is withdrawn"):
+        _check_still_current(ctx, entry, appended=True)
+    assert Ledger(store).find("leaders", "leaders", 3) is None
+
+
 def test_a_partition_deleted_under_its_ledger_row_is_not_readable(store: StoreConfig) -> None:
     rows = _lazy_rows(store, range(1, 4))
     readable = StoreReadability(store, rows)
