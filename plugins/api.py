@@ -36,8 +36,8 @@ import logging
 import threading
 import time
 from dataclasses import asdict
-from pathlib import Path
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Annotated, Any, Sequence
 
 from deltalake.exceptions import DeltaError
@@ -368,7 +368,7 @@ def _consumer_plans(dag_id: str, plan: RecoveryPlan, record: bool) -> list[Recov
                    for p in processors(t.task_id, t.partitions, t.replicas)}
         return compute_plan(dag, store, handed, regimes, record=record)
 
-    dags = dict.fromkeys({dag_id, *(e.producer_dag for e in edges), *(e.consumer_dag for e in edges)}, planner)
+    dags = dict.fromkeys(sorted({dag_id, *(e.producer_dag for e in edges), *(e.consumer_dag for e in edges)}), planner)
     try:
         return list(plan_across_dags(dags, edges, {dag_id: plan.failures}).plans[1:])
     except PlanError as exc:

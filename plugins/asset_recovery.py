@@ -64,7 +64,8 @@ def plan_across(dag_id: str, store: StoreConfig, client: AirflowClient | None = 
         regimes = _regimes(dag, client)[0] if client is not None else {}
         return compute_plan(dag, store, handed, regimes, record=record)
 
-    dags = {d: planner for d in {dag_id, *(e.producer_dag for e in edges), *(e.consumer_dag for e in edges)}}
+    # sorted: DAGs that do not depend on each other replay in name order, the same every time
+    dags = dict.fromkeys(sorted({dag_id, *(e.producer_dag for e in edges), *(e.consumer_dag for e in edges)}), planner)
     return plan_across_dags(dags, edges, {dag_id: producer.failures})
 
 

@@ -13,7 +13,8 @@ it; the ledgers show which of leaders' checkpoints read the replaced incarnation
 leaders from that epoch re-runs 3 and 4, which read the redo, and leaves every table equal to
 the failure-free run.
 
-Then a bad input in ``falkirk_orders``' epoch 3 is recovered by one plan across both DAGs,
+Then ``falkirk_orders``' epoch 3 input is delivered wrong (``INGEST_JOB``), redone, then
+corrected, and each time recovered by one plan across both DAGs,
 replayed producers first: the consumer's epochs re-run only once the producer's redone epochs
 are committed, and the runs Airflow starts on the redone epochs' events are settled; the same
 from the Falkirk view (a browser, with screenshots), and for a lost scratch tier of
@@ -54,13 +55,45 @@ ROOT = Path(__file__).resolve().parents[2]
 LAZY_AGGREGATE = ("regime=EagerCheckpoint(),  # keeps state", "regime=LazyCheckpoint(every=4),  # keeps state")
 
 
+# falkirk_orders' ingest, reading a source whose epochs can be delivered wrong and corrected:
+# while the file bad/EPOCH exists beside the job, that epoch's orders come with bob's amounts at 1000.
+INGEST_JOB = '''"""ingest (Ephemeral), as falkirk_orders' own, from a source whose epochs can be wrong."""
+from pathlib import Path
+
+from pyspark.sql import functions as F
+
+from falkirk.spark_jobs.pipeline.ingest import SCHEMA
+from falkirk.spark_jobs.pipeline.source import orders_for_epoch
+from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
+
+BAD = Path(__file__).resolve().parent / "bad"
+
+
+def compute(ctx: EpochContext) -> EpochResult:
+    orders = orders_for_epoch(ctx.epoch)
+    if (BAD / str(ctx.epoch)).exists():
+        orders = [dict(o, amount=1000) if o["customer"] == "bob" else o for o in orders]
+    valid = ctx.spark.createDataFrame(orders, schema=SCHEMA).where(F.col("amount") > 0)
+    return EpochResult(outputs={"output": valid})
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_job(compute))
+'''
+INGEST = 'application=f"{JOBS}.ingest"'
+
+
 def _dags_folder(root: Path) -> Path:
-    """The two DAGs, falkirk_orders' aggregate under LazyCheckpoint(every=4), and the control's two."""
+    """The two DAGs, falkirk_orders' aggregate under LazyCheckpoint(every=4) and its ingest
+    reading ``INGEST_JOB``'s source, and the control's two."""
     folder = root / "dags"
     folder.mkdir()
+    (root / "jobs").mkdir()
+    (root / "jobs" / "ingest.py").write_text(INGEST_JOB)
     orders = (ROOT / "dags" / "falkirk_orders.py").read_text()
-    assert LAZY_AGGREGATE[0] in orders
+    assert LAZY_AGGREGATE[0] in orders and INGEST in orders
     orders = orders.replace(*LAZY_AGGREGATE).replace("import Batch, EagerCheckpoint,", "import Batch, LazyCheckpoint,")
+    orders = orders.replace(INGEST, f"application={str(root / 'jobs' / 'ingest.py')!r}")
     (folder / "falkirk_orders.py").write_text(orders)
     (folder / "falkirk_orders_leaders.py").write_text((ROOT / "dags" / "falkirk_orders_leaders.py").read_text())
     (folder / "plain_dags.py").write_text(CONTROL_DAGS.format(root=str(root / "plain")))
@@ -254,7 +287,23 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
                  "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
         monkeypatch.setenv(k, v)
     before = {e: _state(store, e) for e in EPOCHS}
-    earlier = len(_leaders_runs(stack, len(EPOCHS) + 1))
+    # Epoch 3's input turns out to have been delivered wrong: bob's amounts at 1000. Redone on it
+    # (one plan across both DAGs, as below), bob tops the ranking from epoch 3 on, and leaders,
+    # which read the ranking through the Asset, follows, epoch for epoch.
+    bad = Path(stack.home).parent / "jobs" / "bad"
+    bad.mkdir(exist_ok=True)
+    (bad / "3").touch()
+    wrong = plan_across(DAG_ID, store, client, bad_epochs=[("ingest", 3)])
+    replay_across([p.plan_id for p in wrong.plans], store, client, holder="admin", timeout=900)
+    ranking = table_rows(store, "publish/output")
+    assert [r["customer"] for r in ranking if r["epoch"] == 3 and r["rank"] == 1] == ["bob"]
+    for e in EPOCHS:
+        assert _state(store, e) == _oracle(ranking, list(range(1, e + 1))), f"leaders' state of epoch {e}"
+        assert (_state(store, e) == before[e]) == (e < 3), f"leaders' state of epoch {e}"
+    assert _tables(store) != reference
+    # The input is corrected: the same plan across both DAGs redoes what read it.
+    (bad / "3").unlink()
+    earlier = len(_leaders_runs(stack, len(EPOCHS) + 5))
     across = plan_across(DAG_ID, store, client, bad_epochs=[("ingest", 3)], record=False)
     assert main(["plan", "--dag", DAG_ID, "--bad-epoch", "ingest:3", "--consumers"]) == 0
     out = capsys.readouterr().out
@@ -276,7 +325,7 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
     assert f"plan {ids[0]} re-runs task instances of {DAG_ID}, which Airflow does not let this user clear" in \
         capsys.readouterr().err
     assert [(r.epoch, r.incarnation) for r in Ledger(store).entries(DAG_ID, "publish")] == [
-        (e, int(e == 3)) for e in EPOCHS]  # nothing invalidated
+        (1, 0), (2, 0), (3, 2), (4, 1), (5, 1), (6, 1)]  # nothing invalidated
     monkeypatch.setenv("FALKIRK_AIRFLOW_USER", "admin")
     monkeypatch.setenv("FALKIRK_AIRFLOW_PASSWORD", "admin")
     assert main(["replay", *ids]) == 0
@@ -288,10 +337,10 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
         f"{LEADERS}: waiting for the runs Airflow starts") < out.index(f"plan {ids[1]}: invalidated 4 ledger rows")
     assert f"plan {ids[1]}: done, 4 task instances re-ran" in out and "replaying now" not in out
     publish = Ledger(store).entries(DAG_ID, "publish")
-    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 2), (4, 1), (5, 1), (6, 1)]
+    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 3), (4, 2), (5, 2), (6, 2)]
     rows = Ledger(store).entries(LEADERS, "leaders")
     assert [(r.epoch, r.incarnation, [(a.epoch, a.incarnation) for a in r.asset_inputs]) for r in rows] == [
-        (1, 0, [(1, 0)]), (2, 0, [(2, 0)]), (3, 2, [(3, 2)]), (4, 2, [(4, 1)]), (5, 2, [(5, 1)]), (6, 2, [(6, 1)])]
+        (1, 0, [(1, 0)]), (2, 0, [(2, 0)]), (3, 3, [(3, 3)]), (4, 3, [(4, 2)]), (5, 3, [(5, 2)]), (6, 3, [(6, 2)])]
     assert stale_reads(rows, publish) == []
     # Airflow started leaders 3-6 again on the redone epochs' events: refused while leaders
     # still read the replaced epochs, then marked success, naming the plan that redid them.
@@ -405,14 +454,14 @@ def test_the_view_shows_the_plan_across_dags_and_replays_both_from_the_producers
     from devstack.processes import wait_until
 
     def caught_up() -> bool:
-        return [r.incarnation for r in Ledger(store).entries(LEADERS, "leaders")] == [0, 0, 3, 3, 3, 3]
+        return [r.incarnation for r in Ledger(store).entries(LEADERS, "leaders")] == [0, 0, 4, 4, 4, 4]
 
     wait_until("leaders' epochs 3-6 redone by the view's recovery", caught_up, timeout=600)
     publish = Ledger(store).entries(DAG_ID, "publish")
-    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 3), (4, 2), (5, 2), (6, 2)]
+    assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 4), (4, 3), (5, 3), (6, 3)]
     rows = Ledger(store).entries(LEADERS, "leaders")
     assert [[(a.epoch, a.incarnation) for a in r.asset_inputs] for r in rows[2:]] == [
-        [(3, 3)], [(4, 2)], [(5, 2)], [(6, 2)]]
+        [(3, 4)], [(4, 3)], [(5, 3)], [(6, 3)]]
     assert {e: _state(store, e) for e in EPOCHS} == before
     assert _tables(store) == reference
 
