@@ -526,8 +526,11 @@ def start_recovery(
                                                     f"(they read what it redoes, through an Asset), which you "
                                                     f"({user.get_name()}) may not clear; nothing was run")
     store = _store()
+    log_ = RecoveryLog(store)
     for p in (plan, *consumers):
-        RecoveryLog(store).record(p)
+        log_.record(p)
+    if consumers:
+        log_.link([plan, *consumers])  # each DAG's history names the others' plans
     client = AirflowClient(_airflow_url(), token=_caller_token(request, bearer))
     since = datetime.now(timezone.utc)
     try:

@@ -66,7 +66,10 @@ def plan_across(dag_id: str, store: StoreConfig, client: AirflowClient | None = 
 
     # sorted: DAGs that do not depend on each other replay in name order, the same every time
     dags = dict.fromkeys(sorted({dag_id, *(e.producer_dag for e in edges), *(e.consumer_dag for e in edges)}), planner)
-    return plan_across_dags(dags, edges, {dag_id: producer.failures})
+    across = plan_across_dags(dags, edges, {dag_id: producer.failures})
+    if record and len(across.plans) > 1:
+        RecoveryLog(store).link(across.plans)  # each DAG's history names the others' plans
+    return across
 
 
 def consumer_edges(store: StoreConfig) -> list[AssetEdge]:

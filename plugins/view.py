@@ -170,7 +170,8 @@ def plan_view(plan: RecoveryPlan) -> dict[str, Any]:
 
 def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One entry per plan that was executed or attempted, newest first: who ran it, when, the outcome,
-    and the (task, epoch) pairs it re-runs (the grid marks those of the latest finished recovery).
+    the (task, epoch) pairs it re-runs (the grid marks those of the latest finished recovery), and
+    for a recovery across DAGs the other DAGs' plans (``across``).
 
     Plans that were only previewed or planned and never started are left out.
     """
@@ -182,13 +183,17 @@ def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
         p = plans.setdefault(r["plan_id"], {"plan_id": r["plan_id"], "failures": [], "rerun_count": None,
                                             "rerun": [], "clear_downstream_count": None, "by": None,
                                             "started_at": None,
-                                            "ended_at": None, "outcome": None, "detail": "", "resumptions": 0})
+                                            "ended_at": None, "outcome": None, "detail": "", "resumptions": 0,
+                                            "across": []})
         at = r["recorded_at"].isoformat() if hasattr(r["recorded_at"], "isoformat") else str(r["recorded_at"])
         if r["event"] == "planned":
             plan = RecoveryPlan.from_json(json.loads(r["detail"]))
             p.update(failures=[f.describe() for f in plan.failures], rerun_count=len(plan.rerun_set()),
                      rerun=sorted([t, e] for t, e in plan.rerun_set()),
                      clear_downstream_count=len(plan.clear_downstream_set()))
+        if r["event"] == "across":  # one recovery across DAGs: the other DAGs' plans
+            p["across"] = [{"dag_id": d, "plan_id": i} for d, i in json.loads(r["detail"])["plans"]
+                           if i != r["plan_id"]]
         if r["event"] in ("started", "resumed", "heartbeat"):
             seen[r["plan_id"]] = r["recorded_at"]
         if r["event"] == "started":

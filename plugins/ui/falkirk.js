@@ -733,7 +733,9 @@ function History({ recoveries, canRelease, onRelease }) {
     h("tbody", null, ...recoveries.map((r) =>
       h("tr", { key: r.plan_id, "data-testid": `history-${r.plan_id}`, "data-outcome": r.outcome },
         h("td", { style: cell }, r.plan_id),
-        h("td", { style: cell }, r.failures.join("; ")),
+        h("td", { style: cell }, r.failures.join("; "),
+          (r.across || []).length ? h("div", { "data-testid": `history-across-${r.plan_id}`, style: { color: C.muted } },
+            `with ${r.across.map((a) => `${a.dag_id} (plan ${a.plan_id})`).join(", ")}`) : null),
         h("td", { style: cell }, `${r.rerun_count ?? "?"} (${r.clear_downstream_count ?? "?"})`),
         h("td", { style: cell }, r.by),
         h("td", { style: cell }, (r.started_at || "").replace("T", " ").slice(0, 19)),

@@ -48,6 +48,7 @@ import os
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Sequence
 
 import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
@@ -144,6 +145,16 @@ class RecoveryLog:
                                json.dumps(plan.to_json(), sort_keys=True))],
                          table=open_table(self.uri, self._options), retries=None)
         return plan.plan_id
+
+    def link(self, plans: Sequence[RecoveryPlan]) -> None:
+        """Record that ``plans`` (of different DAGs) are one recovery across DAGs, in replay
+        order: one ``across`` row per plan, in its DAG's log, naming them all (once per plan)."""
+        body = json.dumps({"plans": [[p.dag_id, p.plan_id] for p in plans]})
+        done = {(r["plan_id"], r["detail"]) for p in plans for r in self.events(p.dag_id) if r["event"] == "across"}
+        rows = [_row(p.dag_id, p.plan_id, "across", "falkirk plan", body) for p in plans
+                if (p.plan_id, body) not in done]
+        if rows:
+            self._append(rows, table=open_table(self.uri, self._options), retries=None)
 
     def plan(self, plan_id: str) -> RecoveryPlan:
         """The recorded plan ``plan_id``."""

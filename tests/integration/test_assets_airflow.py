@@ -336,6 +336,12 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
     assert out.index(f"plan {ids[0]}: done, 9 task instances re-ran") < out.index(
         f"{LEADERS}: waiting for the runs Airflow starts") < out.index(f"plan {ids[1]}: invalidated 4 ledger rows")
     assert f"plan {ids[1]}: done, 4 task instances re-ran" in out and "replaying now" not in out
+    # each DAG's history names the other DAG's plan of the same recovery
+    history = {dag: client.request("GET", f"/falkirk/api/v1/dags/{dag}/recoveries")["recoveries"][0]
+               for dag in (DAG_ID, LEADERS)}
+    assert [(h["plan_id"], h["outcome"], h["across"]) for h in history.values()] == [
+        (ids[0], "finished", [{"dag_id": LEADERS, "plan_id": ids[1]}]),
+        (ids[1], "finished", [{"dag_id": DAG_ID, "plan_id": ids[0]}])]
     publish = Ledger(store).entries(DAG_ID, "publish")
     assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 3), (4, 2), (5, 2), (6, 2)]
     rows = Ledger(store).entries(LEADERS, "leaders")
@@ -457,6 +463,16 @@ def test_the_view_shows_the_plan_across_dags_and_replays_both_from_the_producers
         return [r.incarnation for r in Ledger(store).entries(LEADERS, "leaders")] == [0, 0, 4, 4, 4, 4]
 
     wait_until("leaders' epochs 3-6 redone by the view's recovery", caught_up, timeout=600)
+    # the consumer's view: its history names the producer's plan it followed
+    context, page = _view(browser, stack, "admin", LEADERS)
+    try:
+        [latest] = [r for r in client.request("GET", f"/falkirk/api/v1/dags/{LEADERS}/recoveries")["recoveries"][:1]]
+        across = page.get_by_test_id(f"history-across-{latest['plan_id']}")
+        across.wait_for(timeout=60_000)
+        assert across.inner_text().startswith(f"with {DAG_ID} (plan ")
+        _shot(page, "across-dags-consumer-history")
+    finally:
+        context.close()
     publish = Ledger(store).entries(DAG_ID, "publish")
     assert [(r.epoch, r.incarnation) for r in publish] == [(1, 0), (2, 0), (3, 4), (4, 3), (5, 3), (6, 3)]
     rows = Ledger(store).entries(LEADERS, "leaders")
