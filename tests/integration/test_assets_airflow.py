@@ -24,7 +24,6 @@ plain Airflow tasks, where clearing the producer's bad epoch leaves the consumer
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -39,6 +38,7 @@ from falkirk.policies.planning.assets import asset_edges, stale_reads
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import AssetInput, Ledger
+from tests.integration.browser import ARTIFACTS, chromium, shot, sign_in
 from tests.oracle import canonical
 from tests.tables import table_rows
 
@@ -388,40 +388,17 @@ def test_one_plan_across_both_dags_redoes_a_bad_producer_epoch_and_every_consume
 
 # -- the view --------------------------------------------------------------------------------
 
-ARTIFACTS = Path(os.environ.get("FALKIRK_ARTIFACTS", Path(__file__).resolve().parents[2] / "artifacts" / "falkirk-view"))
-
-
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    from tests.integration.test_falkirk_view import CHROMIUM_ARGS
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    yield from chromium()
 
 
 def _view(browser, stack: AirflowStack, user: str, dag: str):
-    """A page signed in as ``user`` through Airflow's login form, on ``dag``'s Falkirk view."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.goto(f"{stack.base_url}/auth/login/")
-    page.fill("input[name=username]", user)
-    page.fill("input[name=password]", USERS[user][1])
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/auth/login" not in url, timeout=30_000)
+    """A page signed in as ``user``, on ``dag``'s Falkirk view."""
+    context, page = sign_in(browser, stack.base_url, user)
     page.goto(f"{stack.base_url}/dags/{dag}/plugin/falkirk")
     page.get_by_test_id("falkirk-view").wait_for(timeout=60_000)
     return context, page
-
-
-def _shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    height = page.get_by_test_id("falkirk-view").evaluate("el => el.scrollHeight")
-    page.set_viewport_size({"width": 1400, "height": max(1000, height + 400)})
-    page.get_by_test_id("falkirk-view").screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
 def _pick_bad_epoch(page, task: str, epoch: int) -> None:
@@ -442,7 +419,7 @@ def test_the_view_shows_the_plan_across_dags_and_replays_both_from_the_producers
         assert page.get_by_test_id(consumer).get_attribute("data-rerun") == "3,4,5,6"
         assert page.get_by_test_id(f"across-may-{LEADERS}").inner_text() == "may not clear its task instances"
         assert page.get_by_test_id("replay-button").is_disabled()
-        _shot(page, "across-dags-viewer")
+        shot(page, "across-dags-viewer")
     finally:
         context.close()
     # admin: the same plan, which it may replay; one click replays falkirk_orders, then leaders
@@ -452,7 +429,7 @@ def test_the_view_shows_the_plan_across_dags_and_replays_both_from_the_producers
         assert page.get_by_test_id("rerun-count").inner_text() == "9"
         assert page.get_by_test_id("across-count").inner_text() == "4"
         assert page.get_by_test_id(f"across-may-{LEADERS}").inner_text() == "may replay it"
-        _shot(page, "across-dags-admin-preview")
+        shot(page, "across-dags-admin-preview")
         page.get_by_test_id("panel-plan").screenshot(path=str(ARTIFACTS / "across-dags-plan.png"))
         page.get_by_test_id("replay-button").click()
         assert f"Then, once those are committed: {LEADERS}, 4 task instances." in \
@@ -461,7 +438,7 @@ def test_the_view_shows_the_plan_across_dags_and_replays_both_from_the_producers
         started = page.get_by_test_id("replay-started")
         started.wait_for(timeout=60_000)
         assert f"Then: {LEADERS} (plan " in started.inner_text()
-        _shot(page, "across-dags-admin-started")
+        shot(page, "across-dags-admin-started")
     finally:
         context.close()
     from devstack.processes import wait_until
@@ -477,7 +454,7 @@ def test_the_view_shows_the_plan_across_dags_and_replays_both_from_the_producers
         across = page.get_by_test_id(f"history-across-{latest['plan_id']}")
         across.wait_for(timeout=60_000)
         assert across.inner_text().startswith(f"with {DAG_ID} (plan ")
-        _shot(page, "across-dags-consumer-history")
+        shot(page, "across-dags-consumer-history")
     finally:
         context.close()
     publish = Ledger(store).entries(DAG_ID, "publish")

@@ -42,6 +42,7 @@ from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import COMPACT_EVERY, InputRef, Ledger, LedgerEntry, OutputRef, SCHEMA
 from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.clicks.feed import clicks_for_epoch, deliver
+from tests.integration.browser import ARTIFACTS, chromium, shot, sign_in
 from tests.integration.recovery.drill import wait_states
 from tests.sentinel import checksum
 
@@ -53,9 +54,6 @@ DAG = "clicks_ui"
 WIDE = "falkirk_wide"
 TASKS = ("source", "clean", "model", "sink")
 EPOCHS = (1, 2, 3, 4)
-ARTIFACTS = Path(os.environ.get("FALKIRK_ARTIFACTS", ROOT / "artifacts" / "falkirk-view"))
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 
 
 @dataclass
@@ -350,33 +348,12 @@ def test_concurrent_previews_share_their_plans_and_airflow_keeps_serving(view_st
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    yield from chromium()
 
 
 def login(browser, vs: ViewStack, user: str, theme: str = "light"):
     """A new browser context signed in through Airflow's own login form."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, color_scheme=theme)
-    page = context.new_page()
-    page.goto(f"{vs.stack.base_url}/auth/login/")
-    page.fill("input[name=username]", user)
-    page.fill("input[name=password]", USERS[user][1])
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/auth/login" not in url, timeout=30_000)
-    return context, page
-
-
-def shot(page, name: str) -> None:
-    """The Falkirk view, whole: the window grows to fit it, as Airflow's page scrolls inside."""
-    size = page.viewport_size
-    height = page.get_by_test_id("falkirk-view").evaluate("el => el.scrollHeight")
-    page.set_viewport_size({"width": size["width"], "height": max(size["height"], height + 400)})
-    page.get_by_test_id("falkirk-view").screenshot(path=str(ARTIFACTS / f"{name}.png"))
-    page.set_viewport_size(size)
+    return sign_in(browser, vs.stack.base_url, user, theme)
 
 
 FALKIRK_TAB = "a[href$='/plugin/falkirk']"  # the tab the plugin adds to every DAG page
