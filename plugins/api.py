@@ -71,12 +71,11 @@ from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
 from falkirk.plugins.discard import Discard, beyond_note, discard, plan_discard, rows_beyond
 from falkirk.plugins.grid_status import CheckpointGrid, current_epochs, grid_from_ledger, trimmed, unrecorded, with_runs
-from falkirk.plugins.asset_recovery import consumer_edges, replay_across
+from falkirk.plugins.asset_recovery import replay_across, with_consumers
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.shared_computations import SharedComputations
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, recovery_history
-from falkirk.policies.planning.assets import plan_across_dags
 from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError,
                                                 RecoveryPlan)
 from falkirk.policies.epochs import EpochClock, EpochError
@@ -351,26 +350,17 @@ def _plan(dag_id: str, spec: FailureSpec, record: bool):
 def _consumer_plans(dag_id: str, plan: RecoveryPlan, record: bool) -> list[RecoveryPlan]:
     """The plans of the DAGs that read, through an Asset, an epoch ``plan`` redoes (and of the
     DAGs reading those), producers first: the rest of the plan across DAGs
-    (:mod:`falkirk.plugins.asset_recovery`)."""
-    store = _store()
-    edges = consumer_edges(store)
-    if not any(e.producer_dag == dag_id for e in edges):
-        return []
-
-    def planner(dag: str, handed: Sequence[Failure]) -> RecoveryPlan:
-        if dag == dag_id:
-            return plan
+    (:func:`falkirk.plugins.asset_recovery.with_consumers`)."""
+    def regimes(dag: str) -> dict[str, Regime]:
         try:
             tasks = _dag_tasks(dag)
         except HTTPException:  # in the ledger, no longer in Airflow: planned from its rows alone
-            tasks = []
-        regimes = {p: Regime.parse(t.regime) for t in tasks if t.regime
-                   for p in processors(t.task_id, t.partitions, t.replicas)}
-        return compute_plan(dag, store, handed, regimes, record=record)
+            return {}
+        return {p: Regime.parse(t.regime) for t in tasks if t.regime
+                for p in processors(t.task_id, t.partitions, t.replicas)}
 
-    dags = dict.fromkeys(sorted({dag_id, *(e.producer_dag for e in edges), *(e.consumer_dag for e in edges)}), planner)
     try:
-        return list(plan_across_dags(dags, edges, {dag_id: plan.failures}).plans[1:])
+        return list(with_consumers(plan, _store(), regimes, record=record).plans[1:])
     except PlanError as exc:
         raise _invalid([], str(exc)) from exc
 

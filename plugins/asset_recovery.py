@@ -31,16 +31,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
-from falkirk.plugins.recovery import Progress, ReplayReport, _regimes, _run_ids, plan, replay
+from falkirk.plugins.recovery import Progress, ReplayReport, _regimes, _run_ids, check_may_clear, plan, replay
 from falkirk.policies.asset_events import run_date
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.planning.assets import AssetEdge, CrossDagPlan, asset_edges, plan_across_dags
 from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import Failure, PlanError, RecoveryPlan
 from falkirk.policies.planning.recovery_log import AlreadyReplayed, RecoveryLog, check_not_finished
+from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import Ledger
 
@@ -56,20 +57,29 @@ def plan_across(dag_id: str, store: StoreConfig, client: AirflowClient | None = 
     :func:`falkirk.plugins.recovery.plan`) and, through asset edges, for every DAG whose
     checkpoints read an epoch that plan redoes, producers first."""
     producer = plan(dag_id, store, client, record=record, **failures)
-    edges = consumer_edges(store)
-
-    def planner(dag: str, handed: Sequence[Failure]) -> RecoveryPlan:
-        if dag == dag_id:
-            return producer
-        regimes = _regimes(dag, client)[0] if client is not None else {}
-        return compute_plan(dag, store, handed, regimes, record=record)
-
-    # sorted: DAGs that do not depend on each other replay in name order, the same every time
-    dags = dict.fromkeys(sorted({dag_id, *(e.producer_dag for e in edges), *(e.consumer_dag for e in edges)}), planner)
-    across = plan_across_dags(dags, edges, {dag_id: producer.failures})
+    across = with_consumers(producer, store, lambda dag: _regimes(dag, client)[0] if client is not None else {},
+                            record=record)
     if record and len(across.plans) > 1:
         RecoveryLog(store).link(across.plans)  # each DAG's history names the others' plans
     return across
+
+
+def with_consumers(producer: RecoveryPlan, store: StoreConfig, regimes: Callable[[str], Mapping[str, Regime]],
+                   record: bool = False) -> CrossDagPlan:
+    """``producer`` (a plan already made) and, through the asset edges the ledger records, the
+    plans of the DAGs that read an epoch it redoes, producers first; ``regimes``: a DAG's
+    regimes by processor (the tasks with no ledger row yet count too)."""
+    edges = consumer_edges(store)
+
+    def planner(dag: str, handed: Sequence[Failure]) -> RecoveryPlan:
+        if dag == producer.dag_id:
+            return producer
+        return compute_plan(dag, store, handed, regimes(dag), record=record)
+
+    # sorted: DAGs that do not depend on each other replay in name order, the same every time
+    dags = dict.fromkeys(sorted({producer.dag_id, *(e.producer_dag for e in edges),
+                                 *(e.consumer_dag for e in edges)}), planner)
+    return plan_across_dags(dags, edges, {producer.dag_id: producer.failures})
 
 
 def consumer_edges(store: StoreConfig) -> list[AssetEdge]:
@@ -132,13 +142,11 @@ def _check_may_clear(plans: Sequence[RecoveryPlan], log: RecoveryLog, store: Sto
         except AlreadyReplayed:
             continue
         runs = _run_ids(recovery, Ledger(store).entries(recovery.dag_id, include_invalidated=True), client)
-        rerun = recovery.rerun_set()
-        for epoch in sorted({e for _, e in rerun}):
-            try:
-                client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
-            except AirflowError as exc:
-                raise AirflowError(f"plan {recovery.plan_id} re-runs task instances of {recovery.dag_id}, which "
-                                   f"Airflow does not let this user clear ({exc}); nothing was run") from None
+        try:
+            check_may_clear(recovery, runs, client)
+        except AirflowError as exc:
+            raise AirflowError(f"plan {recovery.plan_id} re-runs task instances of {recovery.dag_id}, which "
+                               f"Airflow does not let this user clear ({exc}); nothing was run") from None
 
 
 def _redone_reads(feeding: Sequence[AssetEdge], upstream: Mapping[str, RecoveryPlan],
@@ -221,4 +229,4 @@ def _span(epochs: Sequence[int] | set[int]) -> str:
     return ", ".join(str(e) for e in sorted(set(epochs)))
 
 
-__all__ = ["SecondRun", "consumer_edges", "plan_across", "replay_across"]
+__all__ = ["SecondRun", "consumer_edges", "plan_across", "replay_across", "with_consumers"]

@@ -268,8 +268,7 @@ def start_replay(
     # Airflow checks the caller's rights (changing nothing) before the lease is taken: a caller it
     # refuses leaves no "started" record behind, which would let the next replay resume the plan
     # without checking that it is still current.
-    for epoch in sorted({e for _, e in rerun}):
-        client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
+    check_may_clear(recovery, runs, client)
     lease = log.begin(recovery, holder)
     running = RunningReplay(recovery, log, lease, client, runs, {}, 0, started, store)
     try:
@@ -297,6 +296,14 @@ def start_replay(
         running.fail(exc)
         raise
     return running
+
+
+def check_may_clear(recovery: RecoveryPlan, runs: Mapping[int, str], client: AirflowClient) -> None:
+    """Ask Airflow to clear the plan's re-run set as a dry run, one call per DAG run (``runs``:
+    epoch -> run id): it raises :class:`AirflowError` if the caller may not, and changes nothing."""
+    rerun = recovery.rerun_set()
+    for epoch in sorted({e for _, e in rerun}):
+        client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
 
 
 def _check_no_rows_without_runs(recovery: RecoveryPlan, ledger: Ledger, client: AirflowClient) -> None:

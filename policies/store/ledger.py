@@ -336,12 +336,15 @@ class Ledger:
         """
         import pyarrow.compute as pc
 
+        def reads(inputs: pa.ChunkedArray) -> pa.ChunkedArray:
+            return pc.fill_null(pc.match_substring(inputs, '"asset"'), False)
+
         table = open_table(self.uri, self.store.options_for(self.uri))
-        if table is None:
+        # the inputs column alone first: in a ledger with no such row (most), nothing else is read
+        if table is None or not pc.any(reads(table.to_pyarrow_table(columns=["inputs"]).column("inputs"))).as_py():
             return []
         rows = scan(table)
-        rows = rows.filter(pc.fill_null(pc.match_substring(rows.column("inputs"), '"asset"'), False))
-        return [LedgerEntry.from_row(r) for r in rows.to_pylist()]
+        return [LedgerEntry.from_row(r) for r in rows.filter(reads(rows.column("inputs"))).to_pylist()]
 
     def asset_readers(self, dag_id: str) -> dict[tuple[str, str], list[str]]:
         """The outputs of ``dag_id``'s tasks that other DAGs' runs have read through an Asset:
