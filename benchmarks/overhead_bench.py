@@ -17,13 +17,20 @@ all alike:
 Each row is the median, over its task instances, of Airflow's own start-to-end time of a
 task instance (``start_date`` to ``end_date``), and its ratio to the plain task's.
 
+``--lineage`` turns on Airflow's OpenLineage provider for every task, plain and Falkirk alike
+(events appended to a file): the ratios then say what a Falkirk task's lineage (its epoch,
+the tables it read and wrote: :mod:`falkirk.plugins.lineage`) adds to what lineage costs any
+task.
+
     make bench-overhead
+    make bench-overhead BENCH_ARGS="--lineage"
     .venv/bin/python -m benchmarks.overhead_bench --epochs 30 --cold-epochs 8 --figure1-epochs 5
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -52,14 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figure1-epochs", type=int, default=5,
                         help="epochs of the reference application with and without the job host (default 5)")
     parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--lineage", action="store_true",
+                        help="turn on OpenLineage (a file transport) for every task, plain and Falkirk")
     args = parser.parse_args(argv)
     root = args.work_dir or Path(tempfile.mkdtemp(prefix="falkirk-bench-overhead-"))
     store = StoreConfig(str(root / "durable"), str(root / "scratch"))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
     times: dict[tuple[str, str], list[float]] = {}
+    events = root / "lineage.jsonl"
+    lineage = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events),
+                                                              "append": True})} if args.lineage else {}
     with SparkConnectServer(root / "spark") as server:
         stack = AirflowStack(home=root / "airflow", store=store, dags_folder=HERE / "overhead_dags", extra_env={
-            **server.airflow_env(), "FALKIRK_BENCH_REMOTE": server.url, "FALKIRK_BENCH_PLAIN": str(root / "plain")})
+            **server.airflow_env(), "FALKIRK_BENCH_REMOTE": server.url, "FALKIRK_BENCH_PLAIN": str(root / "plain"),
+            **lineage})
         stack.init()
         stack.start()
         try:
@@ -108,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     rows += [(f"Falkirk {LABELS[r]}, fresh interpreter", times["bench_falkirk_cold", r]) for r in REGIMES]
     print(f"\nper task instance, Airflow's start to end (median); {args.epochs} epochs, "
           f"{args.cold_epochs} for the fresh interpreter")
+    if args.lineage:
+        emitted = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
+        falkirk = sum(1 for e in emitted if "falkirk" in e["run"].get("facets", {}))
+        print(f"OpenLineage on for every task: {len(emitted)} run events in {events}, {falkirk} with a Falkirk "
+              f"epoch facet")
     print(f"{'task instance':<62} {'n':>3} {'median':>8} {'vs plain':>9} {'added':>7}")
     print("-" * 93)
     for label, values in rows:

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 from falkirk.policies.asset_events import CommittedEpoch
 from falkirk.policies.job_host import JobHost, JobHostError, enabled
 from falkirk.policies.job_spec import REFUSAL_PREFIX
+from falkirk.policies.lineage import TableRead, parse_reads_line
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ class FalkirkJobHook:
 
     ``refusal`` holds the job's refusal (see :data:`falkirk.policies.job_spec.REFUSED_EXIT_CODE`)
     once it has printed one; ``committed``, the commit it made or found made
-    (:class:`~falkirk.policies.asset_events.CommittedEpoch`), once it has printed that.
+    (:class:`~falkirk.policies.asset_events.CommittedEpoch`), once it has printed that; ``reads``,
+    the committed tables it read (:class:`~falkirk.policies.lineage.TableRead`), for lineage.
     """
 
     def __init__(self, conn_id: str, on_line: Callable[[str], None] = log.info) -> None:
@@ -47,6 +49,7 @@ class FalkirkJobHook:
         self.log = on_line
         self.refusal: str | None = None
         self.committed: CommittedEpoch | None = None
+        self.reads: tuple[TableRead, ...] = ()
         self._pid: int | None = None
         self._proc: subprocess.Popen[str] | None = None
 
@@ -92,6 +95,7 @@ class FalkirkJobHook:
             said = line[len(REFUSAL_PREFIX):]
             self.refusal = said if self.refusal is None else f"{self.refusal}\n{said}"
         self.committed = CommittedEpoch.parse_line(line) or self.committed
+        self.reads = parse_reads_line(line) or self.reads
         self.log(line)
 
     def on_kill(self) -> None:

@@ -32,6 +32,9 @@ connection chooses the cluster), plus:
   run's partition date or key, and hands the job the commits the run consumed: the job's
   ``ctx.read_asset(name)`` reads them, and its ledger row records which producer epochs, and
   which incarnations of them, the run read;
+* with Airflow's OpenLineage provider configured, each task instance's run event names its
+  epoch and incarnation, the tables it wrote (at their Delta versions) and the committed tables
+  it read (:mod:`falkirk.plugins.lineage`): a recovery's redo is a new run of the same job;
 * it takes the store from the Airflow connection ``store_conn_id`` (default
   ``falkirk_default``, see :mod:`falkirk.plugins.store_hook`) when it is defined, so the
   credentials live in Airflow's connections and secrets backends rather than in the
@@ -72,6 +75,7 @@ from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent, epoch_partition_key, run_date
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.job_spec import REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec
+from falkirk.policies.lineage import TableRead, parse_reads_line
 from falkirk.policies.partitions import check_count
 from falkirk.policies.regimes import Regime, RegimeError, Tier
 from falkirk.policies.store import StoreConfig, StoreError
@@ -153,6 +157,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
 
     ui_color = "#d8e9f0"
     _committed: CommittedEpoch | None = None  # on spark-submit: the job's commit record, read by _get_hook's hook
+    _reads: tuple[TableRead, ...] = ()  # on spark-submit: the tables the job read, for lineage
+    _spec: JobSpec | None = None  # the epoch this task instance runs, once execute has worked it out
 
     @classmethod
     def partial(cls, **kwargs: Any) -> PartitionedPartial:  # type: ignore[override]
@@ -320,7 +326,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         return {**(self.env_vars or {}), **FalkirkStoreHook(self.store_conn_id).store_env()}
 
     def execute(self, context: Any) -> None:
-        spec = dataclasses.replace(self.job_spec(context), task_instance=True)
+        spec = self._spec = dataclasses.replace(self.job_spec(context), task_instance=True)
         self.log.info("Falkirk: %s epoch %s under %s", spec.task_id, spec.epoch, spec.regime.spec())
         self.application_args = self.job_argv(spec)
         self.env_vars = self.job_env()
@@ -370,6 +376,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             def each() -> Any:
                 for line in lines:
                     self._committed = CommittedEpoch.parse_line(str(line).strip()) or self._committed
+                    self._reads = parse_reads_line(str(line).strip()) or self._reads
                     yield line
             process_log(each())
 
@@ -395,6 +402,26 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         self.log.info("Falkirk: asset events %s: %s epoch %s, incarnation %s%s", ", ".join(a.name for a in assets),
                       committed.processor, committed.epoch, committed.incarnation,
                       " (replaces the events of earlier incarnations)" if committed.replacement else "")
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The task instance's lineage, for Airflow's OpenLineage provider (which alone calls this):
+        the epoch and incarnation it committed, the tables it read and wrote (:mod:`falkirk.plugins.lineage`)."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """The failed task instance's lineage: its epoch, and the commit if its job made one before failing."""
+        return self._lineage()
+
+    def _lineage(self) -> Any:
+        from falkirk.plugins.lineage import operator_lineage
+
+        spec = self._spec
+        if spec is None:  # execute failed before it knew the epoch
+            return None
+        job = getattr(self, "_job_hook", None)
+        committed, reads = (job.committed, job.reads) if job is not None else (self._committed, self._reads)
+        return operator_lineage(self.falkirk_regime, spec.dag_id, spec.task_id, spec.epoch, spec.map_index,
+                                committed=committed, reads=reads)
 
     def _spark_connection(self) -> Any:
         """The Spark connection; ``spark_default`` runs on ``local[2]`` when it is not defined."""

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from falkirk.policies.asset_events import CommittedEpoch
 from falkirk.policies.job_spec import (REFUSAL_PREFIX, REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec,
                                        completed_epoch_refusal, replaced_input_refusal)
+from falkirk.policies.lineage import TableRead, reads_line
 from falkirk.policies.pairs import Layout, Status
 from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id, replica_of
 from falkirk.policies.planning.from_ledger import compute_plan
@@ -126,6 +127,8 @@ class EpochContext:
     depends_on: dict[tuple[str, int], LedgerEntry] = field(default_factory=dict)
     # The epochs of other DAGs' tasks read through Assets (read_asset), and their DAGs' rows.
     asset_inputs: list[AssetInput] = field(default_factory=list)
+    # Every committed table read, for lineage (printed after the commit: falkirk.policies.lineage).
+    reads: set[TableRead] = field(default_factory=set)
     producer_snapshots: dict[str, LedgerSnapshot] = field(default_factory=dict, repr=False)
     # Whether the job checkpoints inside its epochs (iterate, chunks): only then does the
     # commit look for step checkpoints to delete.
@@ -296,6 +299,8 @@ class EpochContext:
                            f"outside the store; read one of its output tables instead")
         if ref.tier == Tier.SCRATCH.value:
             self._check_on_this_worker(entry, f"output {output!r} of {task}")
+        self.reads.add(TableRead(entry.dag_id, entry.task_id, entry.epoch, entry.incarnation, output, ref.uri,
+                                 ref.version, entry.map_index))
         return self._read(ref.uri, entry, ref.rows, f"output {output!r} of {producer}")
 
     def previous_state(self) -> "DataFrame | None":
@@ -454,6 +459,7 @@ def run_job(compute: Callable[[EpochContext], EpochResult], argv: Sequence[str] 
     if args.task_instance:
         Completions(store).record(entry)
     crash_point(args.processor, args.epoch, "after-completion", dag_id=args.dag_id)
+    print(reads_line(ctx.reads), flush=True)  # the task's lineage (falkirk.plugins.lineage)
     print(CommittedEpoch.from_entry(entry).line(), flush=True)  # what the task's asset events carry
     say(f"{label}: committed {entry.output_rows} output rows"
         + (f", {entry.state_rows} state rows" if entry.state_uri else "")

@@ -24,6 +24,7 @@ plain Airflow tasks, where clearing the producer's bad epoch leaves the consumer
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,7 @@ from tests.tables import table_rows
 pytestmark = pytest.mark.integration
 
 LEADERS = "falkirk_orders_leaders"
+LINEAGE_FILE, LINEAGE_NAMESPACE = "lineage.jsonl", "falkirk_assets"
 ASSET = "falkirk_orders.ranking"
 EPOCHS = [1, 2, 3, 4, 5, 6]
 
@@ -180,7 +182,11 @@ def _tables(store: StoreConfig, epochs: range = range(1, 7)) -> dict[str, list[t
 def joined(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
     root = tmp_path_factory.mktemp("assets")
     store = StoreConfig(durable_uri=str(root / "durable"), scratch_uri=str(root / "scratch"))
-    stack = AirflowStack(home=root / "airflow", store=store, extra_env=spark_connect.airflow_env(),
+    # OpenLineage on, its events appended to a file: lineage.jsonl beside the Airflow home
+    lineage = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": True,
+                                                              "log_file_path": str(root / LINEAGE_FILE)}),
+               "AIRFLOW__OPENLINEAGE__NAMESPACE": LINEAGE_NAMESPACE}
+    stack = AirflowStack(home=root / "airflow", store=store, extra_env={**spark_connect.airflow_env(), **lineage},
                          dags_folder=_dags_folder(root))
     stack.init()
     stack.start()
@@ -557,3 +563,62 @@ def _plain_runs(client, count: int) -> list[dict]:
 
     wait_until(f"{count} finished runs of plain_leaders", enough, timeout=300)
     return list(found)
+
+
+def _lineage(stack: AirflowStack, job: str, epoch: int) -> list[dict]:
+    """The OpenLineage run events of ``job``'s task instances that ran ``epoch``, as emitted."""
+    lines = (Path(stack.home).parent / LINEAGE_FILE).read_text().splitlines()
+    events = [json.loads(line) for line in lines if line.strip()]
+    return [e for e in events if e["job"] == {"namespace": LINEAGE_NAMESPACE, "name": job, **{
+        k: v for k, v in e["job"].items() if k not in ("namespace", "name")}}
+            and e["run"]["facets"].get("falkirk", {}).get("epoch") == epoch]
+
+
+def _datasets(datasets: list[dict]) -> list[tuple]:
+    return sorted((d["namespace"], d["name"], d["facets"]["version"]["datasetVersion"],
+                   d.get("outputFacets", {}).get("outputStatistics", {}).get("rowCount")) for d in datasets)
+
+
+def test_lineage_shows_each_epoch_read_and_written_and_a_redo_as_a_new_run_of_the_same_job(joined) -> None:
+    from falkirk.policies.lineage import dataset_name
+
+    stack, store, client, reference = joined
+    rows = {(r.task_id, r.epoch): r for dag in (DAG_ID, LEADERS) for r in Ledger(store).entries(dag)}
+    # every commit is an OpenLineage run of its task's job: its epoch and incarnation, and the
+    # Delta version and rows of each table it wrote
+    for (task, epoch), row in rows.items():
+        job = f"{row.dag_id}.{task}"
+        done = [e for e in _lineage(stack, job, epoch) if e["eventType"] == "COMPLETE"
+                and e["run"]["facets"]["falkirk"]["incarnation"] == row.incarnation]
+        assert done, f"no COMPLETE event of {job} epoch {epoch} incarnation {row.incarnation}"
+        assert {tuple(_datasets(e["outputs"])) for e in done} == {tuple(sorted(
+            (*dataset_name(o.uri), str(o.version), o.rows) for o in row.outputs))}, (job, epoch)
+        assert all(e["run"]["facets"]["falkirk"]["regime"] == row.regime for e in done)
+    # publish's epoch 6 is redone, and leaders' epoch 6 that read it: one plan across both DAGs
+    publish, leaders = rows["publish", 6], rows["leaders", 6]
+    across = plan_across(DAG_ID, store, client, bad_epochs=[("publish", 6)])
+    assert across.rerun_set() == {(DAG_ID, "publish", 6), (LEADERS, "leaders", 6)}
+    replay_across([p.plan_id for p in across.plans], store, client, holder="admin", timeout=900)
+    redo = Ledger(store).entries(DAG_ID, "publish")[-1]
+    reread = Ledger(store).entries(LEADERS, "leaders")[-1]
+    assert (redo.epoch, redo.incarnation, reread.epoch, reread.incarnation) == (
+        6, publish.incarnation + 1, 6, leaders.incarnation + 1)
+    # The redo is a new run of the same job, with the next incarnation, replacing the one before
+    runs = {e["run"]["facets"]["falkirk"]["incarnation"]: e for e in _lineage(stack, f"{DAG_ID}.publish", 6)
+            if e["eventType"] == "COMPLETE"}
+    before, after = runs[publish.incarnation], runs[redo.incarnation]
+    assert before["run"]["runId"] != after["run"]["runId"]
+    assert (after["run"]["facets"]["falkirk"]["replacement"], after["run"]["facets"]["falkirk"]["committed"]) == (
+        True, True)
+    assert _datasets(after["outputs"]) == [(*dataset_name(o.uri), str(o.version), o.rows) for o in redo.outputs]
+    # ... which read aggregate's epoch 6 at the version that commit wrote
+    aggregate = rows["aggregate", 6].outputs[0]
+    assert _datasets(after["inputs"]) == [(*dataset_name(aggregate.uri), str(aggregate.version), None)]
+    # leaders' redo read publish's redo through the Asset: its input is the version the redo wrote
+    reads = [e for e in _lineage(stack, f"{LEADERS}.leaders", 6) if e["eventType"] == "COMPLETE"
+             and e["run"]["facets"]["falkirk"]["incarnation"] == reread.incarnation and e["inputs"]]
+    assert [_datasets(e["inputs"]) for e in reads] == [
+        [(*dataset_name(o.uri), str(o.version), None) for o in redo.outputs]]
+    # publish is deterministic: both redone tables hold what the failure-free run committed
+    durable = [f"{name} ({Tier.DURABLE.value})" for name in ("publish/output", "leaders/state", "leaders/output")]
+    assert {k: _tables(store)[k] for k in durable} == {k: reference[k] for k in durable}

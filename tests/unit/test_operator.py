@@ -563,3 +563,48 @@ def test_partition_outlets_must_be_a_bool() -> None:
     with DAG("orders", schedule=None), pytest.raises(TypeError, match="partition_outlets='yes': give True or False"):
         RegimeSparkSubmitOperator(task_id="publish", application="falkirk.spark_jobs.pipeline.publish",
                                   regime=Batch(), epoch_clock=clock, partition_outlets="yes")
+
+
+def test_the_openlineage_provider_gets_the_epoch_its_commit_and_the_tables_read_from_the_jobs_output() -> None:
+    """Airflow's OpenLineage provider picks its default extractor for the operator (it has
+    ``get_openlineage_facets_on_complete``); the lineage comes from the job's two lines, read
+    from spark-submit's output: the commit (outputs at their versions) and the tables read."""
+    from datetime import datetime, timedelta, timezone
+
+    from airflow.providers.openlineage.extractors.base import DefaultExtractor
+    from airflow.providers.openlineage.extractors.manager import ExtractorManager
+    from airflow.sdk import DAG
+
+    from falkirk.plugins.operators import RegimeSparkSubmitOperator
+    from falkirk.policies import Batch, EpochClock
+    from falkirk.policies.asset_events import CommittedEpoch, CommittedOutput
+    from falkirk.policies.job_spec import JobSpec
+    from falkirk.policies.lineage import TableRead, reads_line
+
+    clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+    with DAG("orders", schedule=None, start_date=clock.first):
+        op = RegimeSparkSubmitOperator(task_id="publish", application="falkirk.spark_jobs.pipeline.publish",
+                                       regime=Batch(log_outputs=True), epoch_clock=clock)
+    extractor = ExtractorManager().get_extractor_class(op)
+    assert extractor is DefaultExtractor
+    assert extractor(op).extract_on_complete(None) is None  # before execute: no epoch, no lineage
+
+    op._spec = JobSpec(dag_id="orders", task_id="publish", epoch=2, regime=Batch(log_outputs=True), run_id="r",
+                       try_number=2)
+    failed = extractor(op).extract_on_failure(None)
+    assert (failed.inputs, failed.outputs) == ([], [])
+    facet = failed.run_facets["falkirk"]
+    assert (facet.epoch, facet.incarnation, facet.committed) == (2, None, False)
+
+    done = CommittedEpoch("orders", "publish", 2, incarnation=1,
+                          outputs=(CommittedOutput("output", "s3://lake/orders/publish/output", 4, 5),))
+    read = TableRead("orders", "aggregate", 2, 1, "output", "/disk/scratch/orders/aggregate/output", 3)
+    op._get_hook()._process_spark_submit_log(iter([reads_line([read]) + "\n", done.line() + "\n"]))
+    lineage = extractor(op).extract_on_complete(None)
+    assert [(d.namespace, d.name, d.facets["version"].datasetVersion) for d in lineage.inputs] == [
+        ("file", "/disk/scratch/orders/aggregate/output", "3")]
+    assert [(d.namespace, d.name, d.facets["version"].datasetVersion, d.outputFacets["outputStatistics"].rowCount)
+            for d in lineage.outputs] == [("s3://lake", "orders/publish/output", "4", 5)]
+    facet = lineage.run_facets["falkirk"]
+    assert (facet.dag_id, facet.task_id, facet.epoch, facet.incarnation, facet.replacement, facet.committed,
+            facet.regime) == ("orders", "publish", 2, 1, True, True, "batch(log_outputs=true)")
