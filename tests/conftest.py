@@ -16,17 +16,17 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(TRIGGERER_ENV, "0")
 
 
-# `make test TEST_WORKERS=2` runs the suite on two pytest-xdist workers (one process by default,
-# see the Makefile). Tests that share a started component stay on one worker, as one group: a
-# module with its module-scoped deployment, the recovery drills with their package's Airflow,
-# and the cluster modules one after the other (each starts a whole distributed shape; two
-# at once on two cores only slow both). Groups are handed out in this order, the rest after them
-# in collection order: the cluster group first, beside the lighter long modules, so that it
-# never runs beside the recovery drills (the two heaviest on CPU: together, each took three
-# times as long), and short groups last.
-GROUP_ORDER = ("cluster", "test_falkirk_view", "test_steps", "test_packaging", "test_figure1", "recovery",
-                 "test_collector", "test_s3_outage", "test_s3_store", "test_partitions", "test_loop_rollback",
-                 "test_pipeline_airflow", "test_standalone_spark", "test_sampled")
+# `make test` runs the tests that start a whole distributed shape (the cluster modules, marked
+# `alone` here) first, in one process: beside another test's load the shape once lost a Spark
+# executor. It runs the rest on two pytest-xdist workers (see the Makefile). Tests that share a
+# started component stay on one worker, as one group: a module with its module-scoped
+# deployment, the recovery drills with their package's Airflow. Groups are handed out in this
+# order, the rest after them in collection order: the long groups first, short groups last.
+ALONE = ("cluster",)
+GROUP_ORDER = ("recovery", "test_sender_logs", "test_steps", "test_collector", "test_assets_airflow",
+               "test_getting_started", "test_pairs", "test_falkirk_view", "test_partitions", "test_pipeline_airflow",
+               "test_figure1", "test_s3_store", "test_packaging", "test_s3_outage", "test_standalone_spark",
+               "test_sampled", "test_loop_rollback")
 
 
 def worker_group(path: Path) -> str:
@@ -63,6 +63,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
+        if worker_group(Path(str(item.fspath))) in ALONE:
+            item.add_marker(pytest.mark.alone)
     groups = [worker_group(Path(str(item.fspath))) for item in items]
     first_seen = {group: i for i, group in reversed(list(enumerate(groups)))}
     rank = {id(item): (GROUP_ORDER.index(g), 0) if g in GROUP_ORDER else (len(GROUP_ORDER), first_seen[g])
