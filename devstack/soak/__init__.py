@@ -1,0 +1,2 @@
+"""The chaos soak: continuous epochs on the distributed shape while faults land at random times
+(``make soak``); :mod:`devstack.soak.schedule` draws the faults from a seed."""
