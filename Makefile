@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # not a failure; a `-m` in PYTEST_ARGS replaces the passes' own.
 TEST_WORKERS ?= 2
 
-.PHONY: demo cluster-demo docs test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo soak docs test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -34,6 +34,15 @@ test: install test-tools cluster-tools
 	$(PY) -m pytest -m alone $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not alone" $(PYTEST_ARGS) \
 	  || [ $$? -eq 5 ]
+
+## soak: continuous epochs on the distributed shape while a seeded schedule of faults lands, each
+## recovered as a user would, then every table against a failure-free run (devstack/soak/run.py):
+## make soak DURATION=60m SEED=7 MIX=kill-worker=2,freeze-s3=1 (the report prints the seed)
+DURATION ?= 20m
+SEED ?=
+MIX ?=
+soak: install cluster-tools
+	$(PY) -m devstack.soak.run --duration $(DURATION) $(if $(SEED),--seed $(SEED)) $(if $(MIX),--mix $(MIX))
 
 ## docs: the docs site (Sphinx, Markdown pages) with warnings as errors, then its links checked;
 ## opens at docs/_build/html/index.html (the suite builds it too: tests/unit/test_docs.py)

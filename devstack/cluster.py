@@ -37,6 +37,7 @@ from typing import Mapping
 
 from devstack.airflow import PROJECT_ROOT, AirflowStack, Worker, migrated_database
 from devstack.s3 import MotoS3
+from devstack.s3_outage import S3Outage
 from devstack.servers import PostgresServer, RedisServer
 from devstack.spark import SparkConnectServer, StandaloneSpark
 from falkirk.policies.store import StoreConfig
@@ -120,8 +121,12 @@ class Cluster:
 
     def __init__(self, root: Path, dags_folder: Path = PROJECT_ROOT / "dags", workers: tuple[str, ...] = WORKERS,
                  spark_workers: int = 2, extra_env: Mapping[str, str] | None = None,
-                 spark_connect: bool = False, servers: ClusterServers | None = None) -> None:
+                 spark_connect: bool = False, servers: ClusterServers | None = None, s3_front: bool = False) -> None:
         self.root = Path(root).resolve()
+        # With s3_front, the shape reaches S3 through a front a fault drill can freeze or take
+        # down (devstack.s3_outage.S3Outage, at self.front), every object kept.
+        self.s3_front = s3_front
+        self.front: S3Outage | None = None
         self.dags_folder = dags_folder
         self.worker_names = workers
         self.extra_env = dict(extra_env or {})
@@ -160,7 +165,10 @@ class Cluster:
             # The store as the scheduler and the CLI see it; each worker keeps its scratch tables in
             # <scratch>/<its name>/ (FALKIRK_WORKER), standing for its own local disk.
             scratch = servers.scratch / f"shape-{n}" if n else servers.scratch
-            self.store = StoreConfig(f"s3://{bucket}/store", str(scratch), self.s3.storage_options())
+            if self.s3_front:
+                self.front = self._stack.enter_context(S3Outage(self.s3.endpoint, self._dir("s3-front")))
+            s3 = self.front or self.s3
+            self.store = StoreConfig(f"s3://{bucket}/store", str(scratch), s3.storage_options())
             self.airflow = AirflowStack(
                 home=self.root / "airflow", store=self.store, dags_folder=self.dags_folder,
                 spark_master=self.spark.master_url,

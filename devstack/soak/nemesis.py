@@ -1,0 +1,163 @@
+"""The soak's nemesis: injects each fault of the schedule into the running shape, for real.
+
+Each kind is a method named after it. A fault that has a hold (an S3 outage) is undone when
+the hold ends, by a timer of its own (the soak's loop may be waiting on the store meanwhile,
+as a user's command would); a killed component is started again at once, as a supervisor
+(systemd, Kubernetes) would. What a user must do afterwards (plan and
+replay) is not the nemesis's business: :mod:`devstack.soak.run` does it as a user would.
+
+Each injection returns a :class:`Injected`: what was done, when, and what it hit, for the report.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from devstack.soak.schedule import Fault
+
+SUPPORTED = ("kill-worker", "lose-worker", "kill-job", "kill-scheduler", "kill-api-server", "kill-replay",
+             "freeze-s3", "refuse-s3", "mistaken-trigger", "gc")
+"""The kinds injected so far (``clock-shift`` is drawn by no default mix until it is)."""
+
+
+@dataclass
+class Injected:
+    """One fault as injected: the scheduled fault, when it landed, what it hit, and when it was undone."""
+
+    fault: Fault
+    landed: float
+    hit: str
+    undone: float | None = None
+    recoveries: list[str] = field(default_factory=list)  # the plan ids a user replayed after it
+
+    def line(self) -> str:
+        held = f", undone at {self.undone:.0f}s" if self.undone is not None else ""
+        return f"{self.fault.describe()}  landed at {self.landed:.0f}s: {self.hit}{held}"
+
+
+class Nemesis:
+    """Faults against ``soak`` (a :class:`devstack.soak.run.Soak`: its shape, S3 front, crash
+    file, running replay and clock)."""
+
+    def __init__(self, soak: "Soak", rng: random.Random) -> None:  # noqa: F821 (run imports this module)
+        self.soak = soak
+        self.rng = rng
+        self._holds: list[tuple[threading.Timer, Injected]] = []
+
+    def inject(self, fault: Fault) -> Injected:
+        """Inject ``fault`` now; a held fault is undone by a timer when its hold ends."""
+        hit = getattr(self, fault.kind.replace("-", "_"))(fault)
+        injected = Injected(fault, self.soak.elapsed(), hit)
+        if fault.hold is not None and fault.kind in ("freeze-s3", "refuse-s3"):
+            timer = threading.Timer(fault.hold, self._undo, (injected,))
+            timer.daemon = True
+            self._holds.append((timer, injected))
+            timer.start()
+        return injected
+
+    def _undo(self, injected: Injected) -> None:
+        self.soak.front.up()
+        injected.undone = self.soak.elapsed()
+        self.soak.progress(f"{injected.undone:6.0f}s  {injected.fault.kind} ended")
+
+    def end(self) -> None:
+        """Undo every hold still running (the soak is ending)."""
+        for timer, injected in self._holds:
+            timer.cancel()
+            if injected.undone is None:
+                self._undo(injected)
+        self._holds.clear()
+
+    # --- the kinds ------------------------------------------------------------------------------
+
+    def kill_worker(self, fault: Fault) -> str:
+        worker = self.soak.cluster.airflow.worker(fault.target)
+        worker.kill()
+        worker.start()
+        return f"{fault.target} killed and started again, its disk kept"
+
+    def lose_worker(self, fault: Fault) -> str:
+        worker = self.soak.cluster.airflow.worker(fault.target)
+        worker.kill()
+        disk = self.soak.cluster.scratch_root(fault.target)
+        shutil.rmtree(disk, ignore_errors=True)
+        self.soak.lost_workers.add(fault.target)
+        worker.start()
+        return f"{fault.target} killed, its disk {disk} deleted; a new {fault.target} started on an empty disk"
+
+    def kill_job(self, fault: Fault) -> str:
+        """Arm a crash point (a SIGKILL of the job itself, at a step of its commit) in the next
+        epoch a task runs: the epoch after the newest one triggered."""
+        task = self.rng.choice(self.soak.tasks)
+        step = self.rng.choice(("before-commit", "after-outputs", "after-state", "after-completion"))
+        epoch = self.soak.latest_epoch + 1
+        with self.soak.crash_file.open("a", encoding="utf-8") as f:
+            f.write(f"{self.soak.dag_id}/{task}:{epoch}:{step}:once\n")
+        return f"{task} epoch {epoch} armed to die at {step}"
+
+    def kill_scheduler(self, fault: Fault) -> str:
+        return self._kill_component("scheduler")
+
+    def kill_api_server(self, fault: Fault) -> str:
+        return self._kill_component("api-server")
+
+    def _kill_component(self, name: str) -> str:
+        airflow = self.soak.cluster.airflow
+        airflow.kill(name)
+        started = time.monotonic()
+        airflow.restart(name, timeout=300)
+        return f"{name} killed, healthy again after {time.monotonic() - started:.0f}s"
+
+    def kill_replay(self, fault: Fault) -> str:
+        replay = self.soak.replay
+        if replay is None or replay.poll() is not None:
+            self.soak.kill_next_replay = True
+            return "no replay running: the next one is killed as it starts"
+        replay.kill()
+        return f"falkirk replay (pid {replay.pid}) killed"
+
+    def freeze_s3(self, fault: Fault) -> str:
+        self.soak.front.hang_at("GET", "")
+        return "S3 endpoint frozen: the next GET and every request after it hang"
+
+    def refuse_s3(self, fault: Fault) -> str:
+        self.soak.front.down()
+        return "S3 endpoint down: connections refused"
+
+    def mistaken_trigger(self, fault: Fault) -> str:
+        from falkirk.plugins.airflow_rest import AirflowError
+
+        epoch = self.soak.latest_epoch + 30
+        try:
+            self.soak.client.trigger(self.soak.dag_id, f"mistaken-{epoch}", self.soak.clock.logical_date(epoch),
+                                     attempts=1)
+        except AirflowError as exc:
+            return f"a trigger at epoch {epoch} refused ({str(exc)[:120]})"
+        self.soak.mistaken.append(f"mistaken-{epoch}")
+        return f"a trigger at epoch {epoch} ACCEPTED: the soak deletes it as a user would"
+
+    def gc(self, fault: Fault) -> str:
+        done = subprocess.run([*self.soak.falkirk, "gc", "--dag", self.soak.dag_id], env=self.soak.cli_env,
+                              capture_output=True, text=True, timeout=600)
+        last = (done.stdout.strip().splitlines() or [done.stderr.strip()[-200:]])[-1]
+        return f"falkirk gc exited {done.returncode}: {last[:160]}"
+
+
+def kinds_supported(kinds: list[str]) -> None:
+    """Refuse a mix naming a kind the nemesis does not inject yet, naming it and the fix."""
+    missing = sorted(set(kinds) - set(SUPPORTED))
+    if missing:
+        raise ValueError(f"--mix: {', '.join(missing)} not injected yet; the soak injects {', '.join(SUPPORTED)}")
+
+
+def ensure_file(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    return path

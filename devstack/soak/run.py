@@ -1,0 +1,356 @@
+"""``make soak``: continuous epochs on the distributed shape while a seeded schedule of faults
+lands, recovered as a user would, then every table compared with a failure-free run.
+
+1. starts the shape (:class:`devstack.cluster.Cluster`: PostgreSQL, Redis, the S3-compatible
+   server behind a front that can freeze or refuse, a Spark standalone cluster behind a Spark
+   Connect server, Airflow with the CeleryExecutor and two workers with their own disks);
+2. triggers epochs of ``falkirk_figure1`` (its four regimes and an exactly-once SQL sink) one
+   after another, a few in flight, for ``--duration``;
+3. meanwhile injects the faults :class:`~devstack.soak.schedule.FaultSchedule` drew from the
+   seed (:mod:`devstack.soak.nemesis`), and after each does what a user would: a DAG run that
+   failed is planned (``falkirk plan --failed-task``, with ``--lost-worker`` for a worker that
+   lost its disk) and replayed (``falkirk replay``; a killed replay is run again);
+4. stops triggering, recovers until every epoch's run succeeded (the time to caught-up), runs
+   the same epochs failure-free in a process beside it (:mod:`devstack.inprocess`), and
+   compares every durable table and the SQL sink with it, row for row, then checks that no
+   ledger row is doubled, no epoch is missing and no lease is held;
+5. prints the report (:mod:`devstack.soak.report`): the schedule, each fault's landing and
+   recoveries, the discrepancies, and the command that draws the same schedule again.
+
+Exit code 0 when nothing differs, 1 otherwise.
+
+    make soak DURATION=20m SEED=7
+    .venv/bin/python -m devstack.soak.run --duration 4m --seed 7 --mix kill-worker=2,gc=1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from devstack.airflow import PROJECT_ROOT
+from devstack.cluster import Cluster
+from devstack.cluster_demo import _clock, _rows, _canonical
+from devstack.inprocess import run_reference_process
+from devstack.processes import VENV_BIN
+from devstack.soak.nemesis import SUPPORTED, Injected, Nemesis, ensure_file, kinds_supported
+from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
+from falkirk.policies.faults import CRASH_ENV
+from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
+from falkirk.policies.store.ledger import Ledger
+from falkirk.spark_jobs.figure1 import REGIMES
+from falkirk.spark_jobs.figure1.data import RECORDS_ENV
+from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
+
+DAG_ID = "falkirk_figure1"
+REFERENCE = "falkirk_figure1_reference"
+DAGS = PROJECT_ROOT / "devstack" / "cluster_dags"
+IN_FLIGHT = 2  # epochs triggered and not finished, at most
+Progress = Callable[[str], None]
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+@dataclass
+class Recovery:
+    """One recovery a user made: the plan, its size, when it started and how long its replay took."""
+
+    plan_id: str
+    reruns: int
+    planned_at: float
+    why: str
+    replayed_in: float | None = None
+    attempts: int = 0
+
+
+@dataclass
+class SoakReport:
+    schedule: FaultSchedule
+    injected: list[Injected] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)
+    epochs: int = 0
+    caught_up_in: float | None = None
+    discrepancies: list[str] = field(default_factory=list)
+    checks: list[tuple[str, bool, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.caught_up_in is not None and not self.discrepancies
+
+
+class Soak:
+    """One soak on a started shape: the loop that keeps epochs running, injects the faults and
+    recovers from them."""
+
+    def __init__(self, cluster: Cluster, schedule: FaultSchedule, root: Path, progress: Progress = say) -> None:
+        self.cluster = cluster
+        self.front = cluster.front
+        self.schedule = schedule
+        self.progress = progress
+        self.client = cluster.airflow.client()
+        self.dag_id = DAG_ID
+        self.tasks = tuple(REGIMES)
+        self.clock = _clock()
+        self.crash_file = ensure_file(root / "crash_at")
+        self.lost_workers: set[str] = set()
+        self.replay: subprocess.Popen[str] | None = None
+        self.replaying: Recovery | None = None
+        self.kill_next_replay = False
+        self.latest_epoch = 0
+        self.mistaken: list[str] = []
+        self.falkirk = [str(VENV_BIN / "falkirk")]
+        self.cli_env = {**os.environ, **cluster.store.env(), "FALKIRK_AIRFLOW_URL": cluster.airflow.base_url,
+                        "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin"}
+        self.report = SoakReport(schedule)
+        self.nemesis = Nemesis(self, random.Random(schedule.seed))
+        self._attributed = 0  # faults before this index are named by a recovery already
+        self._started = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+    def run(self, catch_up_timeout: float = 1800) -> SoakReport:
+        self.client.wait_for_dag(self.dag_id)
+        self.client.set_paused(self.dag_id, False)
+        self._started = time.monotonic()
+        faults = list(self.schedule.faults)
+        while self.elapsed() < self.schedule.duration:
+            if faults and faults[0].at <= self.elapsed():
+                self._inject(faults.pop(0))
+            self._tick(trigger=True)
+        for fault in faults:  # a tick ran long: the rest land now, in order
+            self._inject(fault)
+        self.nemesis.end()
+        self.progress(f"{self.elapsed():6.0f}s  duration reached at epoch {self.latest_epoch}; catching up")
+        ended = self.elapsed()
+        deadline = time.monotonic() + catch_up_timeout
+        while not self._caught_up():
+            if time.monotonic() > deadline:
+                self.report.discrepancies.append(f"not caught up {catch_up_timeout:.0f}s after the last epoch: "
+                                                 f"{self._states()}")
+                break
+            self._tick(trigger=False)
+        else:
+            self.report.caught_up_in = self.elapsed() - ended
+        self.report.epochs = self.latest_epoch
+        return self.report
+
+    def _inject(self, fault) -> None:  # noqa: ANN001
+        try:
+            injected = self.nemesis.inject(fault)
+        except Exception as exc:  # noqa: BLE001 - a fault that could not land is reported, not fatal
+            injected = Injected(fault, self.elapsed(), f"could not inject: {exc}")
+        self.report.injected.append(injected)
+        self.progress(f"{self.elapsed():6.0f}s  FAULT {injected.line()}")
+
+    def _tick(self, trigger: bool) -> None:
+        """One turn of the loop: keep epochs flowing, recover what failed."""
+        try:
+            if trigger:
+                self._trigger()
+            self._recover()
+        except Exception as exc:  # noqa: BLE001 - Airflow or the store is down for a moment: next tick
+            self.progress(f"{self.elapsed():6.0f}s  (tick: {type(exc).__name__}: {str(exc)[:200]})")
+        time.sleep(1)
+
+    def _runs(self) -> list[dict[str, Any]]:
+        runs: list[dict[str, Any]] = []
+        while True:
+            page = self.client.request("GET", f"/api/v2/dags/{self.dag_id}/dagRuns",
+                                       params={"limit": 100, "offset": len(runs), "order_by": "run_after"})
+            runs += page["dag_runs"]
+            if not page["dag_runs"] or len(runs) >= page["total_entries"]:
+                return [r for r in runs if r["dag_run_id"].startswith("epoch-")]
+
+    def _states(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self._runs():
+            counts[run["state"]] = counts.get(run["state"], 0) + 1
+        return counts
+
+    def _trigger(self) -> None:
+        runs = self._runs()
+        if any(r["state"] == "failed" for r in runs):
+            return  # a user recovers before asking for more
+        if sum(r["state"] in ("queued", "running") for r in runs) >= IN_FLIGHT:
+            return
+        epoch = self.latest_epoch + 1
+        self.client.trigger(self.dag_id, f"epoch-{epoch}", self.clock.logical_date(epoch))
+        self.latest_epoch = epoch
+
+    def _recover(self) -> None:
+        """What a user does: a replay that was killed is run again; a failed run is planned and replayed."""
+        if self.replay is not None:
+            code = self.replay.poll()
+            if code is None:
+                return
+            recovery = self.replaying
+            assert recovery is not None
+            output = self.replay.stdout.read() if self.replay.stdout else ""
+            self.replay = None
+            if code == 0:
+                recovery.replayed_in = self.elapsed() - recovery.planned_at
+                self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} done in {recovery.replayed_in:.0f}s")
+                self.lost_workers.clear()
+                self.replaying = None
+                return
+            said = output.strip().splitlines()[-1][:200] if output.strip() else "no output"
+            if code < 0:  # killed: a user runs the same replay again, which resumes it
+                self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} killed ({code}): running it again")
+                self._start_replay(recovery)
+                return
+            # It stopped on a failure it names (another fault's): the next tick plans again, from
+            # every failed task instance, as a user reading that message would.
+            self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} ended {code}: {said}")
+            self.replaying = None
+            return
+        failed = {ti["task_id"] for ti in self._failed_task_instances()}
+        if not failed:
+            return
+        args = ["plan", "--dag", self.dag_id, "--json", *(a for t in sorted(failed) for a in ("--failed-task", t)),
+                *(a for w in sorted(self.lost_workers) for a in ("--lost-worker", w))]
+        done = subprocess.run([*self.falkirk, *args], env=self.cli_env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            self.progress(f"{self.elapsed():6.0f}s  falkirk {' '.join(args)} exited {done.returncode}: "
+                          f"{(done.stderr or done.stdout).strip()[-300:]}")
+            return
+        plan = json.loads(done.stdout)
+        recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for t in plan["tasks"]), self.elapsed(),
+                            f"failed: {', '.join(sorted(failed))}"
+                            + (f"; lost: {', '.join(sorted(self.lost_workers))}" if self.lost_workers else ""))
+        self.report.recoveries.append(recovery)
+        for injected in self.report.injected[self._attributed:]:  # the faults since the last plan
+            injected.recoveries.append(recovery.plan_id)
+        self._attributed = len(self.report.injected)
+        self.progress(f"{self.elapsed():6.0f}s  plan {recovery.plan_id}: {recovery.reruns} re-runs ({recovery.why})")
+        self._start_replay(recovery)
+
+    def _start_replay(self, recovery: Recovery) -> None:
+        recovery.attempts += 1
+        self.replaying = recovery
+        self.replay = subprocess.Popen([*self.falkirk, "replay", recovery.plan_id], env=self.cli_env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if self.kill_next_replay:
+            self.kill_next_replay = False
+            time.sleep(3)
+            self.replay.kill()
+            self.progress(f"{self.elapsed():6.0f}s  FAULT kill-replay landed on replay {recovery.plan_id}")
+
+    def _failed_task_instances(self) -> list[dict[str, Any]]:
+        data = self.client.request("GET", f"/api/v2/dags/{self.dag_id}/dagRuns/~/taskInstances",
+                                   params={"state": "failed", "limit": 100})
+        return data["task_instances"]
+
+    def _caught_up(self) -> bool:
+        runs = self._runs()
+        return (self.replay is None and len(runs) >= self.latest_epoch
+                and all(r["state"] == "success" for r in runs))
+
+
+def check(soak: Soak, records: int, progress: Progress = say) -> None:
+    """Every durable table and the SQL sink against a failure-free run of the same epochs; the
+    ledger whole, with no row doubled; no lease held. Both DAGs are collected first
+    (``falkirk gc``), so that the soak's collections during the run leave no difference."""
+    cluster, report = soak.cluster, soak.report
+    store = cluster.store
+    epochs = report.epochs
+    shape = cluster.airflow.env()
+    env = {**store.env(), "SPARK_REMOTE": cluster.connect.url if cluster.connect else "",
+           "FALKIRK_QUERY_DB": cluster.query_db, RECORDS_ENV: str(records),
+           "FALKIRK_CLICKSTREAM_ACKS": shape["FALKIRK_CLICKSTREAM_ACKS"]}
+    progress(f"the failure-free run of epochs 1-{epochs}, in a process beside the shape")
+    run_reference_process(str(PROJECT_ROOT / "dags" / "falkirk_figure1.py"), REFERENCE, "falkirk.spark_jobs.figure1",
+                          epochs, env, timeout=3600)
+    for dag in (DAG_ID, REFERENCE):
+        done = subprocess.run([*soak.falkirk, "gc", "--dag", dag], env=soak.cli_env, capture_output=True, text=True,
+                              timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"falkirk gc --dag {dag} exited {done.returncode}: {done.stderr.strip()[-1500:]}")
+    rows = Ledger(store).entries(DAG_ID)
+    keys = [(r.task_id, r.epoch, r.map_index) for r in rows]
+    doubled = sorted({k for k in keys if keys.count(k) > 1})
+    missing = sorted({(t, e) for t in REGIMES for e in range(1, epochs + 1)} - {(t, e) for t, e, _ in keys})
+    report.checks.append(("no ledger row doubled", not doubled, f"{len(rows)} rows; doubled {doubled[:5]}"))
+    report.checks.append(("no epoch missing", not missing, f"missing {missing[:5]}"))
+    lease = open_lease(RecoveryLog(store).events(DAG_ID), DAG_ID)
+    report.checks.append(("no lease held", lease is None, f"{lease}"))
+    durable = sorted({uri for e in Ledger(store).entries(REFERENCE) for uri in (e.state_uri, *(o.uri for o in e.outputs))
+                      if uri and not store.is_scratch(uri)})
+    for uri in durable:
+        ours = uri.replace(f"/{REFERENCE}/", f"/{DAG_ID}/")
+        want = [r for r in _rows(store, uri) if r["epoch"] <= epochs]
+        got = [r for r in _rows(store, ours) if r["epoch"] <= epochs]
+        name = uri.split(f"/{REFERENCE}/", 1)[1]
+        report.checks.append((f"table {name}", _canonical(got) == _canonical(want), f"{len(got)} rows against {len(want)}"))
+    ours, theirs = (QueryStatsStore(cluster.query_db, schema=d) for d in (DAG_ID, REFERENCE))
+    report.checks.append(("the SQL sink equals the failure-free run's", ours.rows() == theirs.rows(),
+                          f"{len(ours.rows())} rows"))
+    report.checks.append(("nothing delivered twice to the SQL sink", ours.duplicates() == [], ""))
+    report.discrepancies += [f"{name}: {detail}" for name, ok, detail in report.checks if not ok]
+
+
+def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, progress: Progress = say) -> SoakReport:
+    """The whole soak under ``root`` (emptied first); see the module docstring."""
+    import shutil
+
+    from devstack.soak.report import render
+
+    root = root.resolve()
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    progress(f"soak: seed {schedule.seed}, {schedule.duration:.0f}s, {len(schedule.faults)} faults "
+             f"({', '.join(f'{k} {n}' for k, n in schedule.counts().items())})")
+    queues = root / "queues.json"
+    queues.write_text(json.dumps({DAG_ID: "default"}))
+    env = {"FALKIRK_DEMO_QUEUES": str(queues), RECORDS_ENV: str(records), CRASH_ENV: f"@{root / 'crash_at'}",
+           # a task instance on a killed worker is failed after 30 s, not Airflow's 5 minutes
+           "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+           "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120"}
+    started = time.monotonic()
+    with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True, s3_front=True) as cluster:
+        progress(f"the shape is up after {time.monotonic() - started:.0f}s: Airflow at {cluster.airflow.base_url}")
+        soak = Soak(cluster, schedule, root, progress)
+        report = soak.run()
+        if report.caught_up_in is not None:
+            try:
+                check(soak, records, progress)
+            except Exception as exc:  # noqa: BLE001 - reported with the rest, the shape still stopped
+                report.discrepancies.append(f"the checks could not run: {type(exc).__name__}: {str(exc)[-2000:]}")
+    progress(render(report))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", default="20m", help="how long faults land, e.g. 60m, 4m, 300 (default 20m)")
+    parser.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: a new one, printed)")
+    parser.add_argument("--mix", default=",".join(SUPPORTED),
+                        help="fault kinds and weights, e.g. kill-worker=2,freeze-s3=1 (default: each kind once)")
+    parser.add_argument("--mean-gap", type=float, default=90, help="mean seconds between faults (default 90)")
+    parser.add_argument("--records", type=int, default=2_000, help="events per epoch (default 2,000)")
+    parser.add_argument("--root", type=Path, default=PROJECT_ROOT / ".falkirk" / "soak",
+                        help="where the shape keeps its databases, store, disks and logs (emptied first)")
+    args = parser.parse_args(argv)
+    try:
+        mix = Mix.parse(args.mix)
+        kinds_supported([k for k, w in mix.weights.items() if w > 0])
+        duration = parse_duration(args.duration)
+    except ValueError as exc:
+        parser.error(str(exc))
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    schedule = FaultSchedule.draw(seed, duration, mix, mean_gap=args.mean_gap)
+    report = run_soak(args.root, schedule, records=args.records)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
