@@ -33,11 +33,12 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from devstack.airflow import PROJECT_ROOT
 from devstack.cluster import Cluster
-from devstack.cluster_demo import _clock, _rows, _canonical
+from devstack.cluster_demo import (DAG_ID, DAGS, QUEUES_ENV, REFERENCE, TASKS, Progress, _canonical, _clock,
+                                   _rows, say)
 from devstack.inprocess import run_reference_process
 from devstack.processes import VENV_BIN
 from devstack.soak.nemesis import SUPPORTED, Injected, Nemesis, ensure_file, kinds_supported
@@ -45,19 +46,10 @@ from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
 from falkirk.policies.faults import CRASH_ENV
 from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
 from falkirk.policies.store.ledger import Ledger
-from falkirk.spark_jobs.figure1 import REGIMES
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 
-DAG_ID = "falkirk_figure1"
-REFERENCE = "falkirk_figure1_reference"
-DAGS = PROJECT_ROOT / "devstack" / "cluster_dags"
 IN_FLIGHT = 2  # epochs triggered and not finished, at most
-Progress = Callable[[str], None]
-
-
-def say(message: str) -> None:
-    print(message, flush=True)
 
 
 @dataclass
@@ -98,7 +90,7 @@ class Soak:
         self.progress = progress
         self.client = cluster.airflow.client()
         self.dag_id = DAG_ID
-        self.tasks = tuple(REGIMES)
+        self.tasks = TASKS
         self.clock = _clock()
         self.crash_file = ensure_file(root / "crash_at")
         self.lost_workers: set[str] = set()
@@ -278,7 +270,7 @@ def check(soak: Soak, records: int, progress: Progress = say) -> None:
     rows = Ledger(store).entries(DAG_ID)
     keys = [(r.task_id, r.epoch, r.map_index) for r in rows]
     doubled = sorted({k for k in keys if keys.count(k) > 1})
-    missing = sorted({(t, e) for t in REGIMES for e in range(1, epochs + 1)} - {(t, e) for t, e, _ in keys})
+    missing = sorted({(t, e) for t in TASKS for e in range(1, epochs + 1)} - {(t, e) for t, e, _ in keys})
     report.checks.append(("no ledger row doubled", not doubled, f"{len(rows)} rows; doubled {doubled[:5]}"))
     report.checks.append(("no epoch missing", not missing, f"missing {missing[:5]}"))
     lease = open_lease(RecoveryLog(store).events(DAG_ID), DAG_ID)
@@ -311,7 +303,7 @@ def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, progr
              f"({', '.join(f'{k} {n}' for k, n in schedule.counts().items())})")
     queues = root / "queues.json"
     queues.write_text(json.dumps({DAG_ID: "default"}))
-    env = {"FALKIRK_DEMO_QUEUES": str(queues), RECORDS_ENV: str(records), CRASH_ENV: f"@{root / 'crash_at'}",
+    env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(records), CRASH_ENV: f"@{root / 'crash_at'}",
            # a task instance on a killed worker is failed after 30 s, not Airflow's 5 minutes
            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120"}
