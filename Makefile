@@ -37,12 +37,16 @@ test: install test-tools cluster-tools
 
 ## soak: continuous epochs on the distributed shape while a seeded schedule of faults lands, each
 ## recovered as a user would, then every table against a failure-free run (devstack/soak/run.py):
-## make soak DURATION=60m SEED=7 MIX=kill-worker=2,freeze-s3=1 (the report prints the seed)
+## make soak DURATION=60m SEED=7 MIX=kill-worker=2,freeze-s3=1 (the report prints the seed);
+## BROKEN=state-from-table gets a recovery step wrong on purpose, to show the soak catches it
 DURATION ?= 20m
 SEED ?=
 MIX ?=
+MEAN_GAP ?= 90
+BROKEN ?=
 soak: install cluster-tools
-	$(PY) -m devstack.soak.run --duration $(DURATION) $(if $(SEED),--seed $(SEED)) $(if $(MIX),--mix $(MIX))
+	$(PY) -m devstack.soak.run --duration $(DURATION) --mean-gap $(MEAN_GAP) $(if $(SEED),--seed $(SEED)) \
+	  $(if $(MIX),--mix $(MIX)) $(if $(BROKEN),--broken $(BROKEN))
 
 ## docs: the docs site (Sphinx, Markdown pages) with warnings as errors, then its links checked;
 ## opens at docs/_build/html/index.html (the suite builds it too: tests/unit/test_docs.py)

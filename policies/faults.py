@@ -106,3 +106,32 @@ def crash_point(task_id: str, epoch: int, step: str, dag_id: str | None = None) 
     if crash_requested(task_id, epoch, step, os.environ.get(CRASH_ENV), dag_id):
         print(f"[falkirk] injected crash: {task_id} epoch {epoch} at {step}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+# --- deliberately broken recovery ----------------------------------------------------------------
+# A soak must be able to fail: ``FALKIRK_BROKEN`` names recovery steps to get wrong on purpose,
+# the way a plausible bug would, so that a drill shows the soak's checks catch it. Never set in
+# a deployment; every job that takes a broken path says so in its log.
+
+BROKEN_ENV = "FALKIRK_BROKEN"
+BROKEN = {
+    "state-from-table": "a stateful task restores the newest epoch its state table holds, not its previous "
+                        "epoch's checkpoint: a re-run after a job died past its state write counts that epoch twice",
+}
+
+
+def broken(what: str, setting: str | None = None) -> bool:
+    """Whether ``FALKIRK_BROKEN`` (or ``setting``) asks to get recovery step ``what`` wrong.
+
+    >>> broken("state-from-table", "state-from-table"), broken("state-from-table", "")
+    (True, False)
+    >>> broken("state-from-table", "sweep")
+    Traceback (most recent call last):
+    ...
+    ValueError: FALKIRK_BROKEN: unknown 'sweep'; it names state-from-table
+    """
+    names = {n.strip() for n in (os.environ.get(BROKEN_ENV, "") if setting is None else setting).split(",")} - {""}
+    unknown = sorted(names - set(BROKEN))
+    if unknown:
+        raise ValueError(f"{BROKEN_ENV}: unknown {', '.join(map(repr, unknown))}; it names {', '.join(BROKEN)}")
+    return what in names

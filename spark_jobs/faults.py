@@ -1,5 +1,5 @@
 """Failure injection for jobs: see :mod:`falkirk.policies.faults`."""
 
-from falkirk.policies.faults import CRASH_ENV, STEPS, crash_point, crash_requested
+from falkirk.policies.faults import BROKEN_ENV, CRASH_ENV, STEPS, broken, crash_point, crash_requested
 
-__all__ = ["CRASH_ENV", "STEPS", "crash_point", "crash_requested"]
+__all__ = ["BROKEN_ENV", "CRASH_ENV", "STEPS", "broken", "crash_point", "crash_requested"]

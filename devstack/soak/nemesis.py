@@ -36,10 +36,13 @@ class Injected:
     hit: str
     undone: float | None = None
     recoveries: list[str] = field(default_factory=list)  # the plan ids a user replayed after it
+    epoch: int = 0  # the newest epoch triggered when it landed
+    caught_up_in: float | None = None  # from its landing until every epoch up to ``epoch`` succeeded
 
     def line(self) -> str:
         held = f", undone at {self.undone:.0f}s" if self.undone is not None else ""
-        return f"{self.fault.describe()}  landed at {self.landed:.0f}s: {self.hit}{held}"
+        caught = f"; caught up {self.caught_up_in:.0f}s later" if self.caught_up_in is not None else ""
+        return f"{self.fault.describe()}  landed at {self.landed:.0f}s: {self.hit}{held}{caught}"
 
 
 class Nemesis:
@@ -113,7 +116,7 @@ class Nemesis:
         airflow.kill(name)
         started = time.monotonic()
         airflow.restart(name, timeout=300)
-        return f"{name} killed, healthy again after {time.monotonic() - started:.0f}s"
+        return f"{name} killed, started again and answering after {time.monotonic() - started:.0f}s"
 
     def kill_replay(self, fault: Fault) -> str:
         replay = self.soak.replay

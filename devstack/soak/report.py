@@ -2,10 +2,43 @@
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from falkirk.policies.faults import BROKEN
 
 if TYPE_CHECKING:
     from devstack.soak.run import SoakReport
+
+
+@dataclass(frozen=True)
+class KindFigures:
+    """One line of the report's table: a fault kind, how often it landed, how many of those a
+    plan followed, and the median and longest time to caught-up after it."""
+
+    kind: str
+    faults: int
+    planned: int
+    median: float | None
+    longest: float | None
+
+
+def by_kind(report: "SoakReport") -> list[KindFigures]:
+    """The faults of ``report`` by kind, the most frequent first."""
+    kinds: dict[str, list] = {}
+    for injected in report.injected:
+        kinds.setdefault(injected.fault.kind, []).append(injected)
+    out = []
+    for kind, landed in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        times = [i.caught_up_in for i in landed if i.caught_up_in is not None]
+        out.append(KindFigures(kind, len(landed), sum(bool(i.recoveries) for i in landed),
+                               statistics.median(times) if times else None, max(times, default=None)))
+    return out
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}s"
 
 
 def render(report: "SoakReport") -> str:
@@ -14,10 +47,9 @@ def render(report: "SoakReport") -> str:
     lines = ["", f"== soak report: seed {s.seed}, {s.duration / 60:g} minutes, {report.epochs} epochs", "",
              f"faults injected: {len(report.injected)} of {len(s.faults)} scheduled, "
              f"{len({i.fault.kind for i in report.injected})} kinds"]
-    counts: dict[str, int] = {}
-    for injected in report.injected:
-        counts[injected.fault.kind] = counts.get(injected.fault.kind, 0) + 1
-    lines += [f"  {kind:<18} {n:>3}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    lines += ["  kind                faults  with a plan  caught up: median  max"]
+    lines += [f"  {k.kind:<18} {k.faults:>7} {k.planned:>12} {_seconds(k.median):>18} {_seconds(k.longest):>5}"
+              for k in by_kind(report)]
     lines += ["", "fault schedule (offset, fault, what it hit, the plans replayed after it):"]
     lines += [f"  {i.line()}" + (f"  -> {', '.join(i.recoveries)}" if i.recoveries else "") for i in report.injected]
     lines += ["", f"recoveries: {len(report.recoveries)}"]
@@ -28,6 +60,30 @@ def render(report: "SoakReport") -> str:
               + (f"{report.caught_up_in:.0f}s" if report.caught_up_in is not None else "NOT CAUGHT UP")]
     lines += ["", "checks:"] + [f"  {'ok  ' if ok else 'FAIL'} {name} ({detail})" for name, ok, detail in report.checks]
     verdict = "zero discrepancies" if report.ok else f"{len(report.discrepancies)} DISCREPANCIES"
-    lines += ["", f"{verdict}; this schedule again: {s.command()}"]
+    if report.broken:
+        lines += ["", f"recovery broken on purpose: {report.broken} ({BROKEN.get(report.broken, '')})"]
+    lines += ["", f"{verdict}; this schedule again: {s.command(report.broken)}"]
     lines += [f"  {d}" for d in report.discrepancies]
     return "\n".join(lines)
+
+
+def markdown(report: "SoakReport") -> str:
+    """The report's figures as a Markdown table, for the docs: faults by kind, recoveries, time to
+    caught-up."""
+    s = report.schedule
+    lines = [f"Seed {s.seed}, {s.duration / 60:g} minutes, {report.epochs} epochs, {len(report.injected)} faults of "
+             f"{len({i.fault.kind for i in report.injected})} kinds, {len(report.recoveries)} plans replayed; "
+             + ("zero discrepancies" if report.ok else f"{len(report.discrepancies)} discrepancies")
+             + f" (`{s.command(report.broken)}`).", "",
+             "| fault | landed | followed by a plan | caught up after it: median | longest |",
+             "|---|---:|---:|---:|---:|"]
+    lines += [f"| {k.kind} | {k.faults} | {k.planned} | {_seconds(k.median)} | {_seconds(k.longest)} |"
+              for k in by_kind(report)]
+    sizes = sorted(r.reruns for r in report.recoveries)
+    times = sorted(r.replayed_in for r in report.recoveries if r.replayed_in is not None)
+    if sizes:
+        lines += ["", f"Plans: {len(sizes)}, {sizes[0]} to {sizes[-1]} task instances re-run (median "
+                      f"{statistics.median(sizes):g}); replays took {_seconds(times[0] if times else None)} to "
+                      f"{_seconds(times[-1] if times else None)}. After the last epoch the soak caught up in "
+                      f"{_seconds(report.caught_up_in)}."]
+    return "\n".join(lines) + "\n"

@@ -30,21 +30,24 @@ import json
 import os
 import random
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from devstack.airflow import PROJECT_ROOT
-from devstack.cluster import Cluster
+from devstack.cluster import Cluster, ClusterServers
 from devstack.cluster_demo import (DAG_ID, DAGS, QUEUES_ENV, REFERENCE, TASKS, Progress, _canonical, _clock,
                                    _rows, say)
 from devstack.inprocess import run_reference_process
 from devstack.processes import VENV_BIN
 from devstack.soak.nemesis import SUPPORTED, Injected, Nemesis, ensure_file, kinds_supported
 from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
-from falkirk.policies.faults import CRASH_ENV
+from falkirk.policies import faults
+from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
 from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
+from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
@@ -73,6 +76,7 @@ class SoakReport:
     caught_up_in: float | None = None
     discrepancies: list[str] = field(default_factory=list)
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    broken: str = ""  # the recovery steps broken on purpose (FALKIRK_BROKEN), if any
 
     @property
     def ok(self) -> bool:
@@ -141,14 +145,17 @@ class Soak:
             injected = self.nemesis.inject(fault)
         except Exception as exc:  # noqa: BLE001 - a fault that could not land is reported, not fatal
             injected = Injected(fault, self.elapsed(), f"could not inject: {exc}")
+        injected.epoch = self.latest_epoch
         self.report.injected.append(injected)
         self.progress(f"{self.elapsed():6.0f}s  FAULT {injected.line()}")
 
     def _tick(self, trigger: bool) -> None:
         """One turn of the loop: keep epochs flowing, recover what failed."""
         try:
+            runs = self._runs()
+            self._note_caught_up(runs)
             if trigger:
-                self._trigger()
+                self._trigger(runs)
             self._recover()
         except Exception as exc:  # noqa: BLE001 - Airflow or the store is down for a moment: next tick
             self.progress(f"{self.elapsed():6.0f}s  (tick: {type(exc).__name__}: {str(exc)[:200]})")
@@ -169,8 +176,14 @@ class Soak:
             counts[run["state"]] = counts.get(run["state"], 0) + 1
         return counts
 
-    def _trigger(self) -> None:
-        runs = self._runs()
+    def _note_caught_up(self, runs: list[dict[str, Any]]) -> None:
+        """Each fault's time to caught-up: until every epoch triggered before it landed succeeded."""
+        state = {int(r["dag_run_id"].split("-", 1)[1]): r["state"] for r in runs}
+        for injected in self.report.injected:
+            if injected.caught_up_in is None and all(state.get(e) == "success" for e in range(1, injected.epoch + 1)):
+                injected.caught_up_in = self.elapsed() - injected.landed
+
+    def _trigger(self, runs: list[dict[str, Any]]) -> None:
         if any(r["state"] == "failed" for r in runs):
             return  # a user recovers before asking for more
         if sum(r["state"] in ("queued", "running") for r in runs) >= IN_FLIGHT:
@@ -212,8 +225,12 @@ class Soak:
                 *(a for w in sorted(self.lost_workers) for a in ("--lost-worker", w))]
         done = subprocess.run([*self.falkirk, *args], env=self.cli_env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            self.progress(f"{self.elapsed():6.0f}s  falkirk {' '.join(args)} exited {done.returncode}: "
-                          f"{(done.stderr or done.stdout).strip()[-300:]}")
+            said = (done.stderr or done.stdout).strip()
+            self.progress(f"{self.elapsed():6.0f}s  falkirk {' '.join(args)} exited {done.returncode}: {said[-300:]}")
+            # A lost worker that held none of the DAG's scratch data changes nothing: as the
+            # message says, a user plans again without it.
+            self.lost_workers -= {w for w in self.lost_workers if f"--lost-worker {w!r}" in said
+                                  and "changes nothing" in said}
             return
         plan = json.loads(done.stdout)
         recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for t in plan["tasks"]), self.elapsed(),
@@ -234,8 +251,11 @@ class Soak:
         if self.kill_next_replay:
             self.kill_next_replay = False
             time.sleep(3)
-            self.replay.kill()
-            self.progress(f"{self.elapsed():6.0f}s  FAULT kill-replay landed on replay {recovery.plan_id}")
+            if self.replay.poll() is None:
+                self.replay.kill()
+                self.progress(f"{self.elapsed():6.0f}s  FAULT kill-replay landed on replay {recovery.plan_id}")
+            else:  # it ended within the 3 s: the next replay is killed instead
+                self.kill_next_replay = True
 
     def _failed_task_instances(self) -> list[dict[str, Any]]:
         data = self.client.request("GET", f"/api/v2/dags/{self.dag_id}/dagRuns/~/taskInstances",
@@ -248,20 +268,66 @@ class Soak:
                 and all(r["state"] == "success" for r in runs))
 
 
-def check(soak: Soak, records: int, progress: Progress = say) -> None:
+class ReferenceBeside:
+    """The failure-free run, made beside the soak in a process of its own: every ``every``
+    seconds it runs the epochs triggered since its last turn, so that at the end only the last
+    few are left to run (:meth:`through`)."""
+
+    def __init__(self, env: dict[str, str], latest: Callable[[], int], every: float = 45) -> None:
+        self.env, self.latest, self.every = env, latest, every
+        self.done = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="reference", daemon=True)
+
+    def start(self) -> "ReferenceBeside":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self._run_to(self.latest())
+            except BaseException as exc:  # noqa: BLE001 - raised again by through()
+                self.error = exc
+                return
+
+    def _run_to(self, epochs: int) -> None:
+        with self._lock:
+            if epochs > self.done:
+                run_reference_process(str(PROJECT_ROOT / "dags" / "falkirk_figure1.py"), REFERENCE,
+                                      "falkirk.spark_jobs.figure1", epochs, self.env, timeout=3600, first=self.done + 1)
+                self.done = epochs
+
+    def through(self, epochs: int) -> None:
+        """Stop the turns and run the epochs up to ``epochs`` not run yet."""
+        self._stop.set()
+        self._thread.join()
+        if self.error is not None:  # once more from the last epoch it finished: its commits are idempotent
+            say(f"the failure-free run stopped beside the soak ({self.error}); running it again from epoch "
+                f"{self.done + 1}")
+        self._run_to(epochs)
+
+
+def reference_env(cluster: Cluster, records: int) -> dict[str, str]:
+    """What the failure-free run needs: the shape's store (reached directly, not through the front
+    the nemesis freezes), Spark Connect, SQL sink and source."""
+    store = StoreConfig(cluster.store.durable_uri, cluster.store.scratch_uri, cluster.s3.storage_options())
+    return {**store.env(), "SPARK_REMOTE": cluster.connect.url if cluster.connect else "",
+            "FALKIRK_QUERY_DB": cluster.query_db, RECORDS_ENV: str(records),
+            "FALKIRK_CLICKSTREAM_ACKS": cluster.airflow.env()["FALKIRK_CLICKSTREAM_ACKS"]}
+
+
+def check(soak: Soak, reference: ReferenceBeside, progress: Progress = say) -> None:
     """Every durable table and the SQL sink against a failure-free run of the same epochs; the
     ledger whole, with no row doubled; no lease held. Both DAGs are collected first
     (``falkirk gc``), so that the soak's collections during the run leave no difference."""
     cluster, report = soak.cluster, soak.report
     store = cluster.store
     epochs = report.epochs
-    shape = cluster.airflow.env()
-    env = {**store.env(), "SPARK_REMOTE": cluster.connect.url if cluster.connect else "",
-           "FALKIRK_QUERY_DB": cluster.query_db, RECORDS_ENV: str(records),
-           "FALKIRK_CLICKSTREAM_ACKS": shape["FALKIRK_CLICKSTREAM_ACKS"]}
-    progress(f"the failure-free run of epochs 1-{epochs}, in a process beside the shape")
-    run_reference_process(str(PROJECT_ROOT / "dags" / "falkirk_figure1.py"), REFERENCE, "falkirk.spark_jobs.figure1",
-                          epochs, env, timeout=3600)
+    progress(f"the failure-free run of epochs {reference.done + 1}-{epochs} (1-{reference.done} ran beside the soak)")
+    reference.through(epochs)
     for dag in (DAG_ID, REFERENCE):
         done = subprocess.run([*soak.falkirk, "gc", "--dag", dag], env=soak.cli_env, capture_output=True, text=True,
                               timeout=600)
@@ -275,6 +341,9 @@ def check(soak: Soak, records: int, progress: Progress = say) -> None:
     report.checks.append(("no epoch missing", not missing, f"missing {missing[:5]}"))
     lease = open_lease(RecoveryLog(store).events(DAG_ID), DAG_ID)
     report.checks.append(("no lease held", lease is None, f"{lease}"))
+    strays = stray_tables(cluster, DAG_ID)
+    report.checks.append(("nothing in the store outside what the ledger names", not strays,
+                          f"not named by any ledger row: {strays[:5]}"))
     durable = sorted({uri for e in Ledger(store).entries(REFERENCE) for uri in (e.state_uri, *(o.uri for o in e.outputs))
                       if uri and not store.is_scratch(uri)})
     for uri in durable:
@@ -290,11 +359,34 @@ def check(soak: Soak, records: int, progress: Progress = say) -> None:
     report.discrepancies += [f"{name}: {detail}" for name, ok, detail in report.checks if not ok]
 
 
-def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, progress: Progress = say) -> SoakReport:
-    """The whole soak under ``root`` (emptied first); see the module docstring."""
+def stray_tables(cluster: Cluster, dag_id: str) -> list[str]:
+    """The Delta tables of ``dag_id`` in the durable store (S3) and on the workers' disks that no
+    ledger row names (rolled-back rows included: their tables are the collector's to empty)."""
+    store = cluster.store
+    named = {uri for e in Ledger(store).entries(dag_id, include_invalidated=True)
+             for uri in (e.state_uri, *(o.uri for o in e.outputs)) if uri}
+    bucket, _, prefix = store.durable_uri[len("s3://"):].partition("/")
+    found: set[str] = set()
+    pages = cluster.s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/{dag_id}/")
+    for page in pages:
+        for obj in page.get("Contents", []):
+            table, sep, _ = obj["Key"].partition("/_delta_log/")
+            if sep:
+                found.add(f"s3://{bucket}/{table}")
+    for log in Path(store.scratch_uri).glob(f"*/{dag_id}/**/_delta_log"):
+        found.add(str(log.parent))
+    return sorted(found - named)
+
+
+def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, broken: str = "",
+             servers: ClusterServers | None = None, progress: Progress = say) -> SoakReport:
+    """The whole soak under ``root`` (emptied first); see the module docstring. ``broken`` names
+    recovery steps the shape gets wrong on purpose (:data:`falkirk.policies.faults.BROKEN`): a
+    drill whose soak must end with discrepancies. ``servers``: started servers to share (the
+    suite's), else the shape starts its own."""
     import shutil
 
-    from devstack.soak.report import render
+    from devstack.soak.report import markdown, render
 
     root = root.resolve()
     shutil.rmtree(root, ignore_errors=True)
@@ -304,20 +396,30 @@ def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, progr
     queues = root / "queues.json"
     queues.write_text(json.dumps({DAG_ID: "default"}))
     env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(records), CRASH_ENV: f"@{root / 'crash_at'}",
+           **({BROKEN_ENV: broken} if broken else {}),
            # a task instance on a killed worker is failed after 30 s, not Airflow's 5 minutes
            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+           # and one a killed scheduler had queued is adopted by the next within a minute, not five
+           "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120"}
     started = time.monotonic()
-    with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True, s3_front=True) as cluster:
+    with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True, s3_front=True,
+                 servers=servers) as cluster:
         progress(f"the shape is up after {time.monotonic() - started:.0f}s: Airflow at {cluster.airflow.base_url}")
         soak = Soak(cluster, schedule, root, progress)
+        soak.report.broken = broken
+        reference = ReferenceBeside(reference_env(cluster, records), lambda: soak.latest_epoch).start()
         report = soak.run()
         if report.caught_up_in is not None:
             try:
-                check(soak, records, progress)
+                check(soak, reference, progress)
             except Exception as exc:  # noqa: BLE001 - reported with the rest, the shape still stopped
                 report.discrepancies.append(f"the checks could not run: {type(exc).__name__}: {str(exc)[-2000:]}")
-    progress(render(report))
+    text = render(report)
+    (root / "report.txt").write_text(text + "\n", encoding="utf-8")
+    (root / "report.md").write_text(markdown(report), encoding="utf-8")
+    progress(text)
+    progress(f"\nthe report: {root / 'report.txt'}; its figures for the docs: {root / 'report.md'}")
     return report
 
 
@@ -329,18 +431,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="fault kinds and weights, e.g. kill-worker=2,freeze-s3=1 (default: each kind once)")
     parser.add_argument("--mean-gap", type=float, default=90, help="mean seconds between faults (default 90)")
     parser.add_argument("--records", type=int, default=2_000, help="events per epoch (default 2,000)")
+    parser.add_argument("--broken", default="", metavar="STEP",
+                        help=f"get a recovery step wrong on purpose, to see the soak fail: {', '.join(BROKEN)}")
     parser.add_argument("--root", type=Path, default=PROJECT_ROOT / ".falkirk" / "soak",
                         help="where the shape keeps its databases, store, disks and logs (emptied first)")
     args = parser.parse_args(argv)
     try:
         mix = Mix.parse(args.mix)
         kinds_supported([k for k, w in mix.weights.items() if w > 0])
+        faults.broken("", args.broken)  # refuses an unknown name
         duration = parse_duration(args.duration)
     except ValueError as exc:
-        parser.error(str(exc))
+        parser.error(str(exc).replace(f"{BROKEN_ENV}:", "--broken:"))
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     schedule = FaultSchedule.draw(seed, duration, mix, mean_gap=args.mean_gap)
-    report = run_soak(args.root, schedule, records=args.records)
+    report = run_soak(args.root, schedule, records=args.records, broken=args.broken)
     return 0 if report.ok else 1
 
 

@@ -7,7 +7,8 @@ doing when each one lands still varies from run to run; the report records that 
 
 Faults arrive as a Poisson process (exponential gaps of mean ``mean_gap``, never closer than
 ``min_gap``, none in the first ``warmup`` or the last ``cooldown`` seconds, so the soak starts
-from a running pipeline and ends with time to catch up). Each fault's kind is drawn by the
+from a running pipeline and ends with time to catch up; by default a minute and two, or a sixth
+of a shorter soak each). Each fault's kind is drawn by the
 weights of the mix; a worker fault names its worker, a hold (an S3 outage, a clock shift) its
 length.
 
@@ -138,18 +139,21 @@ class FaultSchedule:
     duration: float
     mix: Mix
     faults: tuple[Fault, ...] = field(default=())
+    mean_gap: float = 90
 
     @classmethod
     def draw(cls, seed: int, duration: float, mix: Mix | None = None, *, mean_gap: float = 90,
-             min_gap: float = 20, warmup: float = 60, cooldown: float = 120,
+             min_gap: float = 20, warmup: float | None = None, cooldown: float | None = None,
              workers: Sequence[str] = ("worker-a", "worker-b")) -> "FaultSchedule":
         """The faults ``seed`` draws for a soak of ``duration`` seconds.
 
         >>> s = FaultSchedule.draw(seed=1, duration=3600, mean_gap=60, min_gap=20)
         >>> len(s.faults) >= 30, all(b.at - a.at >= 20 for a, b in zip(s.faults, s.faults[1:]))
         (True, True)
-        >>> FaultSchedule.draw(seed=1, duration=100).faults  # shorter than warm-up and cool-down: none
+        >>> FaultSchedule.draw(seed=1, duration=20).faults  # shorter than warm-up, cool-down and a gap: none
         ()
+        >>> [round(f.at) for f in FaultSchedule.draw(seed=1, duration=180, mean_gap=30).faults]  # 30 s to 150 s
+        [50, 93, 114, 145]
         """
         mix = mix or Mix.every_kind()
         if duration <= 0 or mean_gap <= 0 or min_gap < 0:
@@ -158,6 +162,8 @@ class FaultSchedule:
         kinds = [k for k, w in mix.weights.items() if w > 0]
         weights = [mix.weights[k] for k in kinds]
         faults = []
+        warmup = min(60.0, duration / 6) if warmup is None else warmup
+        cooldown = min(120.0, duration / 6) if cooldown is None else cooldown
         at = warmup
         while True:
             at += max(min_gap, rng.expovariate(1 / mean_gap))
@@ -168,7 +174,7 @@ class FaultSchedule:
             low, high = HOLD_SECONDS.get(kind, (None, None))
             hold = round(rng.uniform(low, high), 1) if low is not None else None
             faults.append(Fault(at, kind, target, hold))
-        return cls(seed, duration, mix, tuple(faults))
+        return cls(seed, duration, mix, tuple(faults), mean_gap)
 
     def counts(self) -> dict[str, int]:
         """How many faults of each kind, most frequent first.
@@ -181,15 +187,19 @@ class FaultSchedule:
             counts[f.kind] = counts.get(f.kind, 0) + 1
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
-    def command(self) -> str:
+    def command(self, broken: str = "") -> str:
         """The command that draws this schedule again.
 
         >>> FaultSchedule(42, 1200, Mix.parse("gc=1")).command()
         'make soak SEED=42 DURATION=20m MIX=gc=1'
+        >>> FaultSchedule(42, 300, Mix.parse("gc=1"), mean_gap=40).command(broken="state-from-table")
+        'make soak SEED=42 DURATION=5m MIX=gc=1 MEAN_GAP=40 BROKEN=state-from-table'
         """
         minutes = self.duration / 60
         duration = f"{minutes:g}m" if minutes == int(minutes) else f"{self.duration:g}s"
-        return f"make soak SEED={self.seed} DURATION={duration} MIX={self.mix.spec()}"
+        return (f"make soak SEED={self.seed} DURATION={duration} MIX={self.mix.spec()}"
+                + (f" MEAN_GAP={self.mean_gap:g}" if self.mean_gap != 90 else "")
+                + (f" BROKEN={broken}" if broken else ""))
 
 
 def parse_duration(text: str) -> float:

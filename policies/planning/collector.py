@@ -300,10 +300,10 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
                            lambda task: [store.table_uri(tier, dag_id, *_task_and_table(task, "state")) for tier in Tier],
                            ledger.asset_readers(dag_id))
     for r in plan.tables:  # whatever a ledger row says, only the task's own tables are touched
-        own = {store.table_uri(tier, dag_id, *_task_and_table(r.task_id, r.what)) for tier in Tier}
-        if r.uri not in own:
+        if not store.is_table_of(r.uri, dag_id, *_task_and_table(r.task_id, r.what)):
+            own = {store.table_uri(tier, dag_id, *_task_and_table(r.task_id, r.what)) for tier in Tier}
             raise ValueError(f"ledger of {dag_id}: task {r.task_id!r} names its {r.what} table {r.uri!r}, which is "
-                             f"not where the store keeps it ({' or '.join(sorted(own))}); refusing to delete "
+                             f"not where the store keeps it ({' or '.join(sorted(own))}, or a worker's scratch); refusing to delete "
                              f"anything. Repair the ledger row or collect nothing for this DAG")
     unknown = sorted(set(acknowledge or {}) - set(plan.acknowledged))
     if unknown:

@@ -125,6 +125,29 @@ class StoreConfig:
         partition = f"/partition-{map_index}" if map_index is not None and map_index >= 0 else ""
         return f"{self.root(tier)}/{dag_id}/{task_id}{partition}/{table}"
 
+    def is_table_of(self, uri: str, dag_id: str, task_id: str, table: str, map_index: int = -1) -> bool:
+        """Whether ``uri`` is where the store keeps that table: in the durable tier, or in the
+        scratch tier of this process or of any worker (a ledger row written on a worker names
+        that worker's disk).
+
+        >>> store = StoreConfig("/data/falkirk", "/mnt/scratch")
+        >>> store.is_table_of("/mnt/scratch/worker-b/orders/aggregate/state", "orders", "aggregate", "state")
+        True
+        >>> store.is_table_of("/mnt/scratch/worker-b/orders/report/state", "orders", "aggregate", "state")
+        False
+        >>> store.is_table_of("/mnt/scratch/../orders/aggregate/state", "orders", "aggregate", "state")
+        False
+        """
+        if uri in {self.table_uri(tier, dag_id, task_id, table, map_index) for tier in Tier}:
+            return True
+        prefix = self.scratch_uri.rstrip("/") + "/"
+        tail = StoreConfig(self.durable_uri, self.scratch_uri).table_uri(Tier.SCRATCH, dag_id, task_id, table,
+                                                                         map_index)[len(prefix):]
+        if not isinstance(uri, str) or not uri.startswith(prefix) or not uri.endswith("/" + tail):
+            return False
+        worker = uri[len(prefix):-len(tail) - 1]
+        return bool(_NAME.fullmatch(worker)) and worker not in (".", "..")
+
     @property
     def ledger_uri(self) -> str:
         """The ledger table, always in the durable store."""

@@ -250,6 +250,30 @@ def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(s
     assert not StoreReadability(store)(str(sentinel), CommitKey("d", "src", 1))  # never read either
 
 
+def test_collection_reclaims_the_scratch_a_worker_wrote_on_its_own_disk(store: StoreConfig) -> None:
+    """A ledger row written on a worker names its disk (``<scratch>/worker-a/...``); ``falkirk gc``,
+    run where no worker is named, collects it like any scratch table of the task, and still
+    refuses a path that only looks like a worker's."""
+    from falkirk.policies.planning.collector import collect
+
+    on_worker = StoreConfig(store.durable_uri, store.scratch_uri, worker="worker-a")
+    ledger = Ledger(store)
+    regime = LazyCheckpoint(every=3)
+    for e in range(1, 8):
+        tier = regime.state_tier(e)
+        uri = on_worker.table_uri(tier, "d", "model", "state")
+        commit_epoch(uri, pa.table({"epoch": [e], "total": [e]}), CommitKey("d", "model", e))
+        ledger.append(LedgerEntry("d", "model", e, "lazy_checkpoint(every=3)", f"epoch-{e}", 1, state_uri=uri,
+                                  state_tier=tier.value, state_rows=1, notified_through=e))
+    scratch = on_worker.table_uri(regime.state_tier(1), "d", "model", "state")
+    assert scratch.startswith(f"{store.scratch_uri}/worker-a/")
+    report = collect(store, "d", retain_hours=0)
+    reclaimed = {r.uri: r.epochs for r in report.plan.tables}
+    assert reclaimed.get(scratch) == (1, 2, 4, 5), reclaimed
+    assert sorted(r["epoch"] for r in scan(open_table(scratch)).to_pylist()) == [7]
+    assert not store.is_table_of(f"{store.scratch_uri}/../d/model/state", "d", "model", "state")
+
+
 def _falkirk(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "falkirk"), *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})

@@ -1,0 +1,60 @@
+"""A short seeded soak (``make soak`` for three minutes) on the package's servers.
+
+``falkirk_figure1`` runs epoch after epoch on its own Celery-run Airflow while seed 37's schedule
+lands: a worker killed, the scheduler killed, a worker lost with its disk, a job killed at a step
+of its commit, S3 refusing connections for a while. Each failed DAG run is planned and replayed
+as a user would; then every durable table and the SQL sink are compared with a failure-free run
+of the same epochs. The long soak is ``make soak DURATION=60m``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devstack.cluster import ClusterServers
+from devstack.soak.nemesis import SUPPORTED
+from devstack.soak.run import SoakReport, run_soak
+from devstack.soak.schedule import FaultSchedule, Mix
+
+pytestmark = pytest.mark.integration
+
+SEED, DURATION, MEAN_GAP = 37, 180, 25
+SCHEDULE = FaultSchedule.draw(SEED, DURATION, Mix.parse(",".join(f"{k}=1" for k in SUPPORTED)), mean_gap=MEAN_GAP)
+# The durable tables of falkirk_figure1 (its ephemeral and scratch-tier tables are no one's record).
+DURABLE = {"table popularity/output", "table rank/state", "table stats/output", "table stats/state"}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory, cluster_servers: ClusterServers) -> SoakReport:
+    return run_soak(Path(tmp_path_factory.mktemp("soak")) / "run", SCHEDULE, records=1_000, servers=cluster_servers,
+                    progress=print)
+
+
+def test_the_seed_draws_five_kinds_and_every_fault_landed(report: SoakReport) -> None:
+    assert [(round(f.at), f.kind) for f in SCHEDULE.faults] == [
+        (59, "kill-worker"), (84, "kill-scheduler"), (104, "lose-worker"), (127, "kill-job"), (147, "refuse-s3")]
+    assert [i.fault for i in report.injected] == list(SCHEDULE.faults)
+    assert not [i.line() for i in report.injected if i.hit.startswith("could not inject")]
+    refused = report.injected[-1]
+    assert refused.undone is not None and refused.undone - refused.landed == pytest.approx(refused.fault.hold, abs=3)
+
+
+def test_every_failed_run_was_replayed_and_the_soak_caught_up(report: SoakReport) -> None:
+    assert report.caught_up_in is not None, report.discrepancies
+    assert report.recoveries, "the killed and the lost worker failed task instances: at least one plan"
+    assert all(r.why.startswith("failed: ") and r.reruns > 0 and r.attempts >= 1 for r in report.recoveries)
+    assert report.recoveries[-1].replayed_in is not None  # the last plan ran through: the runs succeeded
+    assert all(i.caught_up_in is not None for i in report.injected), [i.line() for i in report.injected]
+    assert report.epochs >= 5
+
+
+def test_every_durable_table_and_the_sql_sink_equal_the_failure_free_run(report: SoakReport) -> None:
+    checks = {name: (ok, detail) for name, ok, detail in report.checks}
+    assert DURABLE <= set(checks), sorted(checks)
+    for name in [*DURABLE, "the SQL sink equals the failure-free run's", "nothing delivered twice to the SQL sink",
+                 "no ledger row doubled", "no epoch missing", "no lease held",
+                 "nothing in the store outside what the ledger names"]:
+        assert checks[name][0], f"{name}: {checks[name][1]}"
+    assert report.discrepancies == [] and report.ok
