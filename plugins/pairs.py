@@ -130,7 +130,7 @@ def _settle(dag_id: str, client: Any, runs: set[str]) -> list[str]:
     for run in decided.success:
         client.set_run_state(dag_id, run, "success", note="Falkirk: the replicas that failed were taken over by "
                                                           "their twins; every partition of this epoch is done")
-    for run in decided.left:
+    for run in (*decided.left, *decided.requeue):
         # Failed as deadlocked (its instances waited, by depends_on_past, on a failed replica):
         # queued again, the scheduler runs what the take-over unblocked.
         client.queue_run(dag_id, run, note="Falkirk: the replicas that failed were taken over by their twins; "

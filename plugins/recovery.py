@@ -446,6 +446,12 @@ def _settle_runs(running: RunningReplay, progress: Progress) -> None:
     if decided.success:
         progress(f"plan {running.plan.plan_id}: set {len(decided.success)} DAG runs to success: "
                  f"{', '.join(decided.success)}")
+    for run in decided.requeue:
+        running.client.queue_run(dag_id, run, note=f"Falkirk plan {running.plan.plan_id}: the rest of this epoch "
+                                                   f"runs (Airflow cleared it when the plan marked a task success)")
+    if decided.requeue:
+        progress(f"plan {running.plan.plan_id}: queued {len(decided.requeue)} DAG runs again to run the task "
+                 f"instances Airflow cleared: {', '.join(decided.requeue)}")
     for run, why in decided.left.items():
         progress(f"plan {running.plan.plan_id}: DAG run {run} stays failed: {why} (not a task this plan re-runs)")
 

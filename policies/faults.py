@@ -115,20 +115,20 @@ def crash_point(task_id: str, epoch: int, step: str, dag_id: str | None = None) 
 
 BROKEN_ENV = "FALKIRK_BROKEN"
 BROKEN = {
-    "state-from-table": "a stateful task restores the newest epoch its state table holds, not its previous "
-                        "epoch's checkpoint: a re-run after a job died past its state write counts that epoch twice",
+    "gc-watermark": "falkirk gc also deletes the oldest checkpoint of each state table it keeps: the one at the "
+                    "low-watermark, which a recovery restores from",
 }
 
 
 def broken(what: str, setting: str | None = None) -> bool:
     """Whether ``FALKIRK_BROKEN`` (or ``setting``) asks to get recovery step ``what`` wrong.
 
-    >>> broken("state-from-table", "state-from-table"), broken("state-from-table", "")
+    >>> broken("gc-watermark", "gc-watermark"), broken("gc-watermark", "")
     (True, False)
-    >>> broken("state-from-table", "sweep")
+    >>> broken("gc-watermark", "sweep")
     Traceback (most recent call last):
     ...
-    ValueError: FALKIRK_BROKEN: unknown 'sweep'; it names state-from-table
+    ValueError: FALKIRK_BROKEN: unknown 'sweep'; it names gc-watermark
     """
     names = {n.strip() for n in (os.environ.get(BROKEN_ENV, "") if setting is None else setting).split(",")} - {""}
     unknown = sorted(names - set(BROKEN))

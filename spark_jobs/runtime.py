@@ -53,7 +53,7 @@ from falkirk.policies.store.ledger import (EXTERNAL_TIER, AssetInput, InputRef, 
 from falkirk.policies.workers import worker_name
 from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
 from falkirk.spark_jobs.job_log import say
-from falkirk.spark_jobs.faults import broken, crash_point
+from falkirk.spark_jobs.faults import crash_point
 from falkirk.spark_jobs import assets, pairs, sender_logs, steps
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
@@ -335,13 +335,8 @@ class EpochContext:
         say(f"{self.args.processor} epoch {self.epoch}: restoring the state of epoch {entry.epoch} from "
             f"{entry.state_tier} ({entry.state_uri}" + (f" on {entry.worker}" if in_scratch and entry.worker else "")
             + ")")
-        key, rows = entry.key, entry.state_rows
-        if broken("state-from-table"):  # a drill that must make a soak fail (falkirk.policies.faults)
-            key, rows = _newest_epoch_held(entry, self.store), None
-            say(f"{self.args.processor} epoch {self.epoch}: FALKIRK_BROKEN=state-from-table: restoring epoch "
-                f"{key.epoch} instead")
         try:
-            return read_frame(self.spark, entry.state_uri, key, rows,
+            return read_frame(self.spark, entry.state_uri, entry.key, entry.state_rows,
                               self.store.options_for(entry.state_uri), on_driver=in_scratch)
         except EpochTableError as exc:
             if in_scratch:
@@ -770,12 +765,3 @@ def _spark_session() -> "SparkSession":
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
-
-
-def _newest_epoch_held(entry: LedgerEntry, store: StoreConfig) -> CommitKey:
-    """The commit key of the newest epoch ``entry``'s state table holds (``FALKIRK_BROKEN`` only)."""
-    from falkirk.policies.store.commits import epoch_rows, open_table
-
-    table = open_table(entry.state_uri, store.options_for(entry.state_uri))
-    held = epoch_rows(table) if table is not None else {}
-    return dataclasses.replace(entry.key, epoch=max(held, default=entry.epoch), incarnation=0)

@@ -87,7 +87,8 @@ class Soak:
     """One soak on a started shape: the loop that keeps epochs running, injects the faults and
     recovers from them."""
 
-    def __init__(self, cluster: Cluster, schedule: FaultSchedule, root: Path, progress: Progress = say) -> None:
+    def __init__(self, cluster: Cluster, schedule: FaultSchedule, root: Path, progress: Progress = say,
+                 broken: str = "") -> None:
         self.cluster = cluster
         self.front = cluster.front
         self.schedule = schedule
@@ -105,8 +106,9 @@ class Soak:
         self.mistaken: list[str] = []
         self.falkirk = [str(VENV_BIN / "falkirk")]
         self.cli_env = {**os.environ, **cluster.store.env(), "FALKIRK_AIRFLOW_URL": cluster.airflow.base_url,
-                        "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin"}
-        self.report = SoakReport(schedule)
+                        "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin",
+                        **({BROKEN_ENV: broken} if broken else {})}
+        self.report = SoakReport(schedule, broken=broken)
         self.nemesis = Nemesis(self, random.Random(schedule.seed))
         self._attributed = 0  # faults before this index are named by a recovery already
         self._started = time.monotonic()
@@ -218,7 +220,7 @@ class Soak:
             self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} ended {code}: {said}")
             self.replaying = None
             return
-        failed = {ti["task_id"] for ti in self._failed_task_instances()}
+        failed = {ti["task_id"] for ti in self._failed_task_instances()} | self._stranded()
         if not failed:
             return
         args = ["plan", "--dag", self.dag_id, "--json", *(a for t in sorted(failed) for a in ("--failed-task", t)),
@@ -256,6 +258,19 @@ class Soak:
                 self.progress(f"{self.elapsed():6.0f}s  FAULT kill-replay landed on replay {recovery.plan_id}")
             else:  # it ended within the 3 s: the next replay is killed instead
                 self.kill_next_replay = True
+
+    def _stranded(self) -> set[str]:
+        """``task:epoch`` of the instances a failed DAG run holds that never started (a run failed
+        with nothing failed in it: the Grid shows them without a state): a user plans them too."""
+        stranded = set()
+        for run in self._runs():
+            if run["state"] != "failed":
+                continue
+            tis = self.client.task_instances(self.dag_id, run["dag_run_id"])
+            if not any(ti.get("state") == "failed" for ti in tis.values()):
+                epoch = int(run["dag_run_id"].split("-", 1)[1])
+                stranded |= {f"{t}:{epoch}" for t, ti in tis.items() if ti.get("state") in (None, "upstream_failed")}
+        return stranded
 
     def _failed_task_instances(self) -> list[dict[str, Any]]:
         data = self.client.request("GET", f"/api/v2/dags/{self.dag_id}/dagRuns/~/taskInstances",
@@ -326,10 +341,13 @@ def check(soak: Soak, reference: ReferenceBeside, progress: Progress = say) -> N
     cluster, report = soak.cluster, soak.report
     store = cluster.store
     epochs = report.epochs
-    progress(f"the failure-free run of epochs {reference.done + 1}-{epochs} (1-{reference.done} ran beside the soak)")
+    if epochs > reference.done:
+        progress(f"the failure-free run of epochs {reference.done + 1}-{epochs} (1-{reference.done} ran beside "
+                 f"the soak)")
     reference.through(epochs)
-    for dag in (DAG_ID, REFERENCE):
-        done = subprocess.run([*soak.falkirk, "gc", "--dag", dag], env=soak.cli_env, capture_output=True, text=True,
+    for dag in (DAG_ID, REFERENCE):  # the failure-free run is never broken
+        env = soak.cli_env if dag == DAG_ID else {k: v for k, v in soak.cli_env.items() if k != BROKEN_ENV}
+        done = subprocess.run([*soak.falkirk, "gc", "--dag", dag], env=env, capture_output=True, text=True,
                               timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"falkirk gc --dag {dag} exited {done.returncode}: {done.stderr.strip()[-1500:]}")
@@ -406,8 +424,7 @@ def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, broke
     with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True, s3_front=True,
                  servers=servers) as cluster:
         progress(f"the shape is up after {time.monotonic() - started:.0f}s: Airflow at {cluster.airflow.base_url}")
-        soak = Soak(cluster, schedule, root, progress)
-        soak.report.broken = broken
+        soak = Soak(cluster, schedule, root, progress, broken)
         reference = ReferenceBeside(reference_env(cluster, records), lambda: soak.latest_epoch).start()
         report = soak.run()
         if report.caught_up_in is not None:

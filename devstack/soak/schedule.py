@@ -192,8 +192,8 @@ class FaultSchedule:
 
         >>> FaultSchedule(42, 1200, Mix.parse("gc=1")).command()
         'make soak SEED=42 DURATION=20m MIX=gc=1'
-        >>> FaultSchedule(42, 300, Mix.parse("gc=1"), mean_gap=40).command(broken="state-from-table")
-        'make soak SEED=42 DURATION=5m MIX=gc=1 MEAN_GAP=40 BROKEN=state-from-table'
+        >>> FaultSchedule(42, 300, Mix.parse("gc=1"), mean_gap=40).command(broken="gc-watermark")
+        'make soak SEED=42 DURATION=5m MIX=gc=1 MEAN_GAP=40 BROKEN=gc-watermark'
         """
         minutes = self.duration / 60
         duration = f"{minutes:g}m" if minutes == int(minutes) else f"{self.duration:g}s"

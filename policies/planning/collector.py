@@ -54,6 +54,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back
 from falkirk.policies.planning.monitor import low_watermarks
 from falkirk.policies.epochs import epoch_ranges
+from falkirk.policies.faults import broken
 from falkirk.policies.partitions import split_processor
 from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.rollback.times import EPOCH
@@ -270,8 +271,11 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
             Collections(store).mark(dag_id, dict(plan.marks))
         removed = 0
         for r in plan.tables:
-            removed += _delete_epochs(store, r.uri, r.epochs, retain_hours)
-            progress(f"  deleted epochs {epoch_ranges(r.epochs)} of {r.uri}")
+            epochs = r.epochs
+            if r.what == "state" and broken("gc-watermark"):  # a drill a soak must catch (policies.faults)
+                epochs = (*epochs, *sorted(set(live_partitions(store, r.uri)) - set(epochs))[:1])
+            removed += _delete_epochs(store, r.uri, epochs, retain_hours)
+            progress(f"  deleted epochs {epoch_ranges(epochs)} of {r.uri}")
         for task, ack in sorted((acknowledge or {}).items()):
             if plan.acknowledged[task] > 0:
                 ack(plan.acknowledged[task])

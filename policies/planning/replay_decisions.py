@@ -10,6 +10,7 @@ completions log, asks these functions, and carries the answers out through Airfl
 * :func:`slots_to_free`: which later runs to queue again so that the re-runs can start;
 * :func:`wait_verdict`: whether the re-runs are done, one failed (stop), or to poll again;
 * :func:`runs_to_settle`: which DAG runs, all of whose instances now succeeded, to set to success
+  (and which, with instances cleared but not started, to queue again)
   (Airflow leaves a run failed when its failed instances are marked success rather than re-run).
 
 Kept apart, each decision is plain data in, plain data out: they are tested against an
@@ -144,10 +145,12 @@ def wait_verdict(todo: Collection[Instance], states: Mapping[Instance, str | Non
 
 @dataclass(frozen=True)
 class Settle:
-    """The DAG runs to set to success, and why each other failed run stays failed."""
+    """The DAG runs to set to success, those to queue again, and why each other failed run stays
+    failed."""
 
     success: tuple[str, ...]
     left: dict[str, str] = field(default_factory=dict)
+    requeue: tuple[str, ...] = ()
 
 
 DONE = frozenset({"success", "skipped", "removed"})
@@ -156,25 +159,31 @@ DONE = frozenset({"success", "skipped", "removed"})
 
 def runs_to_settle(runs: Mapping[str, tuple[str | None, Mapping[str, str | None]]]) -> Settle:
     """Of the replay's DAG runs (``run id -> (run state, {processor: instance state})``), those
-    to set to success: failed runs whose every instance is now done. A failed run with an
-    instance still not done stays failed, with the instances named.
+    to set to success: failed runs whose every instance is now done; and those to queue again:
+    failed runs whose instances not done are all not started. (Airflow clears the instances
+    downstream of one the replay marks success, but leaves their run failed, and the scheduler
+    never starts an instance of a failed run.) A failed run with an instance failed stays
+    failed, with the instances named.
 
     >>> s = runs_to_settle({"epoch-3": ("failed", {"a": "success", "b": "success"}),
     ...                     "epoch-4": ("failed", {"a": "success", "notify": "failed"}),
-    ...                     "epoch-5": ("success", {"a": "success"}), "epoch-6": ("running", {"a": "running"})})
-    >>> s.success, s.left
-    (('epoch-3',), {'epoch-4': 'notify is failed'})
+    ...                     "epoch-5": ("success", {"a": "success"}), "epoch-6": ("running", {"a": "running"}),
+    ...                     "epoch-7": ("failed", {"a": "success", "b": None})})
+    >>> s.success, s.left, s.requeue
+    (('epoch-3',), {'epoch-4': 'notify is failed'}, ('epoch-7',))
     """
-    success, left = [], {}
+    success, left, requeue = [], {}, []
     for run, (state, instances) in sorted(runs.items()):
         if state != "failed":
             continue
-        not_done = sorted(f"{t} is {st or 'not started'}" for t, st in instances.items() if st not in DONE)
-        if not_done:
-            left[run] = ", ".join(not_done)
-        else:
+        not_done = {t: st for t, st in instances.items() if st not in DONE}
+        if not not_done:
             success.append(run)
-    return Settle(tuple(success), left)
+        elif all(st is None for st in not_done.values()):
+            requeue.append(run)
+        else:
+            left[run] = ", ".join(sorted(f"{t} is {st or 'not started'}" for t, st in not_done.items()))
+    return Settle(tuple(success), left, tuple(requeue))
 
 
 @dataclass(frozen=True)

@@ -274,6 +274,23 @@ def test_collection_reclaims_the_scratch_a_worker_wrote_on_its_own_disk(store: S
     assert not store.is_table_of(f"{store.scratch_uri}/../d/model/state", "d", "model", "state")
 
 
+def test_the_gc_watermark_drill_deletes_the_checkpoint_recovery_restores_from(store: StoreConfig, monkeypatch) -> None:
+    """``FALKIRK_BROKEN=gc-watermark`` (a soak's drill) also deletes the oldest checkpoint kept."""
+    from falkirk.policies.planning.collector import collect
+    from falkirk.policies.regimes import Tier
+
+    ledger = Ledger(store)
+    for e in range(1, 8):
+        uri = store.table_uri(Tier.DURABLE, "d", "model", "state")
+        commit_epoch(uri, pa.table({"epoch": [e], "total": [e]}), CommitKey("d", "model", e))
+        ledger.append(LedgerEntry("d", "model", e, "eager_checkpoint", f"epoch-{e}", 1, state_uri=uri,
+                                  state_tier="durable", state_rows=1, notified_through=e))
+    monkeypatch.setenv("FALKIRK_BROKEN", "gc-watermark")
+    report = collect(store, "d", retain_hours=0)
+    assert [r.epochs for r in report.plan.tables] == [(1, 2, 3, 4, 5, 6)]
+    assert open_table(uri) is not None and scan(open_table(uri)).to_pylist() == []  # 7 went too
+
+
 def _falkirk(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "falkirk"), *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
