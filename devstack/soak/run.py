@@ -10,17 +10,23 @@ lands, recovered as a user would, then every table compared with a failure-free 
    seed (:mod:`devstack.soak.nemesis`), and after each does what a user would: a DAG run that
    failed is planned (``falkirk plan --failed-task``, with ``--lost-worker`` for a worker that
    lost its disk) and replayed (``falkirk replay``; a killed replay is run again);
-4. stops triggering, recovers until every epoch's run succeeded (the time to caught-up), runs
-   the same epochs failure-free in a process beside it (:mod:`devstack.inprocess`), and
-   compares every durable table and the SQL sink with it, row for row, then checks that no
-   ledger row is doubled, no epoch is missing and no lease is held;
-5. prints the report (:mod:`devstack.soak.report`): the schedule, each fault's landing and
-   recoveries, the discrepancies, and the command that draws the same schedule again.
+4. meanwhile runs the same epochs failure-free in a process beside it
+   (:mod:`devstack.inprocess`, :class:`ReferenceBeside`);
+5. stops triggering, recovers until every epoch's run succeeded (the time to caught-up),
+   collects both DAGs and compares every durable table and the SQL sink with the failure-free
+   run's, row for row, then checks that no ledger row is doubled, no epoch is missing, no lease
+   is held and no table in the store is outside what the ledger names;
+6. prints the report (:mod:`devstack.soak.report`, also written to ``report.txt`` and, its
+   figures as Markdown, ``report.md``): the faults by kind with their times to caught-up, each
+   fault's landing and recoveries, the discrepancies with the rows that differ, and the
+   command that draws the same schedule again.
 
-Exit code 0 when nothing differs, 1 otherwise.
+Exit code 0 when nothing differs, 1 otherwise. ``--broken`` (``FALKIRK_BROKEN``) gets a step
+recovery relies on wrong on purpose, for a soak that must fail.
 
     make soak DURATION=20m SEED=7
     .venv/bin/python -m devstack.soak.run --duration 4m --seed 7 --mix kill-worker=2,gc=1
+    make soak BROKEN=gc-watermark SEED=8 DURATION=4m MIX=kill-job=1,gc=1 MEAN_GAP=40
 """
 
 from __future__ import annotations
@@ -369,12 +375,33 @@ def check(soak: Soak, reference: ReferenceBeside, progress: Progress = say) -> N
         want = [r for r in _rows(store, uri) if r["epoch"] <= epochs]
         got = [r for r in _rows(store, ours) if r["epoch"] <= epochs]
         name = uri.split(f"/{REFERENCE}/", 1)[1]
-        report.checks.append((f"table {name}", _canonical(got) == _canonical(want), f"{len(got)} rows against {len(want)}"))
+        report.checks.append((f"table {name}", _canonical(got) == _canonical(want),
+                              f"{len(got)} rows against {len(want)}" + row_differences(got, want)))
     ours, theirs = (QueryStatsStore(cluster.query_db, schema=d) for d in (DAG_ID, REFERENCE))
     report.checks.append(("the SQL sink equals the failure-free run's", ours.rows() == theirs.rows(),
                           f"{len(ours.rows())} rows"))
     report.checks.append(("nothing delivered twice to the SQL sink", ours.duplicates() == [], ""))
     report.discrepancies += [f"{name}: {detail}" for name, ok, detail in report.checks if not ok]
+
+
+def row_differences(got: list[dict], want: list[dict], shown: int = 3) -> str:
+    """The rows one table has and the other has not (as many times), a few of each.
+
+    >>> row_differences([{"epoch": 1, "n": 2}], [{"epoch": 1, "n": 2}])
+    ''
+    >>> row_differences([{"epoch": 1, "n": 2}, {"epoch": 1, "n": 2}], [{"epoch": 1, "n": 2}, {"epoch": 2, "n": 5}])
+    '; missing: {"epoch": 2, "n": 5}; extra: {"epoch": 1, "n": 2}'
+    """
+    from collections import Counter
+
+    ours, theirs = Counter(_canonical(got)), Counter(_canonical(want))
+    missing, extra = sorted((theirs - ours).elements()), sorted((ours - theirs).elements())
+    out = ""
+    for label, rows in (("missing", missing), ("extra", extra)):
+        if rows:
+            out += f"; {label}: " + ", ".join(rows[:shown]) + (f" and {len(rows) - shown} more" if len(rows) > shown
+                                                                 else "")
+    return out
 
 
 def stray_tables(cluster: Cluster, dag_id: str) -> list[str]:

@@ -15,7 +15,10 @@ mixes = st.dictionaries(st.sampled_from(sorted(KINDS)), st.integers(0, 5), min_s
 
 
 def test_the_docstring_examples_hold() -> None:
+    from devstack.soak import run as soak_run
+
     assert doctest.testmod(soak_schedule, optionflags=doctest.ELLIPSIS).failed == 0
+    assert doctest.testmod(soak_run).attempted >= 2 and doctest.testmod(soak_run).failed == 0
 
 
 @settings(max_examples=200, deadline=None)
