@@ -72,7 +72,9 @@ def markdown(report: "SoakReport") -> str:
     caught-up."""
     s = report.schedule
     lines = [f"Seed {s.seed}, {s.duration / 60:g} minutes, {report.epochs} epochs, {len(report.injected)} faults of "
-             f"{len({i.fault.kind for i in report.injected})} kinds, {len(report.recoveries)} plans replayed; "
+             f"{len({i.fault.kind for i in report.injected})} kinds, {len(report.recoveries)} plans "
+             f"({sum(r.replayed_in is not None for r in report.recoveries)} replayed to the end, the others "
+             f"planned again after a fault stopped their replay); "
              + ("zero discrepancies" if report.ok else f"{len(report.discrepancies)} discrepancies")
              + f" (`{s.command(report.broken)}`).", "",
              "| fault | landed | followed by a plan | caught up after it: median | longest |",

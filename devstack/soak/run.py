@@ -217,7 +217,7 @@ class Soak:
                 self.replaying = None
                 return
             said = output.strip().splitlines()[-1][:200] if output.strip() else "no output"
-            if code < 0:  # killed: a user runs the same replay again, which resumes it
+            if code < 0 or "cannot reach Airflow" in said:  # killed, or Airflow was: a user runs it again
                 self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} killed ({code}): running it again")
                 self._start_replay(recovery)
                 return
