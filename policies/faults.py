@@ -111,7 +111,7 @@ def crash_point(task_id: str, epoch: int, step: str, dag_id: str | None = None) 
 # --- deliberately broken recovery ----------------------------------------------------------------
 # A soak must be able to fail: ``FALKIRK_BROKEN`` names recovery steps to get wrong on purpose,
 # the way a plausible bug would, so that a drill shows the soak's checks catch it. Never set in
-# a deployment; every job that takes a broken path says so in its log.
+# a deployment.
 
 BROKEN_ENV = "FALKIRK_BROKEN"
 BROKEN = {

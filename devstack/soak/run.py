@@ -164,7 +164,7 @@ class Soak:
             self._note_caught_up(runs)
             if trigger:
                 self._trigger(runs)
-            self._recover()
+            self._recover(runs)
         except Exception as exc:  # noqa: BLE001 - Airflow or the store is down for a moment: next tick
             self.progress(f"{self.elapsed():6.0f}s  (tick: {type(exc).__name__}: {str(exc)[:200]})")
         time.sleep(1)
@@ -186,7 +186,7 @@ class Soak:
 
     def _note_caught_up(self, runs: list[dict[str, Any]]) -> None:
         """Each fault's time to caught-up: until every epoch triggered before it landed succeeded."""
-        state = {int(r["dag_run_id"].split("-", 1)[1]): r["state"] for r in runs}
+        state = {_epoch_of(r): r["state"] for r in runs}
         for injected in self.report.injected:
             if injected.caught_up_in is None and all(state.get(e) == "success" for e in range(1, injected.epoch + 1)):
                 injected.caught_up_in = self.elapsed() - injected.landed
@@ -200,7 +200,7 @@ class Soak:
         self.client.trigger(self.dag_id, f"epoch-{epoch}", self.clock.logical_date(epoch))
         self.latest_epoch = epoch
 
-    def _recover(self) -> None:
+    def _recover(self, runs: list[dict[str, Any]]) -> None:
         """What a user does: a replay that was killed is run again; a failed run is planned and replayed."""
         if self.replay is not None:
             code = self.replay.poll()
@@ -218,7 +218,8 @@ class Soak:
                 return
             said = output.strip().splitlines()[-1][:200] if output.strip() else "no output"
             if code < 0 or "cannot reach Airflow" in said:  # killed, or Airflow was: a user runs it again
-                self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} killed ({code}): running it again")
+                why = f"killed ({code})" if code < 0 else "stopped: Airflow was unreachable"
+                self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} {why}: running it again")
                 self._start_replay(recovery)
                 return
             # It stopped on a failure it names (another fault's): the next tick plans again, from
@@ -226,7 +227,7 @@ class Soak:
             self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} ended {code}: {said}")
             self.replaying = None
             return
-        failed = {ti["task_id"] for ti in self._failed_task_instances()} | self._stranded()
+        failed = {ti["task_id"] for ti in self._failed_task_instances()} | self._stranded(runs)
         if not failed:
             return
         args = ["plan", "--dag", self.dag_id, "--json", *(a for t in sorted(failed) for a in ("--failed-task", t)),
@@ -265,17 +266,17 @@ class Soak:
             else:  # it ended within the 3 s: the next replay is killed instead
                 self.kill_next_replay = True
 
-    def _stranded(self) -> set[str]:
+    def _stranded(self, runs: list[dict[str, Any]]) -> set[str]:
         """``task:epoch`` of the instances a failed DAG run holds that never started (a run failed
         with nothing failed in it: the Grid shows them without a state): a user plans them too."""
         stranded = set()
-        for run in self._runs():
+        for run in runs:
             if run["state"] != "failed":
                 continue
             tis = self.client.task_instances(self.dag_id, run["dag_run_id"])
             if not any(ti.get("state") == "failed" for ti in tis.values()):
-                epoch = int(run["dag_run_id"].split("-", 1)[1])
-                stranded |= {f"{t}:{epoch}" for t, ti in tis.items() if ti.get("state") in (None, "upstream_failed")}
+                stranded |= {f"{t}:{_epoch_of(run)}" for t, ti in tis.items()
+                             if ti.get("state") in (None, "upstream_failed")}
         return stranded
 
     def _failed_task_instances(self) -> list[dict[str, Any]]:
@@ -287,6 +288,11 @@ class Soak:
         runs = self._runs()
         return (self.replay is None and len(runs) >= self.latest_epoch
                 and all(r["state"] == "success" for r in runs))
+
+
+def _epoch_of(run: dict[str, Any]) -> int:
+    """The epoch of a DAG run the soak triggered (``epoch-N``)."""
+    return int(run["dag_run_id"].split("-", 1)[1])
 
 
 class ReferenceBeside:

@@ -307,8 +307,8 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
         if not store.is_table_of(r.uri, dag_id, *_task_and_table(r.task_id, r.what)):
             own = {store.table_uri(tier, dag_id, *_task_and_table(r.task_id, r.what)) for tier in Tier}
             raise ValueError(f"ledger of {dag_id}: task {r.task_id!r} names its {r.what} table {r.uri!r}, which is "
-                             f"not where the store keeps it ({' or '.join(sorted(own))}, or a worker's scratch); refusing to delete "
-                             f"anything. Repair the ledger row or collect nothing for this DAG")
+                             f"not where the store keeps it ({' or '.join(sorted(own))}, or a worker's scratch); "
+                             f"refusing to delete anything. Repair the ledger row or collect nothing for this DAG")
     unknown = sorted(set(acknowledge or {}) - set(plan.acknowledged))
     if unknown:
         raise ValueError(f"acknowledge: {unknown} are not source tasks of {dag_id}; "

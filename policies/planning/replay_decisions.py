@@ -10,8 +10,8 @@ completions log, asks these functions, and carries the answers out through Airfl
 * :func:`slots_to_free`: which later runs to queue again so that the re-runs can start;
 * :func:`wait_verdict`: whether the re-runs are done, one failed (stop), or to poll again;
 * :func:`runs_to_settle`: which DAG runs, all of whose instances now succeeded, to set to success
-  (and which, with instances cleared but not started, to queue again)
-  (Airflow leaves a run failed when its failed instances are marked success rather than re-run).
+  (Airflow leaves a run failed when its failed instances are marked success rather than re-run),
+  and which, with instances Airflow cleared but never started, to queue again.
 
 Kept apart, each decision is plain data in, plain data out: they are tested against an
 in-memory Airflow over hundreds of interleavings of kills, commits and new runs

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -141,8 +141,7 @@ class StoreConfig:
         if uri in {self.table_uri(tier, dag_id, task_id, table, map_index) for tier in Tier}:
             return True
         prefix = self.scratch_uri.rstrip("/") + "/"
-        tail = StoreConfig(self.durable_uri, self.scratch_uri).table_uri(Tier.SCRATCH, dag_id, task_id, table,
-                                                                         map_index)[len(prefix):]
+        tail = replace(self, worker=None).table_uri(Tier.SCRATCH, dag_id, task_id, table, map_index)[len(prefix):]
         if not isinstance(uri, str) or not uri.startswith(prefix) or not uri.endswith("/" + tail):
             return False
         worker = uri[len(prefix):-len(tail) - 1]
