@@ -117,6 +117,7 @@ BROKEN_ENV = "FALKIRK_BROKEN"
 BROKEN = {
     "gc-watermark": "falkirk gc also deletes the oldest checkpoint of each state table it keeps: the one at the "
                     "low-watermark, which a recovery restores from",
+    "sweep": "a replay does not invalidate the rows of later DAG runs computed from rows it rolled back",
 }
 
 
@@ -125,10 +126,10 @@ def broken(what: str, setting: str | None = None) -> bool:
 
     >>> broken("gc-watermark", "gc-watermark"), broken("gc-watermark", "")
     (True, False)
-    >>> broken("gc-watermark", "sweep")
+    >>> broken("gc-watermark", "gc")
     Traceback (most recent call last):
     ...
-    ValueError: FALKIRK_BROKEN: unknown 'sweep'; it names gc-watermark
+    ValueError: FALKIRK_BROKEN: unknown 'gc'; it names gc-watermark, sweep
     """
     names = {n.strip() for n in (os.environ.get(BROKEN_ENV, "") if setting is None else setting).split(",")} - {""}
     unknown = sorted(names - set(BROKEN))

@@ -23,7 +23,7 @@ from typing import Callable
 from devstack.soak.schedule import Fault
 
 SUPPORTED = ("kill-worker", "lose-worker", "kill-job", "kill-scheduler", "kill-api-server", "kill-replay",
-             "freeze-s3", "refuse-s3", "mistaken-trigger", "gc")
+             "freeze-s3", "refuse-s3", "mistaken-trigger", "gc", "bad-input")
 """The kinds injected so far (``clock-shift`` is drawn by no default mix until it is)."""
 
 
@@ -36,8 +36,9 @@ class Injected:
     hit: str
     undone: float | None = None
     recoveries: list[str] = field(default_factory=list)  # the plan ids a user replayed after it
-    epoch: int = 0  # the newest epoch triggered when it landed
+    epoch: int = 0  # the newest epoch triggered when it landed (bad-input: the epoch it spoiled)
     caught_up_in: float | None = None  # from its landing until every epoch up to ``epoch`` succeeded
+    settled: bool = True  # bad-input: False until the recovery of its epoch has replayed
 
     def line(self) -> str:
         held = f", undone at {self.undone:.0f}s" if self.undone is not None else ""
@@ -145,6 +146,13 @@ class Nemesis:
             return f"a trigger at epoch {epoch} refused ({str(exc)[:120]})"
         self.soak.mistaken.append(f"mistaken-{epoch}")
         return f"a trigger at epoch {epoch} ACCEPTED: the soak deletes it as a user would"
+
+    def bad_input(self, fault: Fault) -> str:
+        """The next epoch's batch lands incomplete; upstream delivers it again whole once two
+        later epochs have read on, and the soak recovers it as a bad epoch (``Soak._deliver_again``)."""
+        epoch = self.soak.latest_epoch + 1
+        self.soak.source.deliver_incomplete(epoch)
+        return f"clickstream epoch {epoch} delivered with a tenth of its events missing"
 
     def gc(self, fault: Fault) -> str:
         done = subprocess.run([*self.soak.falkirk, "gc", "--dag", self.soak.dag_id], env=self.soak.cli_env,

@@ -9,7 +9,9 @@ lands, recovered as a user would, then every table compared with a failure-free 
 3. meanwhile injects the faults :class:`~devstack.soak.schedule.FaultSchedule` drew from the
    seed (:mod:`devstack.soak.nemesis`), and after each does what a user would: a DAG run that
    failed is planned (``falkirk plan --failed-task``, with ``--lost-worker`` for a worker that
-   lost its disk) and replayed (``falkirk replay``; a killed replay is run again);
+   lost its disk), an input batch delivered again whole is planned as a bad epoch
+   (``--bad-epoch events:E``), and the plan is replayed (``falkirk replay``; a killed replay is
+   run again);
 4. meanwhile runs the same epochs failure-free in a process beside it
    (:mod:`devstack.inprocess`, :class:`ReferenceBeside`);
 5. stops triggering, recovers until every epoch's run succeeded (the time to caught-up),
@@ -27,6 +29,7 @@ recovery relies on wrong on purpose, for a soak that must fail.
     make soak DURATION=20m SEED=7
     .venv/bin/python -m devstack.soak.run --duration 4m --seed 7 --mix kill-worker=2,gc=1
     make soak BROKEN=gc-watermark SEED=8 DURATION=4m MIX=kill-job=1,gc=1 MEAN_GAP=40
+    make soak BROKEN=sweep SEED=5 DURATION=4m MIX=bad-input MEAN_GAP=40
 """
 
 from __future__ import annotations
@@ -56,9 +59,15 @@ from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import Ledger
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
+from falkirk.spark_jobs.figure1.popularity import WINDOW
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
+from falkirk.spark_jobs.figure1.source import ClickstreamSource
 
 IN_FLIGHT = 2  # epochs triggered and not finished, at most
+# A plan for a batch delivered again is replayed this long after it was made: nothing has failed,
+# the user reads it first, and the DAG's schedule goes on meanwhile (the next epoch is
+# triggered as the plan is made), so DAG runs the plan does not name read what it rolls back.
+READ_PLAN_SECONDS = 20
 
 
 @dataclass
@@ -71,6 +80,7 @@ class Recovery:
     why: str
     replayed_in: float | None = None
     attempts: int = 0
+    bad_epochs: list[int] = field(default_factory=list)  # the epochs of events it recovers as bad
 
 
 @dataclass
@@ -110,6 +120,11 @@ class Soak:
         self.kill_next_replay = False
         self.latest_epoch = 0
         self.mistaken: list[str] = []
+        self.source = ClickstreamSource(cluster.airflow.env()["FALKIRK_CLICKSTREAM_ACKS"].replace("{dag_id}", DAG_ID))
+        self.spoiled: dict[int, Injected] = {}  # epochs delivered incomplete, not delivered again yet
+        self.delivered_again: dict[int, Injected] = {}  # ... delivered again, their recovery not replayed yet
+        self.ending = False  # the duration is reached: no more epochs are triggered
+        self.replay_due: tuple[Recovery, float] | None = None  # a plan read before it is replayed, and when
         self.falkirk = [str(VENV_BIN / "falkirk")]
         self.cli_env = {**os.environ, **cluster.store.env(), "FALKIRK_AIRFLOW_URL": cluster.airflow.base_url,
                         "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin",
@@ -134,6 +149,7 @@ class Soak:
         for fault in faults:  # a tick ran long: the rest land now, in order
             self._inject(fault)
         self.nemesis.end()
+        self.ending = True
         self.progress(f"{self.elapsed():6.0f}s  duration reached at epoch {self.latest_epoch}; catching up")
         ended = self.elapsed()
         deadline = time.monotonic() + catch_up_timeout
@@ -154,6 +170,9 @@ class Soak:
         except Exception as exc:  # noqa: BLE001 - a fault that could not land is reported, not fatal
             injected = Injected(fault, self.elapsed(), f"could not inject: {exc}")
         injected.epoch = self.latest_epoch
+        if fault.kind == "bad-input" and not injected.hit.startswith("could not"):
+            injected.epoch, injected.settled = self.latest_epoch + 1, False
+            self.spoiled[injected.epoch] = injected
         self.report.injected.append(injected)
         self.progress(f"{self.elapsed():6.0f}s  FAULT {injected.line()}")
 
@@ -188,7 +207,8 @@ class Soak:
         """Each fault's time to caught-up: until every epoch triggered before it landed succeeded."""
         state = {_epoch_of(r): r["state"] for r in runs}
         for injected in self.report.injected:
-            if injected.caught_up_in is None and all(state.get(e) == "success" for e in range(1, injected.epoch + 1)):
+            if injected.caught_up_in is None and injected.settled \
+                    and all(state.get(e) == "success" for e in range(1, injected.epoch + 1)):
                 injected.caught_up_in = self.elapsed() - injected.landed
 
     def _trigger(self, runs: list[dict[str, Any]]) -> None:
@@ -196,12 +216,22 @@ class Soak:
             return  # a user recovers before asking for more
         if sum(r["state"] in ("queued", "running") for r in runs) >= IN_FLIGHT:
             return
+        self._trigger_next()
+
+    def _trigger_next(self) -> None:
         epoch = self.latest_epoch + 1
         self.client.trigger(self.dag_id, f"epoch-{epoch}", self.clock.logical_date(epoch))
         self.latest_epoch = epoch
 
     def _recover(self, runs: list[dict[str, Any]]) -> None:
-        """What a user does: a replay that was killed is run again; a failed run is planned and replayed."""
+        """What a user does: a replay that was killed is run again; a failed run, or a batch
+        delivered again, is planned and replayed."""
+        if self.replay_due is not None:
+            recovery, due = self.replay_due
+            if self.elapsed() >= due:
+                self.replay_due = None
+                self._start_replay(recovery)
+            return
         if self.replay is not None:
             code = self.replay.poll()
             if code is None:
@@ -214,6 +244,8 @@ class Soak:
                 recovery.replayed_in = self.elapsed() - recovery.planned_at
                 self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} done in {recovery.replayed_in:.0f}s")
                 self.lost_workers.clear()
+                for epoch in recovery.bad_epochs:
+                    self.delivered_again.pop(epoch).settled = True
                 self.replaying = None
                 return
             said = output.strip().splitlines()[-1][:200] if output.strip() else "no output"
@@ -228,10 +260,13 @@ class Soak:
             self.replaying = None
             return
         failed = {ti["task_id"] for ti in self._failed_task_instances()} | self._stranded(runs)
-        if not failed:
+        self._deliver_again(runs)
+        bad = sorted(self.delivered_again)
+        if not failed and not bad:
             return
         args = ["plan", "--dag", self.dag_id, "--json", *(a for t in sorted(failed) for a in ("--failed-task", t)),
-                *(a for w in sorted(self.lost_workers) for a in ("--lost-worker", w))]
+                *(a for w in sorted(self.lost_workers) for a in ("--lost-worker", w)),
+                *(a for e in bad for a in ("--bad-epoch", f"events:{e}"))]
         done = subprocess.run([*self.falkirk, *args], env=self.cli_env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             said = (done.stderr or done.stdout).strip()
@@ -242,15 +277,35 @@ class Soak:
                                   and "changes nothing" in said}
             return
         plan = json.loads(done.stdout)
+        why = [f"failed: {', '.join(sorted(failed))}"] if failed else []
+        why += [f"lost: {', '.join(sorted(self.lost_workers))}"] if self.lost_workers else []
+        why += [f"delivered again: events {', '.join(map(str, bad))}"] if bad else []
         recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for t in plan["tasks"]), self.elapsed(),
-                            f"failed: {', '.join(sorted(failed))}"
-                            + (f"; lost: {', '.join(sorted(self.lost_workers))}" if self.lost_workers else ""))
+                            "; ".join(why), bad_epochs=bad)
         self.report.recoveries.append(recovery)
         for injected in self.report.injected[self._attributed:]:  # the faults since the last plan
-            injected.recoveries.append(recovery.plan_id)
+            if injected.settled or injected.epoch in bad:  # a spoiled input waits for its own plan
+                injected.recoveries.append(recovery.plan_id)
+        for epoch in bad:
+            if recovery.plan_id not in self.delivered_again[epoch].recoveries:
+                self.delivered_again[epoch].recoveries.append(recovery.plan_id)
         self._attributed = len(self.report.injected)
         self.progress(f"{self.elapsed():6.0f}s  plan {recovery.plan_id}: {recovery.reruns} re-runs ({recovery.why})")
-        self._start_replay(recovery)
+        if failed or self.ending:
+            self._start_replay(recovery)
+            return
+        self.replay_due = (recovery, self.elapsed() + READ_PLAN_SECONDS)
+        self._trigger_next()
+
+    def _deliver_again(self, runs: list[dict[str, Any]]) -> None:
+        """Upstream delivers each incomplete batch again, whole, once its epoch succeeded and two
+        later epochs were triggered (read on from it); the user then plans it as a bad epoch."""
+        state = {_epoch_of(r): r["state"] for r in runs}
+        for epoch in sorted(self.spoiled):
+            if state.get(epoch) == "success" and (self.latest_epoch >= epoch + 2 or self.ending):
+                self.source.deliver_again(epoch, reopen_from=max(1, epoch - WINDOW + 1))
+                self.delivered_again[epoch] = self.spoiled.pop(epoch)
+                self.progress(f"{self.elapsed():6.0f}s  clickstream epoch {epoch} delivered again, whole")
 
     def _start_replay(self, recovery: Recovery) -> None:
         recovery.attempts += 1
@@ -286,8 +341,8 @@ class Soak:
 
     def _caught_up(self) -> bool:
         runs = self._runs()
-        return (self.replay is None and len(runs) >= self.latest_epoch
-                and all(r["state"] == "success" for r in runs))
+        return (self.replay is None and self.replay_due is None and not self.spoiled and not self.delivered_again
+                and len(runs) >= self.latest_epoch and all(r["state"] == "success" for r in runs))
 
 
 def _epoch_of(run: dict[str, Any]) -> int:

@@ -22,7 +22,7 @@ True
 >>> Mix.parse("kill-worker=2,explode=1")
 Traceback (most recent call last):
 ...
-ValueError: --mix: unknown fault 'explode'; the kinds are clock-shift, freeze-s3, gc, kill-api-server, kill-job, kill-replay, kill-scheduler, kill-worker, lose-worker, mistaken-trigger, refuse-s3
+ValueError: --mix: unknown fault 'explode'; the kinds are bad-input, clock-shift, freeze-s3, gc, kill-api-server, kill-job, kill-replay, kill-scheduler, kill-worker, lose-worker, mistaken-trigger, refuse-s3
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ KINDS: Mapping[str, str] = {
     "clock-shift": "a worker's clock runs ahead by the hold, for its next epochs",
     "mistaken-trigger": "a DAG run triggered at a logical date far past the DAG's latest run",
     "gc": "`falkirk gc` while epochs run",
+    "bad-input": "the next epoch's clickstream batch lands incomplete; two epochs later it is delivered again "
+                 "whole and recovered as a bad epoch",
 }
 """Every fault the soak injects, and what injecting it does."""
 

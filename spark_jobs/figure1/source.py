@@ -11,6 +11,14 @@ acknowledgement shows up as a failed recovery, not as silently different data.
 The acknowledged epoch is one small JSON file (``{durable}/{dag_id}/clickstream_source.json``),
 replaced atomically, and it never moves backwards.
 
+Upstream gets things wrong too: a batch can land incomplete (a tenth of its events missing)
+and be delivered again whole later, after the pipeline has read it and moved on. The upstream
+records both in a file of its own beside the acknowledgements (``*.deliveries.json``). A
+recovery of that epoch as a bad epoch (``falkirk plan --bad-epoch events:E``) reads it again,
+and the epochs after it (the stateful tasks roll back to before it) and the window before it
+(popularity's): a batch delivered again therefore re-opens the source from the start of that
+window, acknowledged or not.
+
 >>> import tempfile
 >>> source = ClickstreamSource(tempfile.mkdtemp() + "/source.json")
 >>> source.acknowledge(3), source.acknowledge(2), source.acknowledged
@@ -20,6 +28,16 @@ replaced atomically, and it never moves backwards.
 Traceback (most recent call last):
 ...
 falkirk.spark_jobs.figure1.source.SourceError: clickstream epoch 3 was acknowledged (through epoch 3) and the source has forgotten it
+>>> source.deliver_incomplete(3)
+>>> source.incomplete(3)
+True
+>>> source.deliver_again(3, reopen_from=2)  # whole, and held again though acknowledged
+>>> source.incomplete(3), source.check_available(3), source.check_available(2)
+(False, None, None)
+>>> source.check_available(1)
+Traceback (most recent call last):
+...
+falkirk.spark_jobs.figure1.source.SourceError: clickstream epoch 1 was acknowledged (through epoch 3) and the source has forgotten it
 """
 
 from __future__ import annotations
@@ -74,11 +92,56 @@ class ClickstreamSource:
 
     def check_available(self, epoch: int) -> None:
         point = self.acknowledged
-        if epoch <= point:
+        reopened = self._deliveries()["reopened_from"]
+        if epoch <= point and not (reopened and epoch >= reopened):
             raise SourceError(f"clickstream epoch {epoch} was acknowledged (through epoch {point}) "
                               f"and the source has forgotten it")
 
     def read(self, spark: "SparkSession", epoch: int) -> "DataFrame":
-        """Epoch ``epoch``'s raw events, if the source still holds them."""
+        """Epoch ``epoch``'s raw events, if the source still holds them (as delivered)."""
         self.check_available(epoch)
-        return clickstream(spark, epoch)
+        events = clickstream(spark, epoch)
+        if self.incomplete(epoch):
+            from pyspark.sql import functions as F
+
+            events = events.where(F.pmod(F.col("event_id"), F.lit(10)) != 0)
+        return events
+
+    # --- what upstream delivered (written by upstream, never by the pipeline) ------------------
+
+    @property
+    def deliveries_path(self) -> str:
+        return f"{os.path.splitext(self.path)[0]}.deliveries.json"
+
+    def _deliveries(self) -> dict:
+        try:
+            with open(self.deliveries_path) as f:
+                held = json.load(f)
+        except FileNotFoundError:
+            held = {}
+        return {"incomplete": list(held.get("incomplete", [])), "reopened_from": held.get("reopened_from")}
+
+    def _record(self, deliveries: dict) -> None:
+        tmp = f"{self.deliveries_path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(deliveries, f)
+        os.replace(tmp, self.deliveries_path)
+
+    def incomplete(self, epoch: int) -> bool:
+        """Whether epoch ``epoch``'s batch is, for now, delivered with a tenth of its events missing."""
+        return epoch in self._deliveries()["incomplete"]
+
+    def deliver_incomplete(self, epoch: int) -> None:
+        """Upstream: epoch ``epoch``'s batch lands with a tenth of its events missing."""
+        deliveries = self._deliveries()
+        deliveries["incomplete"] = sorted({*deliveries["incomplete"], epoch})
+        self._record(deliveries)
+
+    def deliver_again(self, epoch: int, reopen_from: int) -> None:
+        """Upstream: epoch ``epoch``'s batch is delivered again, whole, and the source holds every
+        epoch from ``reopen_from`` on again, acknowledged or not."""
+        deliveries = self._deliveries()
+        deliveries["incomplete"] = [e for e in deliveries["incomplete"] if e != epoch]
+        held = deliveries["reopened_from"]
+        deliveries["reopened_from"] = min(reopen_from, held) if held else reopen_from
+        self._record(deliveries)
