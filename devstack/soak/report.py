@@ -58,6 +58,9 @@ def render(report: "SoakReport") -> str:
               + (f" ({r.attempts} attempts)" if r.attempts > 1 else "") + f"  [{r.why}]" for r in report.recoveries]
     lines += ["", "time to caught-up after the last epoch: "
               + (f"{report.caught_up_in:.0f}s" if report.caught_up_in is not None else "NOT CAUGHT UP")]
+    lines += ["", "checks along the way (the durable tables and the SQL sink, up to an epoch settled then):"]
+    lines += [f"  {at:7.0f}s  epochs 1-{through}: " + (f"{n} DIFFER" if n else "equal")
+              for at, through, n in report.along_the_way] or ["  none (no epoch settled in time)"]
     lines += ["", "checks:"] + [f"  {'ok  ' if ok else 'FAIL'} {name} ({detail})" for name, ok, detail in report.checks]
     verdict = "zero discrepancies" if report.ok else f"{len(report.discrepancies)} DISCREPANCIES"
     if report.broken:

@@ -18,6 +18,8 @@ lands, recovered as a user would, then every table compared with a failure-free 
    collects both DAGs and compares every durable table and the SQL sink with the failure-free
    run's, row for row, then checks that no ledger row is doubled, no epoch is missing, no lease
    is held and no table in the store is outside what the ledger names;
+   (and along the way, every ten minutes or half a shorter soak: the rows of the epochs
+   settled so far, :func:`check_through`);
 6. prints the report (:mod:`devstack.soak.report`, also written to ``report.txt`` and, its
    figures as Markdown, ``report.md``): the faults by kind with their times to caught-up, each
    fault's landing and recoveries, the discrepancies with the rows that differ, and the
@@ -68,6 +70,7 @@ IN_FLIGHT = 2  # epochs triggered and not finished, at most
 # the user reads it first, and the DAG's schedule goes on meanwhile (the next epoch is
 # triggered as the plan is made), so DAG runs the plan does not name read what it rolls back.
 READ_PLAN_SECONDS = 20
+CHECK_EVERY = 600  # seconds between the checks along the way (half a shorter soak)
 
 
 @dataclass
@@ -92,6 +95,7 @@ class SoakReport:
     caught_up_in: float | None = None
     discrepancies: list[str] = field(default_factory=list)
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    along_the_way: list[tuple[float, int, int]] = field(default_factory=list)  # (at, through epoch, differences)
     broken: str = ""  # the recovery steps broken on purpose (FALKIRK_BROKEN), if any
 
     @property
@@ -125,6 +129,9 @@ class Soak:
         self.delivered_again: dict[int, Injected] = {}  # ... delivered again, their recovery not replayed yet
         self.ending = False  # the duration is reached: no more epochs are triggered
         self.replay_due: tuple[Recovery, float] | None = None  # a plan read before it is replayed, and when
+        self.reference: ReferenceBeside | None = None  # the failure-free run, for the checks along the way
+        self.check_every = min(CHECK_EVERY, schedule.duration / 2)
+        self._next_check = self.check_every
         self.falkirk = [str(VENV_BIN / "falkirk")]
         self.cli_env = {**os.environ, **cluster.store.env(), "FALKIRK_AIRFLOW_URL": cluster.airflow.base_url,
                         "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin",
@@ -184,6 +191,8 @@ class Soak:
             if trigger:
                 self._trigger(runs)
             self._recover(runs)
+            if trigger and self.elapsed() >= self._next_check:
+                self._check_along_the_way(runs)
         except Exception as exc:  # noqa: BLE001 - Airflow or the store is down for a moment: next tick
             self.progress(f"{self.elapsed():6.0f}s  (tick: {type(exc).__name__}: {str(exc)[:200]})")
         time.sleep(1)
@@ -297,6 +306,33 @@ class Soak:
         self.replay_due = (recovery, self.elapsed() + READ_PLAN_SECONDS)
         self._trigger_next()
 
+    def _settled_through(self, runs: list[dict[str, Any]]) -> int:
+        """The last epoch whose rows are final for now: every run up to it succeeded, no replay is
+        under way, and no input up to it waits to be delivered again or recovered."""
+        if self.replay is not None or self.replay_due is not None:
+            return 0
+        state = {_epoch_of(r): r["state"] for r in runs}
+        waiting = min([*self.spoiled, *self.delivered_again], default=self.latest_epoch + 1)
+        through = 0
+        while through + 1 < waiting and state.get(through + 1) == "success":
+            through += 1
+        return through
+
+    def _check_along_the_way(self, runs: list[dict[str, Any]]) -> None:
+        """Every ``check_every`` seconds, once the failure-free run has caught up with a settled
+        epoch: the durable tables and the SQL sink up to it (:func:`check_through`)."""
+        if self.reference is None:
+            return
+        through = min(self._settled_through(runs), self.reference.done)
+        if through <= (self.report.along_the_way[-1][1] if self.report.along_the_way else 0):
+            return
+        found = check_through(self.cluster, through)
+        self.report.along_the_way.append((self.elapsed(), through, len(found)))
+        self.report.discrepancies += [f"at {self.elapsed():.0f}s, through epoch {through}: {d}" for d in found]
+        self.progress(f"{self.elapsed():6.0f}s  checked epochs 1-{through} against the failure-free run: "
+                      + (f"{len(found)} DIFFER: {found[0][:300]}" if found else "equal"))
+        self._next_check = self.elapsed() + self.check_every
+
     def _deliver_again(self, runs: list[dict[str, Any]]) -> None:
         """Upstream delivers each incomplete batch again, whole, once its epoch succeeded and two
         later epochs were triggered (read on from it); the user then plans it as a bad epoch."""
@@ -399,6 +435,36 @@ def reference_env(cluster: Cluster, records: int) -> dict[str, str]:
     return {**store.env(), "SPARK_REMOTE": cluster.connect.url if cluster.connect else "",
             "FALKIRK_QUERY_DB": cluster.query_db, RECORDS_ENV: str(records),
             "FALKIRK_CLICKSTREAM_ACKS": cluster.airflow.env()["FALKIRK_CLICKSTREAM_ACKS"]}
+
+
+def check_through(cluster: Cluster, through: int) -> list[str]:
+    """The differences, while the soak goes on, between its durable tables and SQL sink and the
+    failure-free run's, in the epochs up to ``through`` (settled on both sides). A table the
+    soak's ``falkirk gc`` collected is compared from the oldest epoch it still holds, and a state
+    table only at the epochs both hold (a checkpoint at an epoch the other side skipped is no
+    difference until both are collected, at the end). Read from S3 directly, not through the
+    front the nemesis freezes."""
+    store = StoreConfig(cluster.store.durable_uri, cluster.store.scratch_uri, cluster.s3.storage_options())
+    entries = Ledger(store).entries(REFERENCE)
+    states = {e.state_uri for e in entries if e.state_uri}
+    durable = sorted({uri for e in entries for uri in (e.state_uri, *(o.uri for o in e.outputs))
+                      if uri and not store.is_scratch(uri)})
+    found = []
+    for uri in durable:
+        got = [r for r in _rows(store, uri.replace(f"/{REFERENCE}/", f"/{DAG_ID}/")) if r["epoch"] <= through]
+        want = [r for r in _rows(store, uri) if r["epoch"] <= through]
+        held = {r["epoch"] for r in got}
+        keep = (held & {r["epoch"] for r in want}) if uri in states else {e for e in range(min(held, default=1),
+                                                                                             through + 1)}
+        got, want = [r for r in got if r["epoch"] in keep], [r for r in want if r["epoch"] in keep]
+        if _canonical(got) != _canonical(want):
+            found.append(f"table {uri.split(f'/{REFERENCE}/', 1)[1]}: {len(got)} rows against {len(want)}"
+                         + row_differences(got, want))
+    ours, theirs = ([r for r in QueryStatsStore(cluster.query_db, schema=d).rows() if r[0] <= through]
+                    for d in (DAG_ID, REFERENCE))
+    if ours != theirs:
+        found.append(f"the SQL sink: {len(ours)} rows against {len(theirs)}")
+    return found
 
 
 def check(soak: Soak, reference: ReferenceBeside, progress: Progress = say) -> None:
@@ -514,6 +580,7 @@ def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, broke
         progress(f"the shape is up after {time.monotonic() - started:.0f}s: Airflow at {cluster.airflow.base_url}")
         soak = Soak(cluster, schedule, root, progress, broken)
         reference = ReferenceBeside(reference_env(cluster, records), lambda: soak.latest_epoch).start()
+        soak.reference = reference
         report = soak.run()
         if report.caught_up_in is not None:
             try:
