@@ -176,8 +176,10 @@ class AirflowStack:
                 # The repository's own plugins/: its .airflowignore leaves the plugin to the
                 # package's entry points, as a project laid out like this one would run it.
                 "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.plugins_folder),
-                # The SQLite connection arguments below, importable without the checkout on the path.
-                "PYTHONPATH": os.pathsep.join(filter(None, [self._python_dir(), os.environ.get("PYTHONPATH")])),
+                # The SQLite connection arguments below, importable without the checkout on the path
+                # (after any directories extra_env puts first).
+                "PYTHONPATH": os.pathsep.join(filter(None, [(self.extra_env or {}).get("PYTHONPATH"),
+                                                            self._python_dir(), os.environ.get("PYTHONPATH")])),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism or (32 if self.workers else 4)),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
@@ -205,7 +207,7 @@ class AirflowStack:
                 **local_spark_env(self.venv_bin),
                 "PYTHONUNBUFFERED": "1",
                 **self.store.env(),
-                **(self.extra_env or {}),
+                **{k: v for k, v in (self.extra_env or {}).items() if k != "PYTHONPATH"},
             }
         )
         return env

@@ -23,8 +23,10 @@ from typing import Callable
 from devstack.soak.schedule import Fault
 
 SUPPORTED = ("kill-worker", "lose-worker", "kill-job", "kill-scheduler", "kill-api-server", "kill-replay",
-             "freeze-s3", "refuse-s3", "mistaken-trigger", "gc", "bad-input")
-"""The kinds injected so far (``clock-shift`` is drawn by no default mix until it is)."""
+             "freeze-s3", "refuse-s3", "clock-shift", "mistaken-trigger", "gc", "bad-input")
+"""The kinds injected (every kind of :data:`devstack.soak.schedule.KINDS`)."""
+CLOCKS_ENV = "FALKIRK_SOAK_CLOCKS"  # the directory of each worker's clock shift (clock/sitecustomize.py)
+CLOCK_DIR = Path(__file__).with_name("clock")  # put on the shape's PYTHONPATH
 
 
 @dataclass
@@ -59,7 +61,7 @@ class Nemesis:
         """Inject ``fault`` now; a held fault is undone by a timer when its hold ends."""
         hit = getattr(self, fault.kind.replace("-", "_"))(fault)
         injected = Injected(fault, self.soak.elapsed(), hit)
-        if fault.hold is not None and fault.kind in ("freeze-s3", "refuse-s3"):
+        if fault.hold is not None:
             timer = threading.Timer(fault.hold, self._undo, (injected,))
             timer.daemon = True
             self._holds.append((timer, injected))
@@ -67,7 +69,10 @@ class Nemesis:
         return injected
 
     def _undo(self, injected: Injected) -> None:
-        self.soak.front.up()
+        if injected.fault.kind == "clock-shift":
+            self._shift(injected.fault.target, 0)
+        else:
+            self.soak.front.up()
         injected.undone = self.soak.elapsed()
         self.soak.progress(f"{injected.undone:6.0f}s  {injected.fault.kind} ended")
 
@@ -95,6 +100,18 @@ class Nemesis:
         self.soak.lost_workers.add(fault.target)
         worker.start()
         return f"{fault.target} killed, its disk {disk} deleted; a new {fault.target} started on an empty disk"
+
+    def clock_shift(self, fault: Fault) -> str:
+        """The worker's wall clock (and its jobs') runs ``hold`` seconds ahead, for the hold."""
+        self._shift(fault.target, fault.hold)
+        return f"{fault.target}'s clock {fault.hold:.0f}s ahead"
+
+    def _shift(self, worker: str, seconds: float) -> None:
+        clock = self.soak.clocks / worker
+        clock.parent.mkdir(parents=True, exist_ok=True)
+        tmp = clock.with_suffix(".tmp")
+        tmp.write_text(f"{seconds}\n", encoding="utf-8")
+        tmp.replace(clock)  # read whole or not at all
 
     def kill_job(self, fault: Fault) -> str:
         """Arm a crash point (a SIGKILL of the job itself, at a step of its commit) in the next

@@ -53,7 +53,7 @@ from devstack.cluster_demo import (DAG_ID, DAGS, QUEUES_ENV, REFERENCE, TASKS, P
                                    _rows, say)
 from devstack.inprocess import run_reference_process
 from devstack.processes import VENV_BIN
-from devstack.soak.nemesis import SUPPORTED, Injected, Nemesis, ensure_file, kinds_supported
+from devstack.soak.nemesis import CLOCK_DIR, CLOCKS_ENV, SUPPORTED, Injected, Nemesis, ensure_file, kinds_supported
 from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
 from falkirk.policies import faults
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
@@ -118,6 +118,7 @@ class Soak:
         self.tasks = TASKS
         self.clock = _clock()
         self.crash_file = ensure_file(root / "crash_at")
+        self.clocks = root / "clocks"  # each worker's clock shift (devstack/soak/clock/sitecustomize.py)
         self.lost_workers: set[str] = set()
         self.replay: subprocess.Popen[str] | None = None
         self.replaying: Recovery | None = None
@@ -569,6 +570,7 @@ def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, broke
     queues.write_text(json.dumps({DAG_ID: "default"}))
     env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(records), CRASH_ENV: f"@{root / 'crash_at'}",
            **({BROKEN_ENV: broken} if broken else {}),
+           CLOCKS_ENV: str(root / "clocks"), "PYTHONPATH": str(CLOCK_DIR),  # a worker's clock can be shifted
            # a task instance on a killed worker is failed after 30 s, not Airflow's 5 minutes
            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
            # and one a killed scheduler had queued is adopted by the next within a minute, not five

@@ -40,7 +40,7 @@ KINDS: Mapping[str, str] = {
     "kill-replay": "SIGKILL of a running `falkirk replay`; it is run again",
     "freeze-s3": "the S3 endpoint accepts requests and answers none, for the hold",
     "refuse-s3": "the S3 endpoint refuses connections, for the hold",
-    "clock-shift": "a worker's clock runs ahead by the hold, for its next epochs",
+    "clock-shift": "a worker's clock (and its jobs') runs ahead by the hold, for as long again",
     "mistaken-trigger": "a DAG run triggered at a logical date far past the DAG's latest run",
     "gc": "`falkirk gc` while epochs run",
     "bad-input": "the next epoch's clickstream batch lands incomplete; two epochs later it is delivered again "

@@ -76,3 +76,30 @@ def test_the_report_counts_faults_by_kind_with_their_times_to_caught_up() -> Non
     assert "Plans: 2, 3 to 7 task instances re-run (median 5); replays took 15s to 21s." in table
     report.discrepancies = ["table rank/state: 5071 rows against 5072"]
     assert "1 DISCREPANCIES" in render(report) and report.ok is False
+
+
+def test_a_shifted_worker_clock_runs_ahead_by_what_its_file_says(tmp_path) -> None:  # noqa: ANN001
+    """``clock-shift``: an interpreter started on a worker with the soak's clock directory on its
+    path stamps the ledger's rows ahead, and follows the file when it changes (a warm process)."""
+    import os
+    import subprocess
+    import sys
+
+    from devstack.soak.nemesis import CLOCK_DIR, CLOCKS_ENV
+
+    (tmp_path / "worker-a").write_text("120\n")
+    probe = ("import datetime, time\n"
+             "import falkirk.policies.store.ledger as ledger\n"
+             "utc = datetime.timezone.utc\n"
+             "print(round(time.time() - datetime.datetime.now().timestamp()),\n"
+             "      round((ledger.datetime.now(utc) - datetime.datetime.now(utc)).total_seconds()))\n"
+             f"open({str(tmp_path / 'worker-a')!r}, 'w').write('0')\n"
+             "time.sleep(1.1)\n"
+             "print(round(time.time() - datetime.datetime.now().timestamp()))\n")
+    env = {**os.environ, "PYTHONPATH": str(CLOCK_DIR), CLOCKS_ENV: str(tmp_path)}
+    on = subprocess.run([sys.executable, "-c", probe], env={**env, "FALKIRK_WORKER": "worker-a"},
+                        capture_output=True, text=True, timeout=60)
+    assert on.stdout.split() == ["120", "120", "0"], on.stderr
+    elsewhere = subprocess.run([sys.executable, "-c", probe], env={**env, "FALKIRK_WORKER": "worker-b"},
+                               capture_output=True, text=True, timeout=60)
+    assert elsewhere.stdout.split() == ["0", "0", "0"], elsewhere.stderr
