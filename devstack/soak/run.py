@@ -256,6 +256,8 @@ class Soak:
                 self.lost_workers.clear()
                 for epoch in recovery.bad_epochs:
                     self.delivered_again.pop(epoch).settled = True
+                if recovery.bad_epochs and not self.delivered_again:
+                    self.source.recovered()
                 self.replaying = None
                 return
             said = output.strip().splitlines()[-1][:200] if output.strip() else "no output"

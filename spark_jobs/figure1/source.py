@@ -17,7 +17,7 @@ records both in a file of its own beside the acknowledgements (``*.deliveries.js
 recovery of that epoch as a bad epoch (``falkirk plan --bad-epoch events:E``) reads it again,
 and the epochs after it (the stateful tasks roll back to before it) and the window before it
 (popularity's): a batch delivered again therefore re-opens the source from the start of that
-window, acknowledged or not.
+window, acknowledged or not, until upstream is told the recovery has read it.
 
 >>> import tempfile
 >>> source = ClickstreamSource(tempfile.mkdtemp() + "/source.json")
@@ -38,6 +38,11 @@ True
 Traceback (most recent call last):
 ...
 falkirk.spark_jobs.figure1.source.SourceError: clickstream epoch 1 was acknowledged (through epoch 3) and the source has forgotten it
+>>> source.recovered()
+>>> source.check_available(2)
+Traceback (most recent call last):
+...
+falkirk.spark_jobs.figure1.source.SourceError: clickstream epoch 2 was acknowledged (through epoch 3) and the source has forgotten it
 """
 
 from __future__ import annotations
@@ -144,4 +149,11 @@ class ClickstreamSource:
         deliveries["incomplete"] = [e for e in deliveries["incomplete"] if e != epoch]
         held = deliveries["reopened_from"]
         deliveries["reopened_from"] = min(reopen_from, held) if held else reopen_from
+        self._record(deliveries)
+
+    def recovered(self) -> None:
+        """Upstream: the recovery of what was delivered again has read it; forget the acknowledged
+        epochs again."""
+        deliveries = self._deliveries()
+        deliveries["reopened_from"] = None
         self._record(deliveries)
