@@ -53,7 +53,7 @@ from deltalake.exceptions import DeltaError
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.rollback import cli as solver_cli
-from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
+from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable, plain_reason
 
 EXIT_INVALID = 2
 EXIT_STORE = 3
@@ -207,8 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"API server is running", file=sys.stderr)
         return EXIT_INVALID
     except DeltaError as exc:
-        print(f"falkirk {args.command}: the store cannot be read: {exc}. A table's _delta_log is damaged: restore "
-              f"it from a backup (nothing was changed)", file=sys.stderr)
+        print(f"falkirk {args.command}: the store cannot be read: {plain_reason(exc)}. A table's _delta_log is "
+              f"damaged: restore it from a backup (nothing was changed)", file=sys.stderr)
         return EXIT_STORE
 
 

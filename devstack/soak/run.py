@@ -56,6 +56,7 @@ from devstack.processes import VENV_BIN
 from devstack.soak.nemesis import CLOCK_DIR, CLOCKS_ENV, SUPPORTED, Injected, Nemesis, ensure_file, kinds_supported
 from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
 from falkirk.policies import faults
+from falkirk.plugins.cli import EXIT_STORE
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
 from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
 from falkirk.policies.store import StoreConfig
@@ -70,6 +71,7 @@ IN_FLIGHT = 2  # epochs triggered and not finished, at most
 # the user reads it first, and the DAG's schedule goes on meanwhile (the next epoch is
 # triggered as the plan is made), so DAG runs the plan does not name read what it rolls back.
 READ_PLAN_SECONDS = 20
+RETRY_SECONDS = 15  # a replay stopped by an unreachable store or a held lease is run again after this
 CHECK_EVERY = 600  # seconds between the checks along the way (half a shorter soak)
 
 
@@ -265,6 +267,15 @@ class Soak:
                 why = f"killed ({code})" if code < 0 else "stopped: Airflow was unreachable"
                 self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} {why}: running it again")
                 self._start_replay(recovery)
+                return
+            if code == EXIT_STORE or "is being recovered by plan" in said:
+                # The store did not answer, or a replay that stopped while it did not still holds
+                # the lease (it could not release it): as the message says, a user waits a little
+                # and runs the replay again.
+                why = "the store was unreachable" if code == EXIT_STORE else "another plan's lease is held"
+                self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} stopped ({why}): running it again "
+                              f"in {RETRY_SECONDS}s")
+                self.replay_due = (recovery, self.elapsed() + RETRY_SECONDS)
                 return
             # It stopped on a failure it names (another fault's): the next tick plans again, from
             # every failed task instance, as a user reading that message would.

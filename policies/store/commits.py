@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -50,13 +51,22 @@ class EpochTableError(ValueError):
     """Rows that cannot be committed as one epoch; the message names the column and the fix."""
 
 
+def plain_reason(cause: BaseException) -> str:
+    """``cause``'s message on one line, without the terminal colours delta-rs puts in its errors.
+
+    >>> plain_reason(OSError("Generic S3 error \\x1b[31m↳\\x1b[0m error sending\\n request"))
+    'Generic S3 error ↳ error sending request'
+    """
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(cause)).split())
+
+
 class UnreadableTable(Exception):
     """A Delta table that exists but cannot be read: its storage is unreachable, or its
     ``_delta_log`` or a data file is damaged. The message names the table and the way out."""
 
     def __init__(self, uri: str, cause: BaseException) -> None:
         self.uri = uri
-        reason = " ".join(str(cause).split())
+        reason = plain_reason(cause)
         super().__init__(
             f"the Delta table {uri} cannot be read ({type(cause).__name__}: {reason[:400]}). If its storage is "
             f"unreachable, retry once it is back; if its _delta_log or a data file is damaged, restore the table "
@@ -70,7 +80,7 @@ class StoreUnreachable(Exception):
 
     def __init__(self, uri: str, seconds: float | None, cause: BaseException) -> None:
         self.uri = uri
-        reason = " ".join(str(cause).split())
+        reason = plain_reason(cause)
         super().__init__(
             f"the store did not answer a commit to {uri or 'a Delta table'}"
             f"{f' for {seconds:.0f}s' if seconds is not None else ''} "
