@@ -303,9 +303,12 @@ class Soak:
         why = [f"failed: {', '.join(sorted(failed))}"] if failed else []
         why += [f"lost: {', '.join(sorted(self.lost_workers))}"] if self.lost_workers else []
         why += [f"delivered again: events {', '.join(map(str, bad))}"] if bad else []
-        recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for t in plan["tasks"]), self.elapsed(),
-                            "; ".join(why), bad_epochs=bad)
-        self.report.recoveries.append(recovery)
+        recovery = next((r for r in self.report.recoveries if r.plan_id == plan["plan_id"] and r.replayed_in is None),
+                        None)  # the same plan again (nothing changed since): one recovery, replayed again
+        if recovery is None:
+            recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for t in plan["tasks"]), self.elapsed(),
+                                "; ".join(why), bad_epochs=bad)
+            self.report.recoveries.append(recovery)
         for injected in self.report.injected[self._attributed:]:  # the faults since the last plan
             if injected.settled or injected.epoch in bad:  # a spoiled input waits for its own plan
                 injected.recoveries.append(recovery.plan_id)
