@@ -38,7 +38,7 @@ test: install test-tools cluster-tools
 ## soak: continuous epochs on the distributed shape while a seeded schedule of faults lands, each
 ## recovered as a user would, then every table against a failure-free run (devstack/soak/run.py):
 ## make soak DURATION=60m SEED=7 MIX=kill-worker=2,freeze-s3=1 (the report prints the seed);
-## BROKEN=gc-watermark (or sweep) gets a step recovery relies on wrong on purpose, to show the soak catches it
+## BROKEN=gc-watermark gets a step recovery relies on wrong on purpose, to show the soak catches it
 DURATION ?= 20m
 SEED ?=
 MIX ?=

@@ -39,7 +39,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, failed_runs
 from falkirk.policies.epochs import EpochClock, EpochError
-from falkirk.policies.faults import broken, crash_point
+from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
 from falkirk.policies.planning.chains import TaskGraph
 from falkirk.plugins.dags_test import is_test_instance
@@ -491,8 +491,6 @@ def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress
     recovery = running.plan
     since = ledger.invalidations.recorded_at(recovery.dag_id, recovery.plan_id)
     if since is None:  # the plan rolled nothing back: nothing later was computed from it
-        return 0
-    if broken("sweep"):  # a drill the soak must catch (FALKIRK_BROKEN)
         return 0
     rolled = [RolledBack(processor_id(t, m), e, v)
               for t, m, e, v in ledger.invalidations.rolled_back_by(recovery.dag_id, recovery.plan_id)]

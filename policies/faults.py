@@ -117,7 +117,6 @@ BROKEN_ENV = "FALKIRK_BROKEN"
 BROKEN = {
     "gc-watermark": "falkirk gc also deletes the oldest checkpoint of each state table it keeps: the one at the "
                     "low-watermark, which a recovery restores from",
-    "sweep": "a replay does not invalidate the rows of later DAG runs computed from rows it rolled back",
 }
 
 
@@ -129,7 +128,7 @@ def broken(what: str, setting: str | None = None) -> bool:
     >>> broken("gc-watermark", "gc")
     Traceback (most recent call last):
     ...
-    ValueError: FALKIRK_BROKEN: unknown 'gc'; it names gc-watermark, sweep
+    ValueError: FALKIRK_BROKEN: unknown 'gc'; it names gc-watermark
     """
     names = {n.strip() for n in (os.environ.get(BROKEN_ENV, "") if setting is None else setting).split(",")} - {""}
     unknown = sorted(names - set(BROKEN))

@@ -31,7 +31,6 @@ recovery relies on wrong on purpose, for a soak that must fail.
     make soak DURATION=20m SEED=7
     .venv/bin/python -m devstack.soak.run --duration 4m --seed 7 --mix kill-worker=2,gc=1
     make soak BROKEN=gc-watermark SEED=8 DURATION=4m MIX=kill-job=1,gc=1 MEAN_GAP=40
-    make soak BROKEN=sweep SEED=5 DURATION=4m MIX=bad-input MEAN_GAP=40
 """
 
 from __future__ import annotations
@@ -67,10 +66,6 @@ from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 from falkirk.spark_jobs.figure1.source import ClickstreamSource
 
 IN_FLIGHT = 2  # epochs triggered and not finished, at most
-# A plan for a batch delivered again is replayed this long after it was made: nothing has failed,
-# the user reads it first, and the DAG's schedule goes on meanwhile (the next epoch is
-# triggered as the plan is made), so DAG runs the plan does not name read what it rolls back.
-READ_PLAN_SECONDS = 20
 RETRY_SECONDS = 15  # a replay stopped by an unreachable store or a held lease is run again after this
 CHECK_EVERY = 600  # seconds between the checks along the way (half a shorter soak)
 
@@ -131,7 +126,7 @@ class Soak:
         self.spoiled: dict[int, Injected] = {}  # epochs delivered incomplete, not delivered again yet
         self.delivered_again: dict[int, Injected] = {}  # ... delivered again, their recovery not replayed yet
         self.ending = False  # the duration is reached: no more epochs are triggered
-        self.replay_due: tuple[Recovery, float] | None = None  # a plan read before it is replayed, and when
+        self.replay_due: tuple[Recovery, float] | None = None  # a replay to run again, and when
         self.reference: ReferenceBeside | None = None  # the failure-free run, for the checks along the way
         self.check_every = min(CHECK_EVERY, schedule.duration / 2)
         self._next_check = self.check_every
@@ -228,9 +223,6 @@ class Soak:
             return  # a user recovers before asking for more
         if sum(r["state"] in ("queued", "running") for r in runs) >= IN_FLIGHT:
             return
-        self._trigger_next()
-
-    def _trigger_next(self) -> None:
         epoch = self.latest_epoch + 1
         self.client.trigger(self.dag_id, f"epoch-{epoch}", self.clock.logical_date(epoch))
         self.latest_epoch = epoch
@@ -317,11 +309,7 @@ class Soak:
                 self.delivered_again[epoch].recoveries.append(recovery.plan_id)
         self._attributed = len(self.report.injected)
         self.progress(f"{self.elapsed():6.0f}s  plan {recovery.plan_id}: {recovery.reruns} re-runs ({recovery.why})")
-        if failed or self.ending:
-            self._start_replay(recovery)
-            return
-        self.replay_due = (recovery, self.elapsed() + READ_PLAN_SECONDS)
-        self._trigger_next()
+        self._start_replay(recovery)
 
     def _settled_through(self, runs: list[dict[str, Any]]) -> int:
         """The last epoch whose rows are final for now: every run up to it succeeded, no replay is
