@@ -46,7 +46,7 @@ from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import BadEpoch, Failure, LostScratch, LostWorker
 from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.commits import CommitKey, EpochTableError
+from falkirk.policies.store.commits import CommitKey, EpochTableError, computed_from_other_inputs, inputs_fingerprint
 from falkirk.policies.store.control import Completions, Deliveries, Invalidations
 from falkirk.policies.store.ledger import (EXTERNAL_TIER, AssetInput, InputRef, Ledger, LedgerEntry, LedgerSnapshot,
                                            OutputRef, external_uri)
@@ -587,7 +587,8 @@ def _checked_commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
     if not regime.keeps_state and result.state is not None:
         raise JobError(f"{args.processor}: regime {regime.spec()} is stateless but the job returned state; "
                        f"drop it or use a checkpoint regime")
-    key = CommitKey(args.dag_id, args.task_id, args.epoch, args.map_index, args.incarnation)
+    key = CommitKey(args.dag_id, args.task_id, args.epoch, args.map_index, args.incarnation,
+                    inputs=inputs_fingerprint(_reads_of(ctx)))
     # Outputs and state usually share lineage (state = previous state + this epoch's
     # outputs), and a checkpoint may go to two tiers: cache so each is computed once.
     frames = list(result.outputs.values()) if result.state is not None or len(result.outputs) > 1 else []
@@ -621,6 +622,13 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1]), small,
                                                on_driver=store.is_scratch(t[1])), targets))
     crash_point(args.processor, args.epoch, "after-files", dag_id=args.dag_id)
+    replaced = [files.uri for files in staged if computed_from_other_inputs(files.table, key)]
+    if replaced:
+        # An attempt that died before its ledger row left these, computed from inputs a recovery
+        # has redone since. Replace them only with rows of inputs still current.
+        _check_still_current(ctx, None, appended=False)
+        say(f"  replacing {len(replaced)} table(s) an earlier attempt of this epoch committed from other inputs "
+            f"(it died before its ledger row): {', '.join(replaced)}")
 
     previous = ctx.previous_checkpoint()
     before = {o.name: o.discarded_through for o in previous.outputs} if previous else {}
@@ -701,13 +709,15 @@ def _check_inside(store: StoreConfig, uri: str, entry: LedgerEntry, field_name: 
                        f"The ledger is damaged: repair the row, or plan a recovery that redoes the epoch")
 
 
-def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) -> int:
+def _check_still_current(ctx: EpochContext, entry: LedgerEntry | None, appended: bool) -> int:
     """Refuse a commit computed from a ledger row a recovery has rolled back meanwhile; returns
     the version of the rollbacks it checked against (recorded in the row, ``rollbacks_seen``).
 
     Checked just before the ledger append and again just after it: a recovery invalidates
     before it clears, and sweeps the rows whose check did not see its invalidation, so a row
     built on rolled-back data is either never appended or withdrawn here (invalidated in turn).
+    Also checked before replacing tables another attempt of this epoch committed from other
+    inputs (``entry`` ``None``: there is no row yet).
     """
     stale_reads = _stale_asset_reads(ctx)
     if not ctx.depends_on and not stale_reads:  # computed from nothing a recovery can roll back
@@ -721,15 +731,23 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry, appended: bool) 
         return version
     if appended:
         ctx.ledger.invalidations.record([entry], f"withdrawn:{entry.processor}:{entry.epoch}:{entry.incarnation}")
+    a = ctx.args
     if not stale:  # another DAG's recovery: it does not re-run this DAG's epochs
-        raise RolledBack(f"{entry.processor} epoch {entry.epoch}: {', '.join(stale_reads)}, read through an Asset, "
+        raise RolledBack(f"{a.processor} epoch {a.epoch}: {', '.join(stale_reads)}, read through an Asset, "
                          f"was rolled back by a recovery in its DAG while this epoch ran; its commit is "
                          f"{'withdrawn' if appended else 'not made'}. Recover this DAG from this epoch once the "
-                         f"redo is committed (falkirk plan --dag {entry.dag_id} --bad-epoch "
-                         f"{entry.processor}:{entry.epoch}), or plan that recovery with --consumers")
-    raise RolledBack(f"{entry.processor} epoch {entry.epoch}: {', '.join(stale + stale_reads)} "
+                         f"redo is committed (falkirk plan --dag {a.dag_id} --bad-epoch "
+                         f"{a.processor}:{a.epoch}), or plan that recovery with --consumers")
+    raise RolledBack(f"{a.processor} epoch {a.epoch}: {', '.join(stale + stale_reads)} "
                      f"was rolled back by a recovery while this epoch ran; its commit is "
                      f"{'withdrawn' if appended else 'not made'}, and the recovery re-runs it")
+
+
+def _reads_of(ctx: EpochContext) -> list[tuple[str, str, int, int, int]]:
+    """(DAG, task, partition, epoch, incarnation) of every commit this epoch was computed from:
+    the ledger rows it read (inputs, restored state) and the epochs read through Assets."""
+    return ([(r.dag_id, r.task_id, r.map_index, r.epoch, r.incarnation) for r in ctx.depends_on.values()]
+            + [(r.dag_id, r.task_id, r.map_index, r.epoch, r.incarnation) for r in ctx.asset_inputs])
 
 
 def _stale_asset_reads(ctx: EpochContext) -> list[str]:

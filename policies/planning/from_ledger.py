@@ -9,9 +9,10 @@ job that has to stop and names the smallest plan that fixes it, with its size.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Mapping, Sequence
 
-from falkirk.policies.partitions import processor_id
+from falkirk.policies.partitions import processor_id, task_of
 from falkirk.policies.planning.chains import TaskGraph
 from falkirk.policies.planning.recovery import LostScratch, LostWorker, Failure, PlanError, RecoveryPlan, plan_recovery
 from falkirk.policies.planning.recovery_log import RecoveryLog
@@ -44,6 +45,7 @@ def compute_plan(
         snapshot = LedgerSnapshot(ledger, dag_id)  # one read of the DAG's rows and one of its rollbacks
     version = snapshot.dag_version
     entries, rolled_back = entries_of(snapshot.rows, snapshot.gone)
+    entries = [*entries, *being_rewritten(store, dag_id, entries, rolled_back)]
     # Replicas of process pairs taken over by their twins are out of the dataflow until a
     # catch-up brings them back: their missing epochs are not failures (falkirk.policies.pairs).
     taken_over = taken_over_replicas(store, dag_id)
@@ -88,6 +90,47 @@ def compute_plan(
     if record:
         RecoveryLog(store).record(result)
     return result
+
+
+def being_rewritten(store: StoreConfig, dag_id: str, current: Sequence[LedgerEntry],
+                    rolled_back: Sequence[LedgerEntry]) -> list[LedgerEntry]:
+    """Rolled-back rows of stateless tasks that are still checkpoints: epochs a running recovery
+    keeps (within its frontier) and re-runs only to write their lost output again.
+
+    Such a re-run needs a new incarnation, so the replay rolls the row back; but the epoch is
+    not undone, and what was computed from it (a stateful reader's checkpoint that consumed it)
+    stands. Until the re-run commits, the epoch has no current row: a plan made meanwhile that
+    took it for undone would roll back every reader of it too, below checkpoints the first plan
+    kept (and a source may have forgotten input only those checkpoints' re-runs would need).
+
+    An epoch counts as being rewritten when the last recovery that started and re-runs it kept
+    it: the epoch is within that plan's frontier and none of its failures names it.
+    """
+    have = {(e.processor, e.epoch) for e in current}
+    latest: dict[tuple[str, int], LedgerEntry] = {}
+    for e in rolled_back:
+        if (e.processor, e.epoch) not in have and not Regime.parse(e.regime).keeps_state:
+            if e.incarnation >= getattr(latest.get((e.processor, e.epoch)), "incarnation", -1):
+                latest[e.processor, e.epoch] = e
+    if not latest:
+        return []
+    events = RecoveryLog(store).events(dag_id)
+    plans = {r["plan_id"]: RecoveryPlan.from_json(json.loads(r["detail"])) for r in events if r["event"] == "planned"}
+    started = [plans[r["plan_id"]] for r in events if r["event"] in ("started", "resumed") and r["plan_id"] in plans]
+    kept = []
+    for (processor, epoch), row in sorted(latest.items()):
+        last = next((p for p in reversed(started) if (processor, epoch) in p.rerun_set()), None)
+        if last is not None and _keeps(last, processor, epoch):
+            kept.append(row)
+    return kept
+
+
+def _keeps(plan: RecoveryPlan, processor: str, epoch: int) -> bool:
+    """Whether ``plan`` keeps ``processor``'s ``epoch``: within its frontier, and named by none of its failures."""
+    part = next((t for t in plan.tasks if t.task_id == processor), None)
+    named = any(getattr(f, "epoch", None) == epoch and getattr(f, "task_id", None) in (processor, task_of(processor))
+                for f in plan.failures)
+    return part is not None and epoch <= part.kept_through and not named
 
 
 def taken_over_replicas(store: StoreConfig, dag_id: str) -> set[str]:

@@ -8,7 +8,9 @@ version is the incarnation. Before writing, the committer reads the table's reco
 transaction version: if this incarnation of this (task, epoch) is already in the table,
 the commit is skipped and the table is left exactly as it was. A retried, re-run or
 zombie attempt therefore cannot apply an epoch twice, and a crash between two tables'
-commits is repaired by simply running the task again.
+commits is repaired by simply running the task again. A job's commit also names what it
+was computed from (:func:`inputs_fingerprint`): tables an attempt committed before dying,
+from inputs a recovery has redone since, are replaced by the retry, not adopted.
 
 The same check settles a commit the store did not answer (the connection was refused,
 reset or timed out, perhaps after the commit was applied): the committer asks again, with
@@ -28,6 +30,7 @@ False
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -35,7 +38,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -116,10 +119,38 @@ class CommitKey:
     epoch: int
     map_index: int = -1
     incarnation: int = 0
+    # What the commit was computed from (:func:`inputs_fingerprint`); empty: not checked.
+    inputs: str = ""
 
     @property
     def app_id(self) -> str:
         return f"falkirk/{self.dag_id}/{self.task_id}/{self.map_index}/{self.epoch}"
+
+    @property
+    def inputs_app_id(self) -> str:
+        """The app transaction that records, beside :attr:`app_id`, what this commit was computed from."""
+        return f"{self.app_id}/inputs/{self.inputs}"
+
+
+def inputs_fingerprint(reads: Iterable[tuple[object, ...]]) -> str:
+    """A short name for the set of commits an epoch was computed from, each given as a tuple
+    that includes its incarnation (for example (task, partition, epoch, incarnation)).
+
+    Two attempts at one (task, epoch) under one incarnation usually read the same commits, and
+    then either attempt's rows may stand for the epoch. A recovery in between can change what
+    the second one reads (an input redone under a new incarnation, a state restored from a
+    redone epoch): the fingerprints then differ, and the second attempt's commit replaces the
+    first one's instead of adopting it (:func:`already_committed`).
+
+    >>> inputs_fingerprint([("rank", -1, 10, 0)]) == inputs_fingerprint([("rank", -1, 10, 0)])
+    True
+    >>> inputs_fingerprint([("rank", -1, 10, 0)]) == inputs_fingerprint([("rank", -1, 10, 1)])
+    False
+    >>> len(inputs_fingerprint([]))
+    16
+    """
+    text = "\n".join(sorted(repr(tuple(r)) for r in set(reads)))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -133,15 +164,46 @@ class CommitResult:
 
 
 def already_committed(table: DeltaTable | None, key: CommitKey) -> bool:
-    """Whether ``table`` already records this incarnation (or a later one) of ``key``'s (task, epoch).
+    """Whether ``table`` already records this incarnation (or a later one) of ``key``'s (task, epoch),
+    and, at this incarnation, computed from the same inputs when ``key`` names them.
 
     delta-rs records app transactions but does not skip a duplicate by itself: every
-    committer checks here first.
+    committer checks here first. A commit of this incarnation made from other inputs (see
+    :func:`computed_from_other_inputs`) is not this commit: it is replaced.
+
+    >>> import tempfile, pyarrow as pa
+    >>> uri = tempfile.mkdtemp() + "/t"
+    >>> key = CommitKey("d", "rank", epoch=11, inputs=inputs_fingerprint([("rank", -1, 10, 0)]))
+    >>> _ = commit_epoch(uri, pa.table({"epoch": [11], "x": [1]}), key)
+    >>> already_committed(open_table(uri), key)
+    True
+    >>> from dataclasses import replace
+    >>> redone = replace(key, inputs=inputs_fingerprint([("rank", -1, 10, 1)]))
+    >>> already_committed(open_table(uri), redone), computed_from_other_inputs(open_table(uri), redone)
+    (False, True)
+    >>> commit_epoch(uri, pa.table({"epoch": [11], "x": [2]}), redone).applied
+    True
+    >>> read_epoch(uri, 11).column("x").to_pylist(), already_committed(open_table(uri), redone)
+    ([2], True)
     """
     if table is None:
         return False
     recorded = table.transaction_version(key.app_id)
-    return recorded is not None and recorded >= key.incarnation
+    if recorded is None or recorded < key.incarnation:
+        return False
+    if recorded > key.incarnation or not getattr(key, "inputs", ""):
+        return True
+    return table.transaction_version(key.inputs_app_id) == recorded
+
+
+def computed_from_other_inputs(table: DeltaTable | None, key: CommitKey) -> bool:
+    """Whether ``table`` holds a commit of ``key``'s incarnation made from inputs other than ``key.inputs``:
+    an attempt that committed its tables and died before its ledger row, after which a recovery
+    changed what this (task, epoch) reads. Such a commit was never acknowledged; it is replaced."""
+    if table is None or not key.inputs:
+        return False
+    return (table.transaction_version(key.app_id) == key.incarnation
+            and table.transaction_version(key.inputs_app_id) != key.incarnation)
 
 
 def epoch_rows(table: DeltaTable) -> dict[int, int]:
@@ -281,12 +343,14 @@ def commit_once(uri: str, key: CommitKey, write: Write, rows: int,
 
 def commit_properties(key: CommitKey) -> CommitProperties:
     """The Delta commit properties that record ``key``: its app transaction (id: the
-    (task, epoch), version: the incarnation) and no retry inside delta-rs."""
-    return CommitProperties(
-        app_transactions=[Transaction(key.app_id, key.incarnation)],
-        custom_metadata={"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)},
-        max_commit_retries=0,
-    )
+    (task, epoch), version: the incarnation), the transaction naming its inputs when it has
+    them, and no retry inside delta-rs."""
+    transactions = [Transaction(key.app_id, key.incarnation)]
+    metadata = {"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)}
+    if getattr(key, "inputs", ""):  # keys of shared tables (the ledger, control tables) have none
+        transactions.append(Transaction(key.inputs_app_id, key.incarnation))
+        metadata["falkirk.inputs"] = key.inputs
+    return CommitProperties(app_transactions=transactions, custom_metadata=metadata, max_commit_retries=0)
 
 
 COMMIT_ATTEMPTS = 20

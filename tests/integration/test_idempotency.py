@@ -112,6 +112,73 @@ def test_two_attempts_at_the_same_instant_commit_once(spark, store: StoreConfig,
     assert rows[0].state_version == 0 and [o.version for o in rows[0].outputs] == [0]
 
 
+def running_total(spark, store: StoreConfig, epoch: int, amount: int,
+                  incarnation: int = 0) -> tuple[EpochContext, EpochResult]:
+    """An attempt at ``epoch`` of a running total: the state restored from epoch - 1 plus ``amount``."""
+    ctx = EpochContext(JobSpec(DAG, "totals", epoch, EagerCheckpoint(), f"epoch-{epoch}", incarnation=incarnation),
+                       store, Ledger(store), spark)
+    before = ctx.previous_state()
+    total = amount + (before.collect()[0]["amount"] if before is not None else 0)
+    rows = spark.createDataFrame([("a", total)], "customer string, amount long")
+    return ctx, EpochResult(outputs={"output": rows}, state=rows)
+
+
+def dies_before_its_ledger_row(monkeypatch, spark, store: StoreConfig, epoch: int, amount: int) -> None:
+    """Commit an attempt's tables and kill it (``after-state``) before its ledger row."""
+    real_crash_point = runtime.crash_point
+
+    class Killed(Exception):
+        pass
+
+    def killed_after_state(task_id: str, epoch: int, step: str, dag_id: str | None = None) -> None:
+        if step == "after-state":
+            raise Killed
+
+    monkeypatch.setattr(runtime, "crash_point", killed_after_state)
+    with pytest.raises(Killed):
+        commit(*running_total(spark, store, epoch, amount))
+    monkeypatch.setattr(runtime, "crash_point", real_crash_point)
+
+
+def test_an_orphaned_commit_from_inputs_a_recovery_redid_is_replaced(spark, store: StoreConfig, monkeypatch,
+                                                                    writer: str) -> None:
+    """Epoch 2's first attempt restores epoch 1's state, commits its tables and dies before its
+    ledger row. A recovery then redoes epoch 1 (incarnation 1, another total). The retry of epoch
+    2, still incarnation 0 (it has no row to invalidate), restores the redone state: its commit
+    replaces the dead attempt's tables instead of keeping rows computed from the rolled-back
+    state."""
+    first = commit(*running_total(spark, store, 1, amount=10))
+    dies_before_its_ledger_row(monkeypatch, spark, store, 2, amount=5)
+    assert [r["amount"] for r in tables(store)["state"][1] if r["epoch"] == 2] == [15]  # the orphan
+
+    Ledger(store).invalidations.record([first], "plan-redoes-epoch-1")
+    commit(*running_total(spark, store, 1, amount=100, incarnation=1))  # the redone epoch 1
+    retried = commit(*running_total(spark, store, 2, amount=5))
+
+    for name in ("output", "state"):
+        assert [r["amount"] for r in tables(store)[name][1] if r["epoch"] == 2] == [105], name
+    assert retried.incarnation == 0 and retried.state_rows == 1
+    assert Ledger(store).find(DAG, "totals", 2).state_version == tables(store)["state"][0]
+
+
+def test_a_stale_attempt_does_not_replace_a_commit_from_current_inputs(spark, store: StoreConfig, monkeypatch,
+                                                                       writer: str) -> None:
+    """The other way round: the tables hold epoch 2 computed from the redone epoch 1, and an
+    attempt still holding the rolled-back state of epoch 1 (a zombie that started before the
+    recovery) comes to commit. It is refused, and the tables keep the current rows."""
+    first = commit(*running_total(spark, store, 1, amount=10))
+    zombie = running_total(spark, store, 2, amount=5)  # restored epoch 1, incarnation 0
+    Ledger(store).invalidations.record([first], "plan-redoes-epoch-1")
+    commit(*running_total(spark, store, 1, amount=100, incarnation=1))
+    dies_before_its_ledger_row(monkeypatch, spark, store, 2, amount=5)  # 105, from the redone state
+    current = tables(store)
+
+    with pytest.raises(runtime.RolledBack, match=r"totals epoch 1 was rolled back by a recovery while this epoch ran; "
+                                                 r"its commit is not made"):
+        commit(*zombie)
+    assert tables(store) == current and Ledger(store).find(DAG, "totals", 2) is None
+
+
 def test_compactions_racing_on_the_ledger_leave_each_row_once(store: StoreConfig) -> None:
     """Four compactions of the ledger at once, on the local store and on the S3-compatible
     server (whose conditional writes are what makes a claim exclusive there): one claims the

@@ -399,6 +399,79 @@ def test_a_ledger_row_pointing_at_a_collected_table_is_not_counted(store: StoreC
     assert not StoreReadability(store, rows)(rows[0].state_uri, CommitKey("d", "model", 1))
 
 
+def _windowed_rows(store: StoreConfig) -> list[LedgerEntry]:
+    """DAG w, epochs 1-4: events (ephemeral, its output in scratch), rank (eager checkpoints of a
+    state that consumed events through each epoch) and popularity (batch, reading a window of
+    events' epochs e-1 and e). popularity's epoch 4 failed: it has no row."""
+    from falkirk.policies.regimes import Tier
+    from falkirk.policies.store.ledger import InputRef
+
+    events_uri = store.table_uri(Tier.SCRATCH, "w", "events", "output")
+    state_uri = store.table_uri(Tier.DURABLE, "w", "rank", "state")
+    pop_uri = store.table_uri(Tier.DURABLE, "w", "popularity", "output")
+    rows = []
+    for e in range(1, 5):
+        for uri, task in ((events_uri, "events"), (state_uri, "rank"), (pop_uri, "popularity")):
+            commit_epoch(uri, pa.table({"epoch": [e], "x": [e]}), CommitKey("w", task, e))
+        out = lambda name, uri, tier: (OutputRef(name, uri, tier, e - 1, 1),)  # noqa: E731
+        rows.append(LedgerEntry("w", "events", e, "ephemeral", f"epoch-{e}", 1, notified_through=e,
+                                outputs=out("output", events_uri, "scratch")))
+        rows.append(LedgerEntry("w", "rank", e, "eager_checkpoint", f"epoch-{e}", 1, state_uri=state_uri,
+                                state_tier="durable", state_version=e - 1, state_rows=1, notified_through=e,
+                                inputs=(InputRef("events", "output", e),)))
+        if e < 4:
+            rows.append(LedgerEntry("w", "popularity", e, "batch(log_outputs=true)", f"epoch-{e}", 1,
+                                    notified_through=e, outputs=out("output", pop_uri, "durable"),
+                                    inputs=(InputRef("events", "output", e, reads_back=1),)))
+    return rows
+
+
+def _replay_started(store: StoreConfig, plan: RecoveryPlan) -> None:
+    """What a replay does before its first re-run: record the plan, take the lease, roll back the
+    rows it re-runs (the re-runs have not committed yet)."""
+    ledger, log = Ledger(store), RecoveryLog(store)
+    log.record(plan)
+    log.begin(plan, "test")
+    ledger.invalidations.record([e for e in ledger.entries(plan.dag_id) if (e.processor, e.epoch) in plan.rerun_set()],
+                                plan.plan_id)
+    log.release(plan.dag_id, "test", "the replay stops here")
+
+
+def test_a_plan_made_while_a_replay_rewrites_a_kept_epoch_keeps_it_too(store: StoreConfig) -> None:
+    """The scratch holding events' output is lost and popularity failed at epoch 4. The plan
+    keeps every checkpoint through epoch 3 (rank's state consumed events through it) and re-runs
+    epoch 4, and events 3 only to write its output again for popularity's window. Its replay
+    rolls back the rows it re-runs (a re-run needs a new incarnation) and stops before they
+    commit. A plan made then, for the same failures, must keep what the first kept: taking
+    events 3 for undone, it rolled rank back below its checkpoint of epoch 3, to epoch 2 (a
+    source may have forgotten input that only such a plan asks for again)."""
+    from falkirk.plugins.recovery import compute_plan
+    from falkirk.policies.planning.recovery import BadEpoch, LostScratch
+    from falkirk.policies.regimes import Regime
+
+    ledger = Ledger(store)
+    for r in _windowed_rows(store):
+        ledger.append(r)
+    regimes = {"events": Regime.parse("ephemeral"), "rank": Regime.parse("eager_checkpoint"),
+               "popularity": Regime.parse("batch(log_outputs=true)")}
+    failures = [FailedTask("popularity", 4), LostScratch(f"{store.scratch_uri}/w")]
+    first = compute_plan("w", store, failures, regimes, record=False)
+    assert {t.task_id: (t.kept_through, t.rerun) for t in first.tasks} == {
+        "events": (3, (3, 4)), "rank": (3, (4,)), "popularity": (3, (4,))}
+    _replay_started(store, first)
+
+    again = compute_plan("w", store, failures, regimes, record=False)
+    assert {t.task_id: (t.kept_through, t.rerun) for t in again.tasks} == {
+        t.task_id: (t.kept_through, t.rerun) for t in first.tasks}
+
+    # An epoch a started plan rolls back for real (a bad epoch) is not kept by the next plan.
+    bad = compute_plan("w", store, [BadEpoch("events", 3), *failures], regimes, record=False)
+    assert bad.task("rank").kept_through == 2 and bad.task("events").rerun == (2, 3, 4)
+    _replay_started(store, bad)
+    after = compute_plan("w", store, failures, regimes, record=False)
+    assert after.task("events").kept_through == 2 and after.task("rank").kept_through == 2
+
+
 def test_a_later_run_is_swept_only_if_computed_before_the_rollback(store: StoreConfig) -> None:
     """A DAG run arriving during a recovery: its row computed before the plan's invalidation
     (from the rolled-back epoch) is swept; once redone after it, it is current and stays (the
