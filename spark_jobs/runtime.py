@@ -46,12 +46,13 @@ from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import BadEpoch, Failure, LostScratch, LostWorker
 from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.commits import CommitKey, EpochTableError, computed_from_other_inputs, inputs_fingerprint
+from falkirk.policies.store.commits import (CommitKey, CommitResult, EpochTableError, computed_from_other_inputs,
+                                            count_epoch, inputs_fingerprint)
 from falkirk.policies.store.control import Completions, Deliveries, Invalidations
 from falkirk.policies.store.ledger import (EXTERNAL_TIER, AssetInput, InputRef, Ledger, LedgerEntry, LedgerSnapshot,
                                            OutputRef, external_uri)
 from falkirk.policies.workers import worker_name
-from falkirk.spark_jobs.delta_sink import driver_write_max_rows, publish, read_frame, stage
+from falkirk.spark_jobs.delta_sink import StagedFiles, driver_write_max_rows, publish, read_frame, stage
 from falkirk.spark_jobs.job_log import say
 from falkirk.spark_jobs.faults import crash_point
 from falkirk.spark_jobs import assets, pairs, sender_logs, steps
@@ -622,13 +623,8 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1]), small,
                                                on_driver=store.is_scratch(t[1])), targets))
     crash_point(args.processor, args.epoch, "after-files", dag_id=args.dag_id)
-    replaced = [files.uri for files in staged if computed_from_other_inputs(files.table, key)]
-    if replaced:
-        # An attempt that died before its ledger row left these, computed from inputs a recovery
-        # has redone since. Replace them only with rows of inputs still current.
-        _check_still_current(ctx, None, appended=False)
-        say(f"  replacing {len(replaced)} table(s) an earlier attempt of this epoch committed from other inputs "
-            f"(it died before its ledger row): {', '.join(replaced)}")
+    if any(computed_from_other_inputs(files.table, key) for files in staged):
+        staged = _settle_other_inputs(ctx, key, staged)
 
     previous = ctx.previous_checkpoint()
     before = {o.name: o.discarded_through for o in previous.outputs} if previous else {}
@@ -741,6 +737,27 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry | None, appended:
     raise RolledBack(f"{a.processor} epoch {a.epoch}: {', '.join(stale + stale_reads)} "
                      f"was rolled back by a recovery while this epoch ran; its commit is "
                      f"{'withdrawn' if appended else 'not made'}, and the recovery re-runs it")
+
+
+def _settle_other_inputs(ctx: EpochContext, key: CommitKey, staged: list[StagedFiles]) -> list[StagedFiles]:
+    """What to do with tables another attempt of this epoch committed from other inputs.
+
+    If that attempt's ledger row is there, its commit is the epoch's: this one adopts it, as it
+    would the same inputs' (a zombie changes nothing). If not, that attempt died before its
+    ledger row, and a recovery has redone an input since: its tables are replaced, once this
+    attempt's own inputs are checked to be still current (else it is the stale one, and stops).
+    """
+    a = ctx.args
+    other = [files for files in staged if computed_from_other_inputs(files.table, key)]
+    row = ctx.rows.find(a.task_id, a.epoch, a.map_index)
+    if row is not None and row.incarnation >= key.incarnation:
+        return [dataclasses.replace(files, done=CommitResult(files.uri, files.table.version(),
+                                                             count_epoch(files.table, key.epoch), applied=False))
+                if any(files is o for o in other) else files for files in staged]
+    _check_still_current(ctx, None, appended=False)
+    say(f"  replacing {len(other)} table(s) an earlier attempt of this epoch committed from other inputs "
+        f"(it died before its ledger row): {', '.join(files.uri for files in other)}")
+    return staged
 
 
 def _reads_of(ctx: EpochContext) -> list[tuple[str, str, int, int, int]]:

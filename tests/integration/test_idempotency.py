@@ -179,6 +179,22 @@ def test_a_stale_attempt_does_not_replace_a_commit_from_current_inputs(spark, st
     assert tables(store) == current and Ledger(store).find(DAG, "totals", 2) is None
 
 
+def test_a_zombie_from_other_inputs_does_not_replace_a_commit_with_its_ledger_row(spark, store: StoreConfig,
+                                                                                  writer: str) -> None:
+    """A zombie that read other rows than the attempt whose commit stands (here: none, where the
+    retry restored epoch 1's state) finds that commit's ledger row and changes nothing."""
+    commit(*running_total(spark, store, 1, amount=10))
+    commit(*running_total(spark, store, 2, amount=5))
+    before, ledger_before = tables(store), Ledger(store).read().num_rows
+
+    ctx = EpochContext(JobSpec(DAG, "totals", 2, EagerCheckpoint(), "epoch-2", try_number=1), store, Ledger(store),
+                       spark)
+    rows = spark.createDataFrame([("z", 99)], "customer string, amount long")
+    commit(ctx, EpochResult(outputs={"output": rows}, state=rows))
+
+    assert tables(store) == before and Ledger(store).read().num_rows == ledger_before
+
+
 def test_compactions_racing_on_the_ledger_leave_each_row_once(store: StoreConfig) -> None:
     """Four compactions of the ledger at once, on the local store and on the S3-compatible
     server (whose conditional writes are what makes a claim exclusive there): one claims the
