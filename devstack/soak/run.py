@@ -11,7 +11,9 @@ lands, recovered as a user would, then every table compared with a failure-free 
    failed is planned (``falkirk plan --failed-task``, with ``--lost-worker`` for a worker that
    lost its disk), an input batch delivered again whole is planned as a bad epoch
    (``--bad-epoch events:E``), and the plan is replayed (``falkirk replay``; a killed replay is
-   run again);
+   run again; a plan refused as stale because runs kept committing is planned again with no
+   new epoch triggered until a replay gets past that check, as a user lets the runs in flight
+   finish first);
 4. meanwhile runs the same epochs failure-free in a process beside it
    (:mod:`devstack.inprocess`, :class:`ReferenceBeside`);
 5. stops triggering, recovers until every epoch's run succeeded (the time to caught-up),
@@ -66,6 +68,7 @@ from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 from falkirk.spark_jobs.figure1.source import ClickstreamSource
 
 IN_FLIGHT = 2  # epochs triggered and not finished, at most
+STALE_PLAN = "the ledger changed since the plan was computed"  # falkirk replay's refusal of a stale plan
 RETRY_SECONDS = 15  # a replay stopped by an unreachable store or a held lease is run again after this
 CHECK_EVERY = 600  # seconds between the checks along the way (half a shorter soak)
 
@@ -127,6 +130,9 @@ class Soak:
         self.delivered_again: dict[int, Injected] = {}  # ... delivered again, their recovery not replayed yet
         self.ending = False  # the duration is reached: no more epochs are triggered
         self.replay_due: tuple[Recovery, float] | None = None  # a replay to run again, and when
+        # A plan went stale before its replay began (runs kept committing): no new epochs until a
+        # replay ends otherwise, as a user lets the runs in flight finish before planning again.
+        self.holding = False
         self.reference: ReferenceBeside | None = None  # the failure-free run, for the checks along the way
         self.check_every = min(CHECK_EVERY, schedule.duration / 2)
         self._next_check = self.check_every
@@ -148,11 +154,16 @@ class Soak:
         self._started = time.monotonic()
         faults = list(self.schedule.faults)
         while self.elapsed() < self.schedule.duration:
-            if faults and faults[0].at <= self.elapsed():
-                self._inject(faults.pop(0))
+            due = next((f for f in faults if f.at <= self.elapsed() and not self._postponed(f)), None)
+            if due is not None:
+                faults.remove(due)
+                self._inject(due)
             self._tick(trigger=True)
         for fault in faults:  # a tick ran long: the rest land now, in order
-            self._inject(fault)
+            if self._postponed(fault):
+                self._not_landed(fault, "a batch delivered incomplete still awaited its recovery at the end")
+            else:
+                self._inject(fault)
         self.nemesis.end()
         self.ending = True
         self.progress(f"{self.elapsed():6.0f}s  duration reached at epoch {self.latest_epoch}; catching up")
@@ -168,6 +179,19 @@ class Soak:
             self.report.caught_up_in = self.elapsed() - ended
         self.report.epochs = self.latest_epoch
         return self.report
+
+    def _postponed(self, fault) -> bool:  # noqa: ANN001
+        """A ``gc`` waits while a batch is known to be incomplete and its recovery has not replayed:
+        collecting below that epoch would leave its recovery nothing to restore but the empty
+        state, and the source has forgotten the input a recovery from there reads. A team told
+        that a batch will be delivered again collects only once it is recovered."""
+        return fault.kind == "gc" and bool(self.spoiled or self.delivered_again)
+
+    def _not_landed(self, fault, why: str) -> None:  # noqa: ANN001
+        injected = Injected(fault, self.elapsed(), f"not landed: {why}")
+        injected.epoch = self.latest_epoch
+        self.report.injected.append(injected)
+        self.progress(f"{self.elapsed():6.0f}s  FAULT {injected.line()}")
 
     def _inject(self, fault) -> None:  # noqa: ANN001
         try:
@@ -219,7 +243,7 @@ class Soak:
                 injected.caught_up_in = self.elapsed() - injected.landed
 
     def _trigger(self, runs: list[dict[str, Any]]) -> None:
-        if any(r["state"] == "failed" for r in runs):
+        if any(r["state"] == "failed" for r in runs) or self.holding:
             return  # a user recovers before asking for more
         if sum(r["state"] in ("queued", "running") for r in runs) >= IN_FLIGHT:
             return
@@ -244,6 +268,7 @@ class Soak:
             assert recovery is not None
             output = self.replay.stdout.read() if self.replay.stdout else ""
             self.replay = None
+            self.holding = STALE_PLAN in output
             if code == 0:
                 recovery.replayed_in = self.elapsed() - recovery.planned_at
                 self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} done in {recovery.replayed_in:.0f}s")
@@ -456,11 +481,14 @@ def check_through(cluster: Cluster, through: int) -> list[str]:
                       if uri and not store.is_scratch(uri)})
     found = []
     for uri in durable:
-        got = [r for r in _rows(store, uri.replace(f"/{REFERENCE}/", f"/{DAG_ID}/")) if r["epoch"] <= through]
+        ours = _rows(store, uri.replace(f"/{REFERENCE}/", f"/{DAG_ID}/"))
+        got = [r for r in ours if r["epoch"] <= through]
         want = [r for r in _rows(store, uri) if r["epoch"] <= through]
         held = {r["epoch"] for r in got}
-        keep = (held & {r["epoch"] for r in want}) if uri in states else {e for e in range(min(held, default=1),
-                                                                                             through + 1)}
+        # From the oldest epoch the soak's table holds at all: collected through ``through``, it
+        # has nothing to compare yet.
+        oldest = min((r["epoch"] for r in ours), default=1)
+        keep = (held & {r["epoch"] for r in want}) if uri in states else set(range(oldest, through + 1))
         got, want = [r for r in got if r["epoch"] in keep], [r for r in want if r["epoch"] in keep]
         if _canonical(got) != _canonical(want):
             found.append(f"table {uri.split(f'/{REFERENCE}/', 1)[1]}: {len(got)} rows against {len(want)}"
