@@ -623,8 +623,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         staged = list(pool.map(lambda t: stage(t[2], t[1], key, store.options_for(t[1]), small,
                                                on_driver=store.is_scratch(t[1])), targets))
     crash_point(args.processor, args.epoch, "after-files", dag_id=args.dag_id)
-    if any(computed_from_other_inputs(files.table, key) for files in staged):
-        staged = _settle_other_inputs(ctx, key, staged)
+    staged = _settle_other_inputs(ctx, key, staged)
 
     previous = ctx.previous_checkpoint()
     before = {o.name: o.discarded_through for o in previous.outputs} if previous else {}
@@ -740,7 +739,7 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry | None, appended:
 
 
 def _settle_other_inputs(ctx: EpochContext, key: CommitKey, staged: list[StagedFiles]) -> list[StagedFiles]:
-    """What to do with tables another attempt of this epoch committed from other inputs.
+    """``staged``, settled for tables another attempt of this epoch committed from other inputs.
 
     If that attempt's ledger row is there, its commit is the epoch's: this one adopts it, as it
     would the same inputs' (a zombie changes nothing). If not, that attempt died before its
@@ -749,6 +748,8 @@ def _settle_other_inputs(ctx: EpochContext, key: CommitKey, staged: list[StagedF
     """
     a = ctx.args
     other = [files for files in staged if computed_from_other_inputs(files.table, key)]
+    if not other:
+        return staged
     row = ctx.rows.find(a.task_id, a.epoch, a.map_index)
     if row is not None and row.incarnation >= key.incarnation:
         return [dataclasses.replace(files, done=CommitResult(files.uri, files.table.version(),

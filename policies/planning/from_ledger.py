@@ -14,7 +14,8 @@ from typing import Mapping, Sequence
 
 from falkirk.policies.partitions import processor_id, task_of
 from falkirk.policies.planning.chains import TaskGraph
-from falkirk.policies.planning.recovery import LostScratch, LostWorker, Failure, PlanError, RecoveryPlan, plan_recovery
+from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError,
+                                               RecoveryPlan, plan_recovery)
 from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.policies.regimes import Regime, Tier
 from falkirk.policies.store import StoreConfig, StoreError
@@ -128,8 +129,8 @@ def being_rewritten(store: StoreConfig, dag_id: str, current: Sequence[LedgerEnt
 def _keeps(plan: RecoveryPlan, processor: str, epoch: int) -> bool:
     """Whether ``plan`` keeps ``processor``'s ``epoch``: within its frontier, and named by none of its failures."""
     part = next((t for t in plan.tasks if t.task_id == processor), None)
-    named = any(getattr(f, "epoch", None) == epoch and getattr(f, "task_id", None) in (processor, task_of(processor))
-                for f in plan.failures)
+    named = any(isinstance(f, (FailedTask, BadEpoch)) and f.epoch == epoch
+                and f.task_id in (processor, task_of(processor)) for f in plan.failures)
     return part is not None and epoch <= part.kept_through and not named
 
 

@@ -191,7 +191,7 @@ def already_committed(table: DeltaTable | None, key: CommitKey) -> bool:
     recorded = table.transaction_version(key.app_id)
     if recorded is None or recorded < key.incarnation:
         return False
-    if recorded > key.incarnation or not getattr(key, "inputs", ""):
+    if recorded > key.incarnation or not key.inputs:
         return True
     return table.transaction_version(key.inputs_app_id) == recorded
 
@@ -347,7 +347,7 @@ def commit_properties(key: CommitKey) -> CommitProperties:
     them, and no retry inside delta-rs."""
     transactions = [Transaction(key.app_id, key.incarnation)]
     metadata = {"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)}
-    if getattr(key, "inputs", ""):  # keys of shared tables (the ledger, control tables) have none
+    if key.inputs:  # keys of shared tables (the ledger, control tables) have none
         transactions.append(Transaction(key.inputs_app_id, key.incarnation))
         metadata["falkirk.inputs"] = key.inputs
     return CommitProperties(app_transactions=transactions, custom_metadata=metadata, max_commit_retries=0)

@@ -101,6 +101,7 @@ class _Once:
     app_id: str
     incarnation: int = 0
     epoch: int = 0
+    inputs: str = ""  # a one-off append is computed from nothing a recovery redoes
 
 
 class CommittedRow(Protocol):
