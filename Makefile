@@ -38,15 +38,17 @@ test: install test-tools cluster-tools
 ## soak: continuous epochs on the distributed shape while a seeded schedule of faults lands, each
 ## recovered as a user would, then every table against a failure-free run (devstack/soak/run.py):
 ## make soak DURATION=60m SEED=7 MIX=kill-worker=2,freeze-s3=1 (the report prints the seed);
-## BROKEN=gc-watermark gets a step recovery relies on wrong on purpose, to show the soak catches it
+## BROKEN=gc-watermark gets a step recovery relies on wrong on purpose, to show the soak catches it;
+## DAGS=figure1,shards runs only those DAGs side by side (default: figure1, shards, loops, regions)
 DURATION ?= 20m
 SEED ?=
 MIX ?=
 MEAN_GAP ?= 90
 BROKEN ?=
+DAGS ?=
 soak: install cluster-tools
 	$(PY) -m devstack.soak.run --duration $(DURATION) --mean-gap $(MEAN_GAP) $(if $(SEED),--seed $(SEED)) \
-	  $(if $(MIX),--mix $(MIX)) $(if $(BROKEN),--broken $(BROKEN))
+	  $(if $(MIX),--mix $(MIX)) $(if $(BROKEN),--broken $(BROKEN)) $(if $(DAGS),--dags $(DAGS))
 
 ## docs: the docs site (Sphinx, Markdown pages) with warnings as errors, then its links checked;
 ## opens at docs/_build/html/index.html (the suite builds it too: tests/unit/test_docs.py)

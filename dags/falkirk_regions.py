@@ -11,12 +11,13 @@
 The SenderLog tasks keep their state in the scratch tier only. When it is lost (the worker, or
 its scratch directory), the next epoch rebuilds it by running the job again over the blocks
 its producers retain: ``join`` replays every ``customers`` epoch and no ``clean`` one, ``total``
-every ``join`` epoch. The execution ends with epoch ``END``: then the ``at_end`` inputs are
-released, and their logs are pruned. One DAG run is one epoch (midnight UTC, from 2026-01-01).
+every ``join`` epoch. The execution ends with epoch ``END`` (``FALKIRK_REGIONS_END``, default
+10): then the ``at_end`` inputs are released, and their logs are pruned. One DAG run is one epoch (midnight UTC, from 2026-01-01).
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG
@@ -27,7 +28,17 @@ from falkirk.policies import Batch, EpochClock, Regime, SenderLog
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
 JOBS = "falkirk.spark_jobs.regions"
-END = 10
+END_ENV = "FALKIRK_REGIONS_END"
+
+
+def _end() -> int:
+    text = os.environ.get(END_ENV, "10")
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{END_ENV}={text!r}: give the execution's last epoch, a whole number >= 1")
+    return int(text)
+
+
+END = _end()
 EDGES = [("ingest", "clean"), ("clean", "join"), ("customers", "join"), ("join", "total"), ("total", "report")]
 
 

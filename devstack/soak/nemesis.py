@@ -38,7 +38,8 @@ class Injected:
     hit: str
     undone: float | None = None
     recoveries: list[str] = field(default_factory=list)  # the plan ids a user replayed after it
-    epoch: int = 0  # the newest epoch triggered when it landed (bad-input: the epoch it spoiled)
+    epoch: int = 0  # figure1's newest epoch triggered when it landed (bad-input: the epoch it spoiled)
+    reached: dict[str, int] = field(default_factory=dict)  # each DAG's newest epoch triggered when it landed
     caught_up_in: float | None = None  # from its landing until every epoch up to ``epoch`` succeeded
     settled: bool = True  # bad-input: False until the recovery of its epoch has replayed
 
@@ -50,7 +51,8 @@ class Injected:
 
 class Nemesis:
     """Faults against ``soak`` (a :class:`devstack.soak.run.Soak`: its shape, S3 front, crash
-    file, running replay and clock)."""
+    file, and its DAGs' epochs and running replays). A fault aimed at one DAG (a job, a replay, a
+    trigger) picks it with the schedule's random generator, so a seed draws the same aims again."""
 
     def __init__(self, soak: "Soak", rng: random.Random) -> None:  # noqa: F821 (run imports this module)
         self.soak = soak
@@ -97,7 +99,8 @@ class Nemesis:
         worker.kill()
         disk = self.soak.cluster.scratch_root(fault.target)
         shutil.rmtree(disk, ignore_errors=True)
-        self.soak.lost_workers.add(fault.target)
+        for driven in self.soak.dags:
+            driven.lost_workers.add(fault.target)
         worker.start()
         return f"{fault.target} killed, its disk {disk} deleted; a new {fault.target} started on an empty disk"
 
@@ -114,14 +117,18 @@ class Nemesis:
         tmp.replace(clock)  # read whole or not at all
 
     def kill_job(self, fault: Fault) -> str:
-        """Arm a crash point (a SIGKILL of the job itself, at a step of its commit) in the next
-        epoch a task runs: the epoch after the newest one triggered."""
-        task = self.rng.choice(self.soak.tasks)
-        step = self.rng.choice(("before-commit", "after-outputs", "after-state", "after-completion"))
-        epoch = self.soak.latest_epoch + 1
+        """Arm a crash point (a SIGKILL of the job itself, at a step of its commit or inside its
+        epoch) in the next epoch a task instance of one DAG runs: the epoch after the newest one
+        triggered."""
+        driven = self.rng.choice(self.soak.dags)
+        processor = self.rng.choice(driven.dag.processors())
+        task = processor.partition("[")[0]
+        step = self.rng.choice(("before-commit", "after-outputs", "after-state", "after-completion",
+                                *driven.dag.crash_steps.get(task, ())))
+        epoch = driven.latest_epoch + 1
         with self.soak.crash_file.open("a", encoding="utf-8") as f:
-            f.write(f"{self.soak.dag_id}/{task}:{epoch}:{step}:once\n")
-        return f"{task} epoch {epoch} armed to die at {step}"
+            f.write(f"{driven.dag_id}/{processor}:{epoch}:{step}:once\n")
+        return f"{driven.dag_id}.{processor} epoch {epoch} armed to die at {step}"
 
     def kill_scheduler(self, fault: Fault) -> str:
         return self._kill_component("scheduler")
@@ -137,12 +144,13 @@ class Nemesis:
         return f"{name} killed, started again and answering after {time.monotonic() - started:.0f}s"
 
     def kill_replay(self, fault: Fault) -> str:
-        replay = self.soak.replay
-        if replay is None or replay.poll() is not None:
+        running = [d for d in self.soak.dags if d.replay is not None and d.replay.poll() is None]
+        if not running:
             self.soak.kill_next_replay = True
             return "no replay running: the next one is killed as it starts"
-        replay.kill()
-        return f"falkirk replay (pid {replay.pid}) killed"
+        driven = self.rng.choice(running)
+        driven.replay.kill()
+        return f"{driven.dag_id}'s falkirk replay (pid {driven.replay.pid}) killed"
 
     def freeze_s3(self, fault: Fault) -> str:
         self.soak.front.hang_at("GET", "")
@@ -155,27 +163,32 @@ class Nemesis:
     def mistaken_trigger(self, fault: Fault) -> str:
         from falkirk.plugins.airflow_rest import AirflowError
 
-        epoch = self.soak.latest_epoch + 30
+        driven = self.rng.choice(self.soak.dags)
+        epoch = driven.latest_epoch + 30
         try:
-            self.soak.client.trigger(self.soak.dag_id, f"mistaken-{epoch}", self.soak.clock.logical_date(epoch),
+            self.soak.client.trigger(driven.dag_id, f"mistaken-{epoch}", driven.clock.logical_date(epoch),
                                      attempts=1)
         except AirflowError as exc:
-            return f"a trigger at epoch {epoch} refused ({str(exc)[:120]})"
-        self.soak.mistaken.append(f"mistaken-{epoch}")
-        return f"a trigger at epoch {epoch} ACCEPTED: the soak deletes it as a user would"
+            return f"a trigger of {driven.dag_id} at epoch {epoch} refused ({str(exc)[:120]})"
+        driven.mistaken.append(f"mistaken-{epoch}")
+        return f"a trigger of {driven.dag_id} at epoch {epoch} ACCEPTED"
 
     def bad_input(self, fault: Fault) -> str:
         """The next epoch's batch lands incomplete; upstream delivers it again whole once two
         later epochs have read on, and the soak recovers it as a bad epoch (``Soak._deliver_again``)."""
-        epoch = self.soak.latest_epoch + 1
-        self.soak.source.deliver_incomplete(epoch)
+        epoch = self.soak.inputs.latest_epoch + 1
+        self.soak.inputs.source.deliver_incomplete(epoch)
         return f"clickstream epoch {epoch} delivered with a tenth of its events missing"
 
     def gc(self, fault: Fault) -> str:
-        done = subprocess.run([*self.soak.falkirk, "gc", "--dag", self.soak.dag_id], env=self.soak.cli_env,
-                              capture_output=True, text=True, timeout=600)
-        last = (done.stdout.strip().splitlines() or [done.stderr.strip()[-200:]])[-1]
-        return f"falkirk gc exited {done.returncode}: {last[:160]}"
+        """``falkirk gc --dag D`` for each DAG in turn."""
+        said = []
+        for driven in self.soak.dags:
+            done = subprocess.run([*self.soak.falkirk, "gc", "--dag", driven.dag_id], env=self.soak.cli_env,
+                                  capture_output=True, text=True, timeout=600)
+            last = (done.stdout.strip().splitlines() or [done.stderr.strip()[-200:]])[-1]
+            said.append(f"{driven.dag_id} exited {done.returncode}: {last[:120]}")
+        return "falkirk gc: " + "; ".join(said)
 
 
 def kinds_supported(kinds: list[str]) -> None:

@@ -37,6 +37,18 @@ def by_kind(report: "SoakReport") -> list[KindFigures]:
     return out
 
 
+def command(report: "SoakReport") -> str:
+    """The command that runs the same schedule on the same DAGs again."""
+    from devstack.soak.pipelines import SOAK_DAGS
+
+    names = [d.removeprefix("falkirk_") for d in report.dags]
+    return report.schedule.command(report.broken) + (f" DAGS={','.join(names)}" if names != list(SOAK_DAGS) else "")
+
+
+def _epochs(report: "SoakReport") -> str:
+    return ", ".join(f"{d} {n}" for d, n in report.epochs.items())
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}s"
 
@@ -44,7 +56,7 @@ def _seconds(value: float | None) -> str:
 def render(report: "SoakReport") -> str:
     """The report as printed at the end of ``make soak``."""
     s = report.schedule
-    lines = ["", f"== soak report: seed {s.seed}, {s.duration / 60:g} minutes, {report.epochs} epochs", "",
+    lines = ["", f"== soak report: seed {s.seed}, {s.duration / 60:g} minutes; epochs: {_epochs(report)}", "",
              f"faults injected: {len(report.injected)} of {len(s.faults)} scheduled, "
              f"{len({i.fault.kind for i in report.injected})} kinds"]
     lines += ["  kind                faults  with a plan  caught up: median  max"]
@@ -53,19 +65,21 @@ def render(report: "SoakReport") -> str:
     lines += ["", "fault schedule (offset, fault, what it hit, the plans replayed after it):"]
     lines += [f"  {i.line()}" + (f"  -> {', '.join(i.recoveries)}" if i.recoveries else "") for i in report.injected]
     lines += ["", f"recoveries: {len(report.recoveries)}"]
-    lines += [f"  {r.planned_at:7.0f}s  plan {r.plan_id}: {r.reruns} re-runs, "
+    lines += [f"  {r.planned_at:7.0f}s  {r.dag_id} plan {r.plan_id}: {r.reruns} re-runs, "
               + (f"replayed in {r.replayed_in:.0f}s" if r.replayed_in is not None else "not finished")
               + (f" ({r.attempts} attempts)" if r.attempts > 1 else "") + f"  [{r.why}]" for r in report.recoveries]
     lines += ["", "time to caught-up after the last epoch: "
               + (f"{report.caught_up_in:.0f}s" if report.caught_up_in is not None else "NOT CAUGHT UP")]
-    lines += ["", "checks along the way (the durable tables and the SQL sink, up to an epoch settled then):"]
-    lines += [f"  {at:7.0f}s  epochs 1-{through}: " + (f"{n} DIFFER" if n else "equal")
+    lines += ["", "checks along the way (the durable tables and the SQL sink, up to each DAG's epoch settled "
+                  "then):"]
+    lines += [f"  {at:7.0f}s  " + ", ".join(f"{d} 1-{n}" for d, n in through.items() if n) + ": "
+              + (f"{n} DIFFER" if n else "equal")
               for at, through, n in report.along_the_way] or ["  none (no epoch settled in time)"]
     lines += ["", "checks:"] + [f"  {'ok  ' if ok else 'FAIL'} {name} ({detail})" for name, ok, detail in report.checks]
     verdict = "zero discrepancies" if report.ok else f"{len(report.discrepancies)} DISCREPANCIES"
     if report.broken:
         lines += ["", f"recovery broken on purpose: {report.broken} ({BROKEN.get(report.broken, '')})"]
-    lines += ["", f"{verdict}; this schedule again: {s.command(report.broken)}"]
+    lines += ["", f"{verdict}; this schedule again: {command(report)}"]
     lines += [f"  {d}" for d in report.discrepancies]
     return "\n".join(lines)
 
@@ -74,12 +88,12 @@ def markdown(report: "SoakReport") -> str:
     """The report's figures as a Markdown table, for the docs: faults by kind, recoveries, time to
     caught-up."""
     s = report.schedule
-    lines = [f"Seed {s.seed}, {s.duration / 60:g} minutes, {report.epochs} epochs, {len(report.injected)} faults of "
+    lines = [f"Seed {s.seed}, {s.duration / 60:g} minutes, epochs {_epochs(report)}, {len(report.injected)} faults of "
              f"{len({i.fault.kind for i in report.injected})} kinds, {len(report.recoveries)} plans "
              f"({sum(r.replayed_in is not None for r in report.recoveries)} replayed to the end, the others "
              f"planned again after a fault stopped their replay); "
              + ("zero discrepancies" if report.ok else f"{len(report.discrepancies)} discrepancies")
-             + f" (`{s.command(report.broken)}`).", "",
+             + f" (`{command(report)}`).", "",
              "| fault | landed | followed by a plan | caught up after it: median | longest |",
              "|---|---:|---:|---:|---:|"]
     lines += [f"| {k.kind} | {k.faults} | {k.planned} | {_seconds(k.median)} | {_seconds(k.longest)} |"

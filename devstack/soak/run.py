@@ -4,11 +4,13 @@ lands, recovered as a user would, then every table compared with a failure-free 
 1. starts the shape (:class:`devstack.cluster.Cluster`: PostgreSQL, Redis, the S3-compatible
    server behind a front that can freeze or refuse, a Spark standalone cluster behind a Spark
    Connect server, Airflow with the CeleryExecutor and two workers with their own disks);
-2. triggers epochs of ``falkirk_figure1`` (its four regimes and an exactly-once SQL sink) one
-   after another, a few in flight, for ``--duration``;
+2. triggers epochs of every DAG of ``--dags`` side by side (:mod:`devstack.soak.pipelines`:
+   ``falkirk_figure1``'s four regimes and exactly-once SQL sink, partitions, checkpoints inside
+   an epoch, sender-side logs), each one epoch after another with a few in flight, for
+   ``--duration``;
 3. meanwhile injects the faults :class:`~devstack.soak.schedule.FaultSchedule` drew from the
-   seed (:mod:`devstack.soak.nemesis`), and after each does what a user would: a DAG run that
-   failed is planned (``falkirk plan --failed-task``, with ``--lost-worker`` for a worker that
+   seed (:mod:`devstack.soak.nemesis`), and after each does what a user would, DAG by DAG
+   (:class:`DagUnderSoak`): a DAG run that failed is planned (``falkirk plan --failed-task``, with ``--lost-worker`` for a worker that
    lost its disk), an input batch delivered again whole is planned as a bad epoch
    (``--bad-epoch events:E``), and the plan is replayed (``falkirk replay``; a killed replay is
    run again; a plan refused as stale because runs kept committing is planned again with no
@@ -17,8 +19,8 @@ lands, recovered as a user would, then every table compared with a failure-free 
 4. meanwhile runs the same epochs failure-free in a process beside it
    (:mod:`devstack.inprocess`, :class:`ReferenceBeside`);
 5. stops triggering, recovers until every epoch's run succeeded (the time to caught-up),
-   collects both DAGs and compares every durable table and the SQL sink with the failure-free
-   run's, row for row, then checks that no ledger row is doubled, no epoch is missing, no lease
+   collects both copies of each DAG and compares every durable table and the SQL sink with the
+   failure-free run's, row for row, then checks that no ledger row is doubled, no epoch is missing, no lease
    is held and no table in the store is outside what the ledger names;
    (and along the way, every ten minutes or half a shorter soak: the rows of the epochs
    settled so far, :func:`check_through`);
@@ -31,6 +33,7 @@ Exit code 0 when nothing differs, 1 otherwise. ``--broken`` (``FALKIRK_BROKEN``)
 recovery relies on wrong on purpose, for a soak that must fail.
 
     make soak DURATION=20m SEED=7
+    make soak DURATION=4m DAGS=figure1,loops
     .venv/bin/python -m devstack.soak.run --duration 4m --seed 7 --mix kill-worker=2,gc=1
     make soak BROKEN=gc-watermark SEED=8 DURATION=4m MIX=kill-job=1,gc=1 MEAN_GAP=40
 """
@@ -46,22 +49,23 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from devstack.airflow import PROJECT_ROOT
 from devstack.cluster import Cluster, ClusterServers
-from devstack.cluster_demo import (DAG_ID, DAGS, QUEUES_ENV, REFERENCE, TASKS, Progress, _canonical, _clock,
-                                   _rows, say)
+from devstack.cluster_demo import Progress, _canonical, _rows, say
 from devstack.inprocess import run_reference_process
 from devstack.processes import VENV_BIN
 from devstack.soak.nemesis import CLOCK_DIR, CLOCKS_ENV, SUPPORTED, Injected, Nemesis, ensure_file, kinds_supported
+from devstack.soak.pipelines import DAGS_ENV, SOAK_DAGS, SoakDag, dags_named
 from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
-from falkirk.policies import faults
+from falkirk.policies import EpochClock, faults
 from falkirk.plugins.cli import EXIT_STORE
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
 from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import Ledger
+from falkirk.policies.store.steps import StepLog
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 from falkirk.spark_jobs.figure1.popularity import WINDOW
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
@@ -71,6 +75,7 @@ IN_FLIGHT = 2  # epochs triggered and not finished, at most
 STALE_PLAN = "the ledger changed since the plan was computed"  # falkirk replay's refusal of a stale plan
 RETRY_SECONDS = 15  # a replay stopped by an unreachable store or a held lease is run again after this
 CHECK_EVERY = 600  # seconds between the checks along the way (half a shorter soak)
+SOAK_DAG_FOLDER = Path(__file__).with_name("dags")  # the Airflow DAG file that builds the DAGs of DAGS_ENV
 
 
 @dataclass
@@ -84,6 +89,7 @@ class Recovery:
     replayed_in: float | None = None
     attempts: int = 0
     bad_epochs: list[int] = field(default_factory=list)  # the epochs of events it recovers as bad
+    dag_id: str = "falkirk_figure1"
 
 
 @dataclass
@@ -91,11 +97,13 @@ class SoakReport:
     schedule: FaultSchedule
     injected: list[Injected] = field(default_factory=list)
     recoveries: list[Recovery] = field(default_factory=list)
-    epochs: int = 0
+    dags: list[str] = field(default_factory=lambda: ["falkirk_figure1"])  # the DAGs run side by side
+    epochs: dict[str, int] = field(default_factory=dict)  # each DAG's epochs triggered
     caught_up_in: float | None = None
     discrepancies: list[str] = field(default_factory=list)
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
-    along_the_way: list[tuple[float, int, int]] = field(default_factory=list)  # (at, through epoch, differences)
+    # (at, each DAG's last epoch checked, differences)
+    along_the_way: list[tuple[float, dict[str, int], int]] = field(default_factory=list)
     broken: str = ""  # the recovery steps broken on purpose (FALKIRK_BROKEN), if any
 
     @property
@@ -104,35 +112,20 @@ class SoakReport:
 
 
 class Soak:
-    """One soak on a started shape: the loop that keeps epochs running, injects the faults and
-    recovers from them."""
+    """One soak on a started shape: the loop that keeps every DAG's epochs running, injects the
+    faults and recovers from them (each DAG as :class:`DagUnderSoak`)."""
 
     def __init__(self, cluster: Cluster, schedule: FaultSchedule, root: Path, progress: Progress = say,
-                 broken: str = "") -> None:
+                 broken: str = "", dags: list[SoakDag] | None = None) -> None:
         self.cluster = cluster
         self.front = cluster.front
         self.schedule = schedule
         self.progress = progress
         self.client = cluster.airflow.client()
-        self.dag_id = DAG_ID
-        self.tasks = TASKS
-        self.clock = _clock()
         self.crash_file = ensure_file(root / "crash_at")
         self.clocks = root / "clocks"  # each worker's clock shift (devstack/soak/clock/sitecustomize.py)
-        self.lost_workers: set[str] = set()
-        self.replay: subprocess.Popen[str] | None = None
-        self.replaying: Recovery | None = None
-        self.kill_next_replay = False
-        self.latest_epoch = 0
-        self.mistaken: list[str] = []
-        self.source = ClickstreamSource(cluster.airflow.env()["FALKIRK_CLICKSTREAM_ACKS"].replace("{dag_id}", DAG_ID))
-        self.spoiled: dict[int, Injected] = {}  # epochs delivered incomplete, not delivered again yet
-        self.delivered_again: dict[int, Injected] = {}  # ... delivered again, their recovery not replayed yet
+        self.kill_next_replay = False  # a kill-replay found no replay running: the next one to start dies
         self.ending = False  # the duration is reached: no more epochs are triggered
-        self.replay_due: tuple[Recovery, float] | None = None  # a replay to run again, and when
-        # A plan went stale before its replay began (runs kept committing): no new epochs until a
-        # replay ends otherwise, as a user lets the runs in flight finish before planning again.
-        self.holding = False
         self.reference: ReferenceBeside | None = None  # the failure-free run, for the checks along the way
         self.check_every = min(CHECK_EVERY, schedule.duration / 2)
         self._next_check = self.check_every
@@ -141,16 +134,19 @@ class Soak:
                         "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin",
                         **({BROKEN_ENV: broken} if broken else {})}
         self.report = SoakReport(schedule, broken=broken)
+        self.dags = [DagUnderSoak(self, dag) for dag in (dags or [SOAK_DAGS["figure1"]])]
+        self.report.dags = [d.dag_id for d in self.dags]
+        self.inputs = self.dags[0]  # falkirk_figure1: its clickstream is the source bad-input spoils
         self.nemesis = Nemesis(self, random.Random(schedule.seed))
-        self._attributed = 0  # faults before this index are named by a recovery already
         self._started = time.monotonic()
 
     def elapsed(self) -> float:
         return time.monotonic() - self._started
 
     def run(self, catch_up_timeout: float = 1800) -> SoakReport:
-        self.client.wait_for_dag(self.dag_id)
-        self.client.set_paused(self.dag_id, False)
+        for driven in self.dags:
+            self.client.wait_for_dag(driven.dag_id)
+            self.client.set_paused(driven.dag_id, False)
         self._started = time.monotonic()
         faults = list(self.schedule.faults)
         while self.elapsed() < self.schedule.duration:
@@ -166,60 +162,128 @@ class Soak:
                 self._inject(fault)
         self.nemesis.end()
         self.ending = True
-        self.progress(f"{self.elapsed():6.0f}s  duration reached at epoch {self.latest_epoch}; catching up")
+        self.progress(f"{self.elapsed():6.0f}s  duration reached at epochs {self._latest()}; catching up")
         ended = self.elapsed()
         deadline = time.monotonic() + catch_up_timeout
-        while not self._caught_up():
+        while not all(d.caught_up() for d in self.dags):
             if time.monotonic() > deadline:
-                self.report.discrepancies.append(f"not caught up {catch_up_timeout:.0f}s after the last epoch: "
-                                                 f"{self._states()}")
+                self.report.discrepancies += [f"{d.dag_id}: not caught up {catch_up_timeout:.0f}s after the last "
+                                              f"epoch: {d.states()}" for d in self.dags if not d.caught_up()]
                 break
             self._tick(trigger=False)
         else:
             self.report.caught_up_in = self.elapsed() - ended
-        self.report.epochs = self.latest_epoch
+        self.report.epochs = {d.dag_id: d.latest_epoch for d in self.dags}
         return self.report
+
+    def _latest(self) -> str:
+        return ", ".join(f"{d.dag_id} {d.latest_epoch}" for d in self.dags)
 
     def _postponed(self, fault) -> bool:  # noqa: ANN001
         """A ``gc`` waits while a batch is known to be incomplete and its recovery has not replayed:
         collecting below that epoch would leave its recovery nothing to restore but the empty
         state, and the source has forgotten the input a recovery from there reads. A team told
         that a batch will be delivered again collects only once it is recovered."""
-        return fault.kind == "gc" and bool(self.spoiled or self.delivered_again)
+        return fault.kind == "gc" and bool(self.inputs.spoiled or self.inputs.delivered_again)
 
     def _not_landed(self, fault, why: str) -> None:  # noqa: ANN001
-        injected = Injected(fault, self.elapsed(), f"not landed: {why}")
-        injected.epoch = self.latest_epoch
-        self.report.injected.append(injected)
-        self.progress(f"{self.elapsed():6.0f}s  FAULT {injected.line()}")
+        self._report(Injected(fault, self.elapsed(), f"not landed: {why}"))
 
     def _inject(self, fault) -> None:  # noqa: ANN001
         try:
             injected = self.nemesis.inject(fault)
         except Exception as exc:  # noqa: BLE001 - a fault that could not land is reported, not fatal
             injected = Injected(fault, self.elapsed(), f"could not inject: {exc}")
-        injected.epoch = self.latest_epoch
+        self._report(injected)
         if fault.kind == "bad-input" and not injected.hit.startswith("could not"):
-            injected.epoch, injected.settled = self.latest_epoch + 1, False
-            self.spoiled[injected.epoch] = injected
+            injected.epoch, injected.settled = self.inputs.latest_epoch + 1, False
+            self.inputs.spoiled[injected.epoch] = injected
+
+    def _report(self, injected: Injected) -> None:
+        injected.epoch = self.inputs.latest_epoch
+        injected.reached = {d.dag_id: d.latest_epoch for d in self.dags}
         self.report.injected.append(injected)
         self.progress(f"{self.elapsed():6.0f}s  FAULT {injected.line()}")
 
     def _tick(self, trigger: bool) -> None:
-        """One turn of the loop: keep epochs flowing, recover what failed."""
-        try:
-            runs = self._runs()
+        """One turn of the loop: keep every DAG's epochs flowing, recover what failed."""
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for driven in self.dags:
+            try:
+                runs[driven.dag_id] = driven.runs()
+                if trigger:
+                    driven.trigger(runs[driven.dag_id])
+                driven.recover(runs[driven.dag_id])
+            except Exception as exc:  # noqa: BLE001 - Airflow or the store is down for a moment: next tick
+                self.progress(f"{self.elapsed():6.0f}s  ({driven.dag_id} tick: {type(exc).__name__}: "
+                              f"{str(exc)[:200]})")
+        if len(runs) == len(self.dags):
             self._note_caught_up(runs)
-            if trigger:
-                self._trigger(runs)
-            self._recover(runs)
             if trigger and self.elapsed() >= self._next_check:
-                self._check_along_the_way(runs)
-        except Exception as exc:  # noqa: BLE001 - Airflow or the store is down for a moment: next tick
-            self.progress(f"{self.elapsed():6.0f}s  (tick: {type(exc).__name__}: {str(exc)[:200]})")
+                try:
+                    self._check_along_the_way(runs)
+                except Exception as exc:  # noqa: BLE001 - the store is down for a moment: the next tick
+                    self.progress(f"{self.elapsed():6.0f}s  (check along the way: {type(exc).__name__}: "
+                                  f"{str(exc)[:200]})")
         time.sleep(1)
 
-    def _runs(self) -> list[dict[str, Any]]:
+    def _note_caught_up(self, runs: dict[str, list[dict[str, Any]]]) -> None:
+        """Each fault's time to caught-up: until every epoch triggered before it landed, in every
+        DAG, succeeded."""
+        state = {dag: {_epoch_of(r): r["state"] for r in dag_runs} for dag, dag_runs in runs.items()}
+        for injected in self.report.injected:
+            if injected.caught_up_in is None and injected.settled \
+                    and all(state[dag].get(e) == "success" for dag, latest in injected.reached.items()
+                            for e in range(1, latest + 1)):
+                injected.caught_up_in = self.elapsed() - injected.landed
+
+    def _check_along_the_way(self, runs: dict[str, list[dict[str, Any]]]) -> None:
+        """Every ``check_every`` seconds: each DAG's durable tables (and figure1's SQL sink) up to
+        its last epoch settled on both sides (:func:`check_through`)."""
+        if self.reference is None:
+            return
+        last = self.report.along_the_way[-1][1] if self.report.along_the_way else {}
+        through = {d.dag_id: min(d.settled_through(runs[d.dag_id]), self.reference.done[d.dag_id])
+                   for d in self.dags}
+        if not any(n > last.get(dag, 0) for dag, n in through.items()):
+            return
+        found = [f for d in self.dags if through[d.dag_id] for f in check_through(self.cluster, d.dag,
+                                                                                   through[d.dag_id])]
+        self.report.along_the_way.append((self.elapsed(), through, len(found)))
+        self.report.discrepancies += [f"at {self.elapsed():.0f}s: {d}" for d in found]
+        self.progress(f"{self.elapsed():6.0f}s  checked {', '.join(f'{d} 1-{n}' for d, n in through.items())} "
+                      "against the failure-free run: " + (f"{len(found)} DIFFER: {found[0][:300]}" if found
+                                                          else "equal"))
+        self._next_check = self.elapsed() + self.check_every
+
+
+class DagUnderSoak:
+    """One DAG of a :class:`Soak`: its epochs triggered a few at a time, and what a user does
+    when one fails (a DAG run that failed is planned, ``--lost-worker`` for a worker that lost
+    its disk, and replayed; figure1's batch delivered again is planned as a bad epoch)."""
+
+    def __init__(self, soak: Soak, dag: SoakDag) -> None:
+        self.soak, self.dag, self.dag_id = soak, dag, dag.dag_id
+        self.client = soak.client
+        self.clock: EpochClock = dag.module.EPOCHS
+        self.latest_epoch = 0
+        self.lost_workers: set[str] = set()
+        self.replay: subprocess.Popen[str] | None = None
+        self.replaying: Recovery | None = None
+        self.replay_due: tuple[Recovery, float] | None = None  # a replay to run again, and when
+        # A plan went stale before its replay began (runs kept committing): no new epochs until a
+        # replay ends otherwise, as a user lets the runs in flight finish before planning again.
+        self.holding = False
+        self.mistaken: list[str] = []
+        self._attributed = 0  # the faults before this index are named by a plan of this DAG already
+        # figure1 only: its clickstream, the epochs delivered incomplete and not delivered again yet,
+        # and those delivered again whose recovery has not replayed yet.
+        self.source = ClickstreamSource(soak.cluster.airflow.env()["FALKIRK_CLICKSTREAM_ACKS"]
+                                        .replace("{dag_id}", self.dag_id)) if dag.name == "figure1" else None
+        self.spoiled: dict[int, Injected] = {}
+        self.delivered_again: dict[int, Injected] = {}
+
+    def runs(self) -> list[dict[str, Any]]:
         runs: list[dict[str, Any]] = []
         while True:
             page = self.client.request("GET", f"/api/v2/dags/{self.dag_id}/dagRuns",
@@ -228,21 +292,13 @@ class Soak:
             if not page["dag_runs"] or len(runs) >= page["total_entries"]:
                 return [r for r in runs if r["dag_run_id"].startswith("epoch-")]
 
-    def _states(self) -> dict[str, int]:
+    def states(self) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for run in self._runs():
+        for run in self.runs():
             counts[run["state"]] = counts.get(run["state"], 0) + 1
         return counts
 
-    def _note_caught_up(self, runs: list[dict[str, Any]]) -> None:
-        """Each fault's time to caught-up: until every epoch triggered before it landed succeeded."""
-        state = {_epoch_of(r): r["state"] for r in runs}
-        for injected in self.report.injected:
-            if injected.caught_up_in is None and injected.settled \
-                    and all(state.get(e) == "success" for e in range(1, injected.epoch + 1)):
-                injected.caught_up_in = self.elapsed() - injected.landed
-
-    def _trigger(self, runs: list[dict[str, Any]]) -> None:
+    def trigger(self, runs: list[dict[str, Any]]) -> None:
         if any(r["state"] == "failed" for r in runs) or self.holding:
             return  # a user recovers before asking for more
         if sum(r["state"] in ("queued", "running") for r in runs) >= IN_FLIGHT:
@@ -251,12 +307,13 @@ class Soak:
         self.client.trigger(self.dag_id, f"epoch-{epoch}", self.clock.logical_date(epoch))
         self.latest_epoch = epoch
 
-    def _recover(self, runs: list[dict[str, Any]]) -> None:
+    def recover(self, runs: list[dict[str, Any]]) -> None:
         """What a user does: a replay that was killed is run again; a failed run, or a batch
         delivered again, is planned and replayed."""
+        soak = self.soak
         if self.replay_due is not None:
             recovery, due = self.replay_due
-            if self.elapsed() >= due:
+            if soak.elapsed() >= due:
                 self.replay_due = None
                 self._start_replay(recovery)
             return
@@ -270,8 +327,8 @@ class Soak:
             self.replay = None
             self.holding = STALE_PLAN in output
             if code == 0:
-                recovery.replayed_in = self.elapsed() - recovery.planned_at
-                self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} done in {recovery.replayed_in:.0f}s")
+                recovery.replayed_in = soak.elapsed() - recovery.planned_at
+                self._say(f"replay {recovery.plan_id} done in {recovery.replayed_in:.0f}s")
                 self.lost_workers.clear()
                 for epoch in recovery.bad_epochs:
                     self.delivered_again.pop(epoch).settled = True
@@ -282,7 +339,7 @@ class Soak:
             said = output.strip().splitlines()[-1][:200] if output.strip() else "no output"
             if code < 0 or "cannot reach Airflow" in said:  # killed, or Airflow was: a user runs it again
                 why = f"killed ({code})" if code < 0 else "stopped: Airflow was unreachable"
-                self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} {why}: running it again")
+                self._say(f"replay {recovery.plan_id} {why}: running it again")
                 self._start_replay(recovery)
                 return
             if code == EXIT_STORE or "is being recovered by plan" in said:
@@ -290,13 +347,12 @@ class Soak:
                 # the lease (it could not release it): as the message says, a user waits a little
                 # and runs the replay again.
                 why = "the store was unreachable" if code == EXIT_STORE else "another plan's lease is held"
-                self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} stopped ({why}): running it again "
-                              f"in {RETRY_SECONDS}s")
-                self.replay_due = (recovery, self.elapsed() + RETRY_SECONDS)
+                self._say(f"replay {recovery.plan_id} stopped ({why}): running it again in {RETRY_SECONDS}s")
+                self.replay_due = (recovery, soak.elapsed() + RETRY_SECONDS)
                 return
             # It stopped on a failure it names (another fault's): the next tick plans again, from
             # every failed task instance, as a user reading that message would.
-            self.progress(f"{self.elapsed():6.0f}s  replay {recovery.plan_id} ended {code}: {said}")
+            self._say(f"replay {recovery.plan_id} ended {code}: {said}")
             self.replaying = None
             return
         failed = {ti["task_id"] for ti in self._failed_task_instances()} | self._stranded(runs)
@@ -307,10 +363,10 @@ class Soak:
         args = ["plan", "--dag", self.dag_id, "--json", *(a for t in sorted(failed) for a in ("--failed-task", t)),
                 *(a for w in sorted(self.lost_workers) for a in ("--lost-worker", w)),
                 *(a for e in bad for a in ("--bad-epoch", f"events:{e}"))]
-        done = subprocess.run([*self.falkirk, *args], env=self.cli_env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run([*soak.falkirk, *args], env=soak.cli_env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             said = (done.stderr or done.stdout).strip()
-            self.progress(f"{self.elapsed():6.0f}s  falkirk {' '.join(args)} exited {done.returncode}: {said[-300:]}")
+            self._say(f"falkirk {' '.join(args)} exited {done.returncode}: {said[-300:]}")
             # A lost worker that held none of the DAG's scratch data changes nothing: as the
             # message says, a user plans again without it.
             self.lost_workers -= {w for w in self.lost_workers if f"--lost-worker {w!r}" in said
@@ -320,23 +376,26 @@ class Soak:
         why = [f"failed: {', '.join(sorted(failed))}"] if failed else []
         why += [f"lost: {', '.join(sorted(self.lost_workers))}"] if self.lost_workers else []
         why += [f"delivered again: events {', '.join(map(str, bad))}"] if bad else []
-        recovery = next((r for r in self.report.recoveries if r.plan_id == plan["plan_id"] and r.replayed_in is None),
+        recovery = next((r for r in soak.report.recoveries if r.plan_id == plan["plan_id"] and r.replayed_in is None),
                         None)  # the same plan again (nothing changed since): one recovery, replayed again
         if recovery is None:
-            recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for t in plan["tasks"]), self.elapsed(),
-                                "; ".join(why), bad_epochs=bad)
-            self.report.recoveries.append(recovery)
-        for injected in self.report.injected[self._attributed:]:  # the faults since the last plan
+            recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for t in plan["tasks"]), soak.elapsed(),
+                                "; ".join(why), bad_epochs=bad, dag_id=self.dag_id)
+            soak.report.recoveries.append(recovery)
+        for injected in soak.report.injected[self._attributed:]:  # the faults since this DAG's last plan
             if injected.settled or injected.epoch in bad:  # a spoiled input waits for its own plan
                 injected.recoveries.append(recovery.plan_id)
         for epoch in bad:
             if recovery.plan_id not in self.delivered_again[epoch].recoveries:
                 self.delivered_again[epoch].recoveries.append(recovery.plan_id)
-        self._attributed = len(self.report.injected)
-        self.progress(f"{self.elapsed():6.0f}s  plan {recovery.plan_id}: {recovery.reruns} re-runs ({recovery.why})")
+        self._attributed = len(soak.report.injected)
+        self._say(f"plan {recovery.plan_id}: {recovery.reruns} re-runs ({recovery.why})")
         self._start_replay(recovery)
 
-    def _settled_through(self, runs: list[dict[str, Any]]) -> int:
+    def _say(self, message: str) -> None:
+        self.soak.progress(f"{self.soak.elapsed():6.0f}s  {self.dag_id}: {message}")
+
+    def settled_through(self, runs: list[dict[str, Any]]) -> int:
         """The last epoch whose rows are final for now: every run up to it succeeded, no replay is
         under way, and no input up to it waits to be delivered again or recovered."""
         if self.replay is not None or self.replay_due is not None:
@@ -348,44 +407,30 @@ class Soak:
             through += 1
         return through
 
-    def _check_along_the_way(self, runs: list[dict[str, Any]]) -> None:
-        """Every ``check_every`` seconds, once the failure-free run has caught up with a settled
-        epoch: the durable tables and the SQL sink up to it (:func:`check_through`)."""
-        if self.reference is None:
-            return
-        through = min(self._settled_through(runs), self.reference.done)
-        if through <= (self.report.along_the_way[-1][1] if self.report.along_the_way else 0):
-            return
-        found = check_through(self.cluster, through)
-        self.report.along_the_way.append((self.elapsed(), through, len(found)))
-        self.report.discrepancies += [f"at {self.elapsed():.0f}s, through epoch {through}: {d}" for d in found]
-        self.progress(f"{self.elapsed():6.0f}s  checked epochs 1-{through} against the failure-free run: "
-                      + (f"{len(found)} DIFFER: {found[0][:300]}" if found else "equal"))
-        self._next_check = self.elapsed() + self.check_every
-
     def _deliver_again(self, runs: list[dict[str, Any]]) -> None:
         """Upstream delivers each incomplete batch again, whole, once its epoch succeeded and two
         later epochs were triggered (read on from it); the user then plans it as a bad epoch."""
         state = {_epoch_of(r): r["state"] for r in runs}
         for epoch in sorted(self.spoiled):
-            if state.get(epoch) == "success" and (self.latest_epoch >= epoch + 2 or self.ending):
+            if state.get(epoch) == "success" and (self.latest_epoch >= epoch + 2 or self.soak.ending):
                 self.source.deliver_again(epoch, reopen_from=max(1, epoch - WINDOW + 1))
                 self.delivered_again[epoch] = self.spoiled.pop(epoch)
-                self.progress(f"{self.elapsed():6.0f}s  clickstream epoch {epoch} delivered again, whole")
+                self._say(f"clickstream epoch {epoch} delivered again, whole")
 
     def _start_replay(self, recovery: Recovery) -> None:
         recovery.attempts += 1
         self.replaying = recovery
-        self.replay = subprocess.Popen([*self.falkirk, "replay", recovery.plan_id], env=self.cli_env,
+        self.replay = subprocess.Popen([*self.soak.falkirk, "replay", recovery.plan_id], env=self.soak.cli_env,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if self.kill_next_replay:
-            self.kill_next_replay = False
+        if self.soak.kill_next_replay:
+            self.soak.kill_next_replay = False
             time.sleep(3)
             if self.replay.poll() is None:
                 self.replay.kill()
-                self.progress(f"{self.elapsed():6.0f}s  FAULT kill-replay landed on replay {recovery.plan_id}")
+                self.soak.progress(f"{self.soak.elapsed():6.0f}s  FAULT kill-replay landed on {self.dag_id}'s "
+                                   f"replay {recovery.plan_id}")
             else:  # it ended within the 3 s: the next replay is killed instead
-                self.kill_next_replay = True
+                self.soak.kill_next_replay = True
 
     def _stranded(self, runs: list[dict[str, Any]]) -> set[str]:
         """``task:epoch`` of the instances a failed DAG run holds that never started (a run failed
@@ -405,8 +450,8 @@ class Soak:
                                    params={"state": "failed", "limit": 100})
         return data["task_instances"]
 
-    def _caught_up(self) -> bool:
-        runs = self._runs()
+    def caught_up(self) -> bool:
+        runs = self.runs()
         return (self.replay is None and self.replay_due is None and not self.spoiled and not self.delivered_again
                 and len(runs) >= self.latest_epoch and all(r["state"] == "success" for r in runs))
 
@@ -417,13 +462,13 @@ def _epoch_of(run: dict[str, Any]) -> int:
 
 
 class ReferenceBeside:
-    """The failure-free run, made beside the soak in a process of its own: every ``every``
-    seconds it runs the epochs triggered since its last turn, so that at the end only the last
-    few are left to run (:meth:`through`)."""
+    """The failure-free runs, made beside the soak in processes of their own: every ``every``
+    seconds each DAG's copy runs the epochs triggered since its last turn, so that at the end only
+    the last few are left to run (:meth:`through`)."""
 
-    def __init__(self, env: dict[str, str], latest: Callable[[], int], every: float = 45) -> None:
-        self.env, self.latest, self.every = env, latest, every
-        self.done = 0
+    def __init__(self, env: dict[str, str], soak: Soak, every: float = 45) -> None:
+        self.env, self.soak, self.every = env, soak, every
+        self.done: dict[str, int] = {d.dag_id: 0 for d in soak.dags}
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -436,30 +481,32 @@ class ReferenceBeside:
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
             try:
-                self._run_to(self.latest())
+                for driven in self.soak.dags:
+                    self._run_to(driven.dag, driven.latest_epoch)
             except BaseException as exc:  # noqa: BLE001 - raised again by through()
                 self.error = exc
                 return
 
-    def _run_to(self, epochs: int) -> None:
+    def _run_to(self, dag: SoakDag, epochs: int) -> None:
         with self._lock:
-            if epochs > self.done:
-                run_reference_process(str(PROJECT_ROOT / "dags" / "falkirk_figure1.py"), REFERENCE,
-                                      "falkirk.spark_jobs.figure1", epochs, self.env, timeout=3600, first=self.done + 1)
-                self.done = epochs
+            if epochs > self.done[dag.dag_id]:
+                run_reference_process(str(dag.dag_file), dag.reference, dag.package, epochs,
+                                      {**self.env, **dag.env}, timeout=3600, first=self.done[dag.dag_id] + 1)
+                self.done[dag.dag_id] = epochs
 
-    def through(self, epochs: int) -> None:
-        """Stop the turns and run the epochs up to ``epochs`` not run yet."""
+    def through(self, epochs: dict[str, int]) -> None:
+        """Stop the turns and run each DAG's epochs up to ``epochs[dag_id]`` not run yet."""
         self._stop.set()
         self._thread.join()
         if self.error is not None:  # once more from the last epoch it finished: its commits are idempotent
-            say(f"the failure-free run stopped beside the soak ({self.error}); running it again from epoch "
-                f"{self.done + 1}")
-        self._run_to(epochs)
+            say(f"the failure-free run stopped beside the soak ({self.error}); running it again from "
+                f"{', '.join(f'{d} {n + 1}' for d, n in self.done.items())}")
+        for driven in self.soak.dags:
+            self._run_to(driven.dag, epochs[driven.dag_id])
 
 
 def reference_env(cluster: Cluster, records: int) -> dict[str, str]:
-    """What the failure-free run needs: the shape's store (reached directly, not through the front
+    """What the failure-free runs need: the shape's store (reached directly, not through the front
     the nemesis freezes), Spark Connect, SQL sink and source."""
     store = StoreConfig(cluster.store.durable_uri, cluster.store.scratch_uri, cluster.s3.storage_options())
     return {**store.env(), "SPARK_REMOTE": cluster.connect.url if cluster.connect else "",
@@ -467,21 +514,28 @@ def reference_env(cluster: Cluster, records: int) -> dict[str, str]:
             "FALKIRK_CLICKSTREAM_ACKS": cluster.airflow.env()["FALKIRK_CLICKSTREAM_ACKS"]}
 
 
-def check_through(cluster: Cluster, through: int) -> list[str]:
-    """The differences, while the soak goes on, between its durable tables and SQL sink and the
-    failure-free run's, in the epochs up to ``through`` (settled on both sides). A table the
-    soak's ``falkirk gc`` collected is compared from the oldest epoch it still holds, and a state
-    table only at the epochs both hold (a checkpoint at an epoch the other side skipped is no
-    difference until both are collected, at the end). Read from S3 directly, not through the
-    front the nemesis freezes."""
-    store = StoreConfig(cluster.store.durable_uri, cluster.store.scratch_uri, cluster.s3.storage_options())
-    entries = Ledger(store).entries(REFERENCE)
-    states = {e.state_uri for e in entries if e.state_uri}
-    durable = sorted({uri for e in entries for uri in (e.state_uri, *(o.uri for o in e.outputs))
-                      if uri and not store.is_scratch(uri)})
+def _direct(cluster: Cluster) -> StoreConfig:
+    """The shape's store reached directly, not through the front the nemesis freezes."""
+    return StoreConfig(cluster.store.durable_uri, cluster.store.scratch_uri, cluster.s3.storage_options())
+
+
+def _durable_tables(store: StoreConfig, dag: SoakDag) -> list[str]:
+    """The failure-free copy's durable tables: the soak's have the same paths under its DAG id."""
+    return sorted({uri for e in Ledger(store).entries(dag.reference) for uri in (e.state_uri, *(o.uri for o in e.outputs))
+                   if uri and not store.is_scratch(uri)})
+
+
+def check_through(cluster: Cluster, dag: SoakDag, through: int) -> list[str]:
+    """The differences, while the soak goes on, between ``dag``'s durable tables (and figure1's SQL
+    sink) and the failure-free run's, in the epochs up to ``through`` (settled on both sides). A
+    table the soak's ``falkirk gc`` collected is compared from the oldest epoch it still holds,
+    and a state table only at the epochs both hold (a checkpoint at an epoch the other side
+    skipped is no difference until both are collected, at the end)."""
+    store = _direct(cluster)
+    states = {e.state_uri for e in Ledger(store).entries(dag.reference) if e.state_uri}
     found = []
-    for uri in durable:
-        ours = _rows(store, uri.replace(f"/{REFERENCE}/", f"/{DAG_ID}/"))
+    for uri in _durable_tables(store, dag):
+        ours = _rows(store, uri.replace(f"/{dag.reference}/", f"/{dag.dag_id}/"))
         got = [r for r in ours if r["epoch"] <= through]
         want = [r for r in _rows(store, uri) if r["epoch"] <= through]
         held = {r["epoch"] for r in got}
@@ -491,56 +545,59 @@ def check_through(cluster: Cluster, through: int) -> list[str]:
         keep = (held & {r["epoch"] for r in want}) if uri in states else set(range(oldest, through + 1))
         got, want = [r for r in got if r["epoch"] in keep], [r for r in want if r["epoch"] in keep]
         if _canonical(got) != _canonical(want):
-            found.append(f"table {uri.split(f'/{REFERENCE}/', 1)[1]}: {len(got)} rows against {len(want)}"
-                         + row_differences(got, want))
-    ours, theirs = ([r for r in QueryStatsStore(cluster.query_db, schema=d).rows() if r[0] <= through]
-                    for d in (DAG_ID, REFERENCE))
-    if ours != theirs:
-        found.append(f"the SQL sink: {len(ours)} rows against {len(theirs)}")
+            found.append(f"{dag.dag_id} table {uri.split(f'/{dag.reference}/', 1)[1]}: {len(got)} rows against "
+                         f"{len(want)}" + row_differences(got, want))
+    if dag.name == "figure1":
+        ours, theirs = ([r for r in QueryStatsStore(cluster.query_db, schema=d).rows() if r[0] <= through]
+                        for d in (dag.dag_id, dag.reference))
+        if ours != theirs:
+            found.append(f"{dag.dag_id}'s SQL sink: {len(ours)} rows against {len(theirs)}")
     return found
 
 
 def check(soak: Soak, reference: ReferenceBeside, progress: Progress = say) -> None:
-    """Every durable table and the SQL sink against a failure-free run of the same epochs; the
-    ledger whole, with no row doubled; no lease held. Both DAGs are collected first
-    (``falkirk gc``), so that the soak's collections during the run leave no difference."""
+    """Each DAG's durable tables (and figure1's SQL sink) against a failure-free run of the same
+    epochs; its ledger whole, with no row doubled; no lease held; nothing in the store the ledger
+    does not name. Both copies are collected first (``falkirk gc``), so that the soak's
+    collections during the run leave no difference."""
     cluster, report = soak.cluster, soak.report
-    store = cluster.store
-    epochs = report.epochs
-    if epochs > reference.done:
-        progress(f"the failure-free run of epochs {reference.done + 1}-{epochs} (1-{reference.done} ran beside "
-                 f"the soak)")
-    reference.through(epochs)
-    for dag in (DAG_ID, REFERENCE):  # the failure-free run is never broken
-        env = soak.cli_env if dag == DAG_ID else {k: v for k, v in soak.cli_env.items() if k != BROKEN_ENV}
-        done = subprocess.run([*soak.falkirk, "gc", "--dag", dag], env=env, capture_output=True, text=True,
-                              timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(f"falkirk gc --dag {dag} exited {done.returncode}: {done.stderr.strip()[-1500:]}")
-    rows = Ledger(store).entries(DAG_ID)
-    keys = [(r.task_id, r.epoch, r.map_index) for r in rows]
-    doubled = sorted({k for k in keys if keys.count(k) > 1})
-    missing = sorted({(t, e) for t in TASKS for e in range(1, epochs + 1)} - {(t, e) for t, e, _ in keys})
-    report.checks.append(("no ledger row doubled", not doubled, f"{len(rows)} rows; doubled {doubled[:5]}"))
-    report.checks.append(("no epoch missing", not missing, f"missing {missing[:5]}"))
-    lease = open_lease(RecoveryLog(store).events(DAG_ID), DAG_ID)
-    report.checks.append(("no lease held", lease is None, f"{lease}"))
-    strays = stray_tables(cluster, DAG_ID)
-    report.checks.append(("nothing in the store outside what the ledger names", not strays,
-                          f"not named by any ledger row: {strays[:5]}"))
-    durable = sorted({uri for e in Ledger(store).entries(REFERENCE) for uri in (e.state_uri, *(o.uri for o in e.outputs))
-                      if uri and not store.is_scratch(uri)})
-    for uri in durable:
-        ours = uri.replace(f"/{REFERENCE}/", f"/{DAG_ID}/")
-        want = [r for r in _rows(store, uri) if r["epoch"] <= epochs]
-        got = [r for r in _rows(store, ours) if r["epoch"] <= epochs]
-        name = uri.split(f"/{REFERENCE}/", 1)[1]
-        report.checks.append((f"table {name}", _canonical(got) == _canonical(want),
-                              f"{len(got)} rows against {len(want)}" + row_differences(got, want)))
-    ours, theirs = (QueryStatsStore(cluster.query_db, schema=d) for d in (DAG_ID, REFERENCE))
-    report.checks.append(("the SQL sink equals the failure-free run's", ours.rows() == theirs.rows(),
-                          f"{len(ours.rows())} rows"))
-    report.checks.append(("nothing delivered twice to the SQL sink", ours.duplicates() == [], ""))
+    store = _direct(cluster)
+    behind = {d: n for d, n in report.epochs.items() if n > reference.done[d]}
+    if behind:
+        progress("the failure-free run of the last epochs: "
+                 + ", ".join(f"{d} {reference.done[d] + 1}-{n}" for d, n in behind.items()))
+    reference.through(report.epochs)
+    for driven in soak.dags:
+        dag, epochs = driven.dag, report.epochs[driven.dag_id]
+        for dag_id in (dag.dag_id, dag.reference):  # the failure-free run is never broken
+            env = soak.cli_env if dag_id == dag.dag_id else {k: v for k, v in soak.cli_env.items() if k != BROKEN_ENV}
+            done = subprocess.run([*soak.falkirk, "gc", "--dag", dag_id], env=env, capture_output=True, text=True,
+                                  timeout=600)
+            if done.returncode != 0:
+                raise RuntimeError(f"falkirk gc --dag {dag_id} exited {done.returncode}: {done.stderr.strip()[-1500:]}")
+        name = dag.dag_id
+        rows = Ledger(store).entries(name)
+        keys = [(r.task_id, r.epoch, r.map_index) for r in rows]
+        doubled = sorted({k for k in keys if keys.count(k) > 1})
+        missing = sorted({(t, e) for t in dag.tasks for e in range(1, epochs + 1)} - {(t, e) for t, e, _ in keys})
+        report.checks.append((f"{name}: no ledger row doubled", not doubled, f"{len(rows)} rows; doubled {doubled[:5]}"))
+        report.checks.append((f"{name}: no epoch missing", not missing, f"missing {missing[:5]}"))
+        lease = open_lease(RecoveryLog(store).events(name), name)
+        report.checks.append((f"{name}: no lease held", lease is None, f"{lease}"))
+        strays = stray_tables(cluster, name)
+        report.checks.append((f"{name}: nothing in the store outside what the ledger names", not strays,
+                              f"not named by any ledger row: {strays[:5]}"))
+        for uri in _durable_tables(store, dag):
+            want = [r for r in _rows(store, uri) if r["epoch"] <= epochs]
+            got = [r for r in _rows(store, uri.replace(f"/{dag.reference}/", f"/{name}/")) if r["epoch"] <= epochs]
+            table = uri.split(f"/{dag.reference}/", 1)[1]
+            report.checks.append((f"{name}: table {table}", _canonical(got) == _canonical(want),
+                                  f"{len(got)} rows against {len(want)}" + row_differences(got, want)))
+        if dag.name == "figure1":
+            ours, theirs = (QueryStatsStore(cluster.query_db, schema=d) for d in (name, dag.reference))
+            report.checks.append((f"{name}: the SQL sink equals the failure-free run's", ours.rows() == theirs.rows(),
+                                  f"{len(ours.rows())} rows"))
+            report.checks.append((f"{name}: nothing delivered twice to the SQL sink", ours.duplicates() == [], ""))
     report.discrepancies += [f"{name}: {detail}" for name, ok, detail in report.checks if not ok]
 
 
@@ -566,10 +623,13 @@ def row_differences(got: list[dict], want: list[dict], shown: int = 3) -> str:
 
 def stray_tables(cluster: Cluster, dag_id: str) -> list[str]:
     """The Delta tables of ``dag_id`` in the durable store (S3) and on the workers' disks that no
-    ledger row names (rolled-back rows included: their tables are the collector's to empty)."""
+    ledger row names (rolled-back rows included: their tables are the collector's to empty) and
+    no row of the step log (a task's checkpoints inside an epoch: one table per step, emptied of
+    each epoch once its ledger row commits, kept for the next epoch's)."""
     store = cluster.store
     named = {uri for e in Ledger(store).entries(dag_id, include_invalidated=True)
              for uri in (e.state_uri, *(o.uri for o in e.outputs)) if uri}
+    named |= {c.uri for c in StepLog(store).of_dag(dag_id)}
     bucket, _, prefix = store.durable_uri[len("s3://"):].partition("/")
     found: set[str] = set()
     pages = cluster.s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/{dag_id}/")
@@ -584,23 +644,26 @@ def stray_tables(cluster: Cluster, dag_id: str) -> list[str]:
 
 
 def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, broken: str = "",
-             servers: ClusterServers | None = None, progress: Progress = say) -> SoakReport:
-    """The whole soak under ``root`` (emptied first); see the module docstring. ``broken`` names
-    recovery steps the shape gets wrong on purpose (:data:`falkirk.policies.faults.BROKEN`): a
-    drill whose soak must end with discrepancies. ``servers``: started servers to share (the
-    suite's), else the shape starts its own."""
+             servers: ClusterServers | None = None, progress: Progress = say,
+             dags: list[SoakDag] | None = None) -> SoakReport:
+    """The whole soak under ``root`` (emptied first); see the module docstring. ``dags``: the DAGs
+    run side by side (default: every DAG of :data:`~devstack.soak.pipelines.SOAK_DAGS`).
+    ``broken`` names recovery steps the shape gets wrong on purpose
+    (:data:`falkirk.policies.faults.BROKEN`): a drill whose soak must end with discrepancies.
+    ``servers``: started servers to share (the suite's), else the shape starts its own."""
     import shutil
 
     from devstack.soak.report import markdown, render
 
+    dags = dags or list(SOAK_DAGS.values())
     root = root.resolve()
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     progress(f"soak: seed {schedule.seed}, {schedule.duration:.0f}s, {len(schedule.faults)} faults "
-             f"({', '.join(f'{k} {n}' for k, n in schedule.counts().items())})")
-    queues = root / "queues.json"
-    queues.write_text(json.dumps({DAG_ID: "default"}))
-    env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(records), CRASH_ENV: f"@{root / 'crash_at'}",
+             f"({', '.join(f'{k} {n}' for k, n in schedule.counts().items())}); "
+             f"DAGs {', '.join(d.dag_id for d in dags)}")
+    env = {DAGS_ENV: ",".join(d.dag_id for d in dags), RECORDS_ENV: str(records), CRASH_ENV: f"@{root / 'crash_at'}",
+           **{k: v for d in dags for k, v in d.env.items()},
            **({BROKEN_ENV: broken} if broken else {}),
            CLOCKS_ENV: str(root / "clocks"), "PYTHONPATH": str(CLOCK_DIR),  # a worker's clock can be shifted
            # a task instance on a killed worker is failed after 30 s, not Airflow's 5 minutes
@@ -609,11 +672,11 @@ def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, broke
            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120"}
     started = time.monotonic()
-    with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True, s3_front=True,
+    with Cluster(root / "shape", dags_folder=SOAK_DAG_FOLDER, extra_env=env, spark_connect=True, s3_front=True,
                  servers=servers) as cluster:
         progress(f"the shape is up after {time.monotonic() - started:.0f}s: Airflow at {cluster.airflow.base_url}")
-        soak = Soak(cluster, schedule, root, progress, broken)
-        reference = ReferenceBeside(reference_env(cluster, records), lambda: soak.latest_epoch).start()
+        soak = Soak(cluster, schedule, root, progress, broken, dags)
+        reference = ReferenceBeside(reference_env(cluster, records), soak).start()
         soak.reference = reference
         report = soak.run()
         if report.caught_up_in is not None:
@@ -636,7 +699,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", default=",".join(SUPPORTED),
                         help="fault kinds and weights, e.g. kill-worker=2,freeze-s3=1 (default: each kind once)")
     parser.add_argument("--mean-gap", type=float, default=90, help="mean seconds between faults (default 90)")
-    parser.add_argument("--records", type=int, default=2_000, help="events per epoch (default 2,000)")
+    parser.add_argument("--records", type=int, default=2_000, help="figure1's events per epoch (default 2,000)")
+    parser.add_argument("--dags", default=",".join(SOAK_DAGS),
+                        help=f"the DAGs run side by side, figure1 first (default: {','.join(SOAK_DAGS)})")
     parser.add_argument("--broken", default="", metavar="STEP",
                         help=f"get a recovery step wrong on purpose, to see the soak fail: {', '.join(BROKEN)}")
     parser.add_argument("--root", type=Path, default=PROJECT_ROOT / ".falkirk" / "soak",
@@ -646,12 +711,13 @@ def main(argv: list[str] | None = None) -> int:
         mix = Mix.parse(args.mix)
         kinds_supported([k for k, w in mix.weights.items() if w > 0])
         faults.broken("", args.broken)  # refuses an unknown name
+        dags = dags_named(args.dags)
         duration = parse_duration(args.duration)
     except ValueError as exc:
         parser.error(str(exc).replace(f"{BROKEN_ENV}:", "--broken:"))
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     schedule = FaultSchedule.draw(seed, duration, mix, mean_gap=args.mean_gap)
-    report = run_soak(args.root, schedule, records=args.records, broken=args.broken)
+    report = run_soak(args.root, schedule, records=args.records, broken=args.broken, dags=dags)
     return 0 if report.ok else 1
 
 

@@ -15,9 +15,11 @@ mixes = st.dictionaries(st.sampled_from(sorted(KINDS)), st.integers(0, 5), min_s
 
 
 def test_the_docstring_examples_hold() -> None:
+    from devstack.soak import pipelines as soak_pipelines
     from devstack.soak import run as soak_run
 
     assert doctest.testmod(soak_schedule, optionflags=doctest.ELLIPSIS).failed == 0
+    assert doctest.testmod(soak_pipelines).attempted >= 3 and doctest.testmod(soak_pipelines).failed == 0
     assert doctest.testmod(soak_run).attempted >= 2 and doctest.testmod(soak_run).failed == 0
 
 
@@ -58,19 +60,22 @@ def test_the_report_counts_faults_by_kind_with_their_times_to_caught_up() -> Non
     from devstack.soak.schedule import Fault
 
     faults = (Fault(60, "kill-worker", "worker-a"), Fault(90, "gc"), Fault(130, "kill-worker", "worker-b"))
-    report = SoakReport(FaultSchedule(5, 600, Mix.parse("kill-worker=2,gc=1"), faults, mean_gap=40), epochs=31,
+    report = SoakReport(FaultSchedule(5, 600, Mix.parse("kill-worker=2,gc=1"), faults, mean_gap=40),
+                        dags=["falkirk_figure1", "falkirk_shards"], epochs={"falkirk_figure1": 31, "falkirk_shards": 12},
                         caught_up_in=12.0)
     report.injected = [Injected(faults[0], 60.4, "worker-a killed", recoveries=["p1"], caught_up_in=48.0),
                        Injected(faults[1], 90.2, "falkirk gc exited 0", caught_up_in=6.0),
                        Injected(faults[2], 131.0, "worker-b killed", recoveries=["p2"], caught_up_in=70.0)]
     report.recoveries = [Recovery("p1", 7, 80.0, "failed: rank", replayed_in=21.0),
-                         Recovery("p2", 3, 160.0, "failed: stats", replayed_in=15.0)]
+                         Recovery("p2", 3, 160.0, "failed: totals", replayed_in=15.0, dag_id="falkirk_shards")]
     assert [(k.kind, k.faults, k.planned, k.median, k.longest) for k in by_kind(report)] == [
         ("kill-worker", 2, 2, 59.0, 70.0), ("gc", 1, 0, 6.0, 6.0)]
     text = render(report)
-    assert "zero discrepancies; this schedule again: make soak SEED=5 DURATION=10m MIX=kill-worker=2,gc=1 MEAN_GAP=40" \
-        in text
+    assert "zero discrepancies; this schedule again: make soak SEED=5 DURATION=10m MIX=kill-worker=2,gc=1 MEAN_GAP=40 " \
+           "DAGS=figure1,shards" in text
+    assert "epochs: falkirk_figure1 31, falkirk_shards 12" in text
     assert "  kill-worker              2            2                59s   70s" in text
+    assert "     160s  falkirk_shards plan p2: 3 re-runs, replayed in 15s  [failed: totals]" in text
     table = markdown(report)
     assert "| kill-worker | 2 | 2 | 59s | 70s |" in table and "| gc | 1 | 0 | 6s | 6s |" in table
     assert "Plans: 2, 3 to 7 task instances re-run (median 5); replays took 15s to 21s." in table

@@ -1,0 +1,105 @@
+"""The DAGs a soak keeps running side by side, each compared with a failure-free copy of itself.
+
+Together they use every regime the project has on one shape:
+
+============== ===================================================================================
+DAG             what it brings to the soak
+============== ===================================================================================
+falkirk_figure1 the four Falkirk regimes, an exactly-once SQL sink, a source that can deliver a
+                batch again (``bad-input``)
+falkirk_shards  partitions: a repartitioning edge, each partition's state recovered on its own
+falkirk_loops   checkpoints inside an epoch: PageRank steps and chunks, resumed mid-epoch
+falkirk_regions sender-side logs: state in scratch only, rebuilt from the producers' logs
+============== ===================================================================================
+
+Every DAG's input is a function of the epoch alone, so a failure-free run of the same epochs
+(:mod:`devstack.inprocess`, under :attr:`SoakDag.reference`) must commit the same rows.
+
+>>> [d.dag_id for d in dags_named("figure1,shards")]
+['falkirk_figure1', 'falkirk_shards']
+>>> dags_named("figure1,teapot")
+Traceback (most recent call last):
+...
+ValueError: --dags: unknown DAG 'teapot'; the soak runs figure1, shards, loops, regions (any of them, figure1 first)
+>>> SOAK_DAGS["shards"].processors()
+('events[0]', 'events[1]', 'totals[0]', 'totals[1]', 'totals[2]', 'totals[3]', 'leaders[0]', 'leaders[1]', 'leaders[2]', 'leaders[3]', 'report')
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import Mapping
+
+from devstack.airflow import PROJECT_ROOT
+from falkirk.policies.job_spec import processor_id
+
+DAGS_ENV = "FALKIRK_SOAK_DAGS"  # the short names of the DAGs the soak's DAG file builds, comma-separated
+REGIONS_END = 100_000  # falkirk_regions' execution ends far past any soak: its at_end logs are kept throughout
+
+
+@dataclass(frozen=True)
+class SoakDag:
+    """One DAG of the soak: its file under ``dags/`` (its ``dag``, ``REGIMES``, ``EDGES`` and
+    ``PARTITIONS``), its jobs' package, and the environment both its copies are made in."""
+
+    name: str
+    package: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    crash_steps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a task's points inside an epoch
+
+    @property
+    def dag_id(self) -> str:
+        return f"falkirk_{self.name}"
+
+    @property
+    def reference(self) -> str:
+        """The failure-free copy's DAG id (its tables beside the soak's, in the same store)."""
+        return f"{self.dag_id}_reference"
+
+    @property
+    def dag_file(self) -> Path:
+        return PROJECT_ROOT / "dags" / f"{self.dag_id}.py"
+
+    @cached_property
+    def module(self) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(f"soak_{self.dag_id}", self.dag_file)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(self.module.REGIMES)
+
+    def processors(self) -> tuple[str, ...]:
+        """Every task instance of one epoch, as the planner and crash points name them."""
+        partitions = getattr(self.module, "PARTITIONS", {})
+        return tuple(processor_id(t, i) for t in self.tasks for i in (range(partitions[t]) if t in partitions
+                                                                      else (-1,)))
+
+
+SOAK_DAGS: Mapping[str, SoakDag] = {d.name: d for d in (
+    SoakDag("figure1", "falkirk.spark_jobs.figure1"),
+    SoakDag("shards", "falkirk.spark_jobs.shards"),
+    SoakDag("loops", "falkirk.spark_jobs.loops", crash_steps={"rank": ("iteration-23",), "tally": ("chunk-4",)}),
+    SoakDag("regions", "falkirk.spark_jobs.regions", env={"FALKIRK_REGIONS_END": str(REGIONS_END)}),
+)}
+"""Every DAG a soak can run, by short name; ``figure1`` is the one the input faults target."""
+
+
+def dags_named(names: str) -> list[SoakDag]:
+    """The DAGs ``--dags`` names (comma-separated short names), refusing an unknown one."""
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    for name in chosen:
+        if name not in SOAK_DAGS:
+            raise ValueError(f"--dags: unknown DAG {name!r}; the soak runs {', '.join(SOAK_DAGS)} "
+                             f"(any of them, figure1 first)")
+    if not chosen or chosen[0] != "figure1" or len(set(chosen)) != len(chosen):
+        raise ValueError(f"--dags {names!r}: name figure1 first, then any of {', '.join(list(SOAK_DAGS)[1:])}, "
+                         f"each once")
+    return [SOAK_DAGS[n] for n in chosen]
