@@ -63,8 +63,10 @@ from falkirk.policies import EpochClock, faults
 from falkirk.plugins.cli import EXIT_STORE
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
 from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
+from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.ledger import Ledger
+from falkirk.policies.store.commits import open_table
+from falkirk.policies.store.ledger import EXTERNAL_SCHEME, Ledger
 from falkirk.policies.store.steps import StepLog
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 from falkirk.spark_jobs.figure1.popularity import WINDOW
@@ -489,7 +491,9 @@ class ReferenceBeside:
 
     def _run_to(self, dag: SoakDag, epochs: int) -> None:
         with self._lock:
-            if epochs > self.done[dag.dag_id]:
+            if not dag.compared:  # nothing to run: its checks need no copy
+                self.done[dag.dag_id] = max(self.done[dag.dag_id], epochs)
+            elif epochs > self.done[dag.dag_id]:
                 run_reference_process(str(dag.dag_file), dag.reference, dag.package, epochs,
                                       {**self.env, **dag.env}, timeout=3600, first=self.done[dag.dag_id] + 1)
                 self.done[dag.dag_id] = epochs
@@ -530,7 +534,10 @@ def check_through(cluster: Cluster, dag: SoakDag, through: int) -> list[str]:
     sink) and the failure-free run's, in the epochs up to ``through`` (settled on both sides). A
     table the soak's ``falkirk gc`` collected is compared from the oldest epoch it still holds,
     and a state table only at the epochs both hold (a checkpoint at an epoch the other side
-    skipped is no difference until both are collected, at the end)."""
+    skipped is no difference until both are collected, at the end). A DAG not ``compared`` is
+    checked against itself (:func:`delivered_as_drawn`)."""
+    if not dag.compared:
+        return delivered_as_drawn(cluster, dag, through)
     store = _direct(cluster)
     states = {e.state_uri for e in Ledger(store).entries(dag.reference) if e.state_uri}
     found = []
@@ -569,7 +576,7 @@ def check(soak: Soak, reference: ReferenceBeside, progress: Progress = say) -> N
     reference.through(report.epochs)
     for driven in soak.dags:
         dag, epochs = driven.dag, report.epochs[driven.dag_id]
-        for dag_id in (dag.dag_id, dag.reference):  # the failure-free run is never broken
+        for dag_id in (dag.dag_id, dag.reference) if dag.compared else (dag.dag_id,):  # the copy is never broken
             env = soak.cli_env if dag_id == dag.dag_id else {k: v for k, v in soak.cli_env.items() if k != BROKEN_ENV}
             done = subprocess.run([*soak.falkirk, "gc", "--dag", dag_id], env=env, capture_output=True, text=True,
                                   timeout=600)
@@ -585,9 +592,19 @@ def check(soak: Soak, reference: ReferenceBeside, progress: Progress = say) -> N
         lease = open_lease(RecoveryLog(store).events(name), name)
         report.checks.append((f"{name}: no lease held", lease is None, f"{lease}"))
         strays = stray_tables(cluster, name)
+        channels = [t for t in strays if any(t.endswith(f"/{name}/{c}") for c in dag.channels)]
+        strays = [t for t in strays if t not in channels]
         report.checks.append((f"{name}: nothing in the store outside what the ledger names", not strays,
                               f"not named by any ledger row: {strays[:5]}"))
-        for uri in _durable_tables(store, dag):
+        if dag.channels:
+            full = {t.split(f"/{name}/", 1)[1]: len(_rows(store, t)) for t in channels}
+            report.checks.append((f"{name}: its channels carry nothing once every epoch is delivered",
+                                  not any(full.values()), f"rows left: {full}"))
+        if not dag.compared:
+            found = delivered_as_drawn(cluster, dag, epochs)
+            report.checks.append((f"{name}: the sink holds what the producer logged, each row once", not found,
+                                  "; ".join(found)[:2000]))
+        for uri in _durable_tables(store, dag) if dag.compared else ():
             want = [r for r in _rows(store, uri) if r["epoch"] <= epochs]
             got = [r for r in _rows(store, uri.replace(f"/{dag.reference}/", f"/{name}/")) if r["epoch"] <= epochs]
             table = uri.split(f"/{dag.reference}/", 1)[1]
@@ -599,6 +616,54 @@ def check(soak: Soak, reference: ReferenceBeside, progress: Progress = say) -> N
                                   f"{len(ours.rows())} rows"))
             report.checks.append((f"{name}: nothing delivered twice to the SQL sink", ours.duplicates() == [], ""))
     report.discrepancies += [f"{name}: {detail}" for name, ok, detail in report.checks if not ok]
+
+
+def delivered_as_drawn(cluster: Cluster, dag: SoakDag, through: int) -> list[str]:
+    """What differs, in epochs 1..``through`` of ``falkirk_sampled`` (whose producer draws other
+    rows on every run), between its sink and what its producer logged: the SQL table and the
+    Delta table each hold every epoch's rows exactly once, the rows of ``draw``'s logged output
+    (while the log still holds the epoch: ``falkirk gc`` collects it once ``deliver`` passed
+    it), and each of ``deliver``'s durable state checkpoints counts and sums the rows delivered
+    up to its epoch."""
+    from falkirk.spark_jobs.sampled.targets import SampleTable
+
+    store = _direct(cluster)
+
+    def by_epoch(rows: list[tuple]) -> dict[int, list[tuple]]:
+        out: dict[int, list[tuple]] = {}
+        for row in sorted(rows):
+            if row[0] <= through:
+                out.setdefault(row[0], []).append(row)
+        return out
+
+    def table(task: str, name: str) -> list[dict]:
+        uri = store.table_uri(Tier.DURABLE, dag.dag_id, task, name)
+        return _rows(store, uri) if open_table(uri, store.options_for(uri)) is not None else []
+
+    sql = by_epoch(SampleTable(cluster.query_db, dag.dag_id).rows())
+    delta = by_epoch([(r["epoch"], r["key"], r["value"], r["chunk"]) for r in table("deliver", "delivered")])
+    logged = by_epoch([(r["epoch"], r["key"], r["value"], r["chunk"]) for r in table("draw", "output")])
+    found = []
+    for epoch in range(1, through + 1):
+        if not sql.get(epoch):
+            found.append(f"{dag.dag_id} epoch {epoch}: nothing in the SQL table")
+        if delta.get(epoch) != sql.get(epoch):
+            found.append(f"{dag.dag_id} epoch {epoch}: the Delta table has {len(delta.get(epoch, []))} rows, the SQL "
+                         f"table {len(sql.get(epoch, []))}")
+        if epoch in logged and logged[epoch] != sql.get(epoch):
+            found.append(f"{dag.dag_id} epoch {epoch}: draw logged {len(logged[epoch])} rows, the SQL table holds "
+                         f"{len(sql.get(epoch, []))}" + row_differences(
+                             [dict(zip(("epoch", "key", "value", "chunk"), r)) for r in sql.get(epoch, [])],
+                             [dict(zip(("epoch", "key", "value", "chunk"), r)) for r in logged[epoch]]))
+    for state in table("deliver", "state"):
+        if state["epoch"] > through:
+            continue
+        upto = [r for e, rows in sql.items() if e <= state["epoch"] for r in rows]
+        want = (len(upto), sum(r[2] for r in upto))
+        if (state["rows"], state["total"]) != want:
+            found.append(f"{dag.dag_id}: deliver's state at epoch {state['epoch']} counts (rows, total) "
+                         f"{(state['rows'], state['total'])}, the SQL table {want}")
+    return found
 
 
 def row_differences(got: list[dict], want: list[dict], shown: int = 3) -> str:
@@ -623,11 +688,12 @@ def row_differences(got: list[dict], want: list[dict], shown: int = 3) -> str:
 
 def stray_tables(cluster: Cluster, dag_id: str) -> list[str]:
     """The Delta tables of ``dag_id`` in the durable store (S3) and on the workers' disks that no
-    ledger row names (rolled-back rows included: their tables are the collector's to empty) and
+    ledger row names (rolled-back rows included: their tables are the collector's to empty; a
+    Delta table a task delivered to, as an external output, counts as named) and
     no row of the step log (a task's checkpoints inside an epoch: one table per step, emptied of
     each epoch once its ledger row commits, kept for the next epoch's)."""
     store = cluster.store
-    named = {uri for e in Ledger(store).entries(dag_id, include_invalidated=True)
+    named = {uri.removeprefix(EXTERNAL_SCHEME) for e in Ledger(store).entries(dag_id, include_invalidated=True)
              for uri in (e.state_uri, *(o.uri for o in e.outputs)) if uri}
     named |= {c.uri for c in StepLog(store).of_dag(dag_id)}
     bucket, _, prefix = store.durable_uri[len("s3://"):].partition("/")
