@@ -66,7 +66,7 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None
 def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1) -> str | None:
     """The worker ``task``'s instances (partition ``map_index`` of a partitioned task) must run
     on, or ``None`` when any worker will do."""
-    from falkirk.plugins.operators import partitions_of, regime_of
+    from falkirk.plugins.operators import concurrent_inputs_of, partitions_of, regime_of
     from falkirk.policies.placement import group_of, home_worker, partitioned_group, scratch_groups
     from falkirk.policies.store import StoreConfig
 
@@ -77,7 +77,7 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
     if regime is not None and regime.replicas > 1 and workers and map_index is not None and map_index >= 0:
         return replica_worker(StoreConfig.from_env(), dag.dag_id, task.task_id, partitions_of(task), map_index,
                               workers)
-    group = group_of(task.task_id, scratch_groups(tasks))
+    group = group_of(task.task_id, scratch_groups(tasks, {t.task_id: concurrent_inputs_of(t) for t in dag.tasks}))
     if group is None or not workers:
         return None
     partition = None

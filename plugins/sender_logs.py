@@ -27,23 +27,16 @@ from falkirk.policies.sender_logs.graph import GraphError, check_uniform
 
 def data_edges(dag: Any) -> list[tuple[str, str]]:
     """The DAG's data edges, (producer, reader), among its Falkirk tasks."""
-    from falkirk.plugins.task_metadata import regime_of
+    from falkirk.plugins.task_metadata import concurrent_inputs_of, regime_of
 
     falkirk = {t.task_id for t in dag.tasks if regime_of(t) is not None}
     edges = []
     for task in dag.tasks:
         if task.task_id not in falkirk:
             continue
-        inputs = set(task.upstream_task_ids) | set(_concurrent_inputs(task))
+        inputs = set(task.upstream_task_ids) | set(concurrent_inputs_of(task))
         edges += [(u, task.task_id) for u in sorted(inputs & falkirk)]
     return edges
-
-
-def _concurrent_inputs(task: Any) -> tuple[str, ...]:
-    found = getattr(task, "concurrent_inputs", None)
-    if found is None:  # a mapped task keeps its arguments in partial_kwargs
-        found = (getattr(task, "partial_kwargs", None) or {}).get("concurrent_inputs", ())
-    return tuple(found or ())
 
 
 def check_dag(dag: Any) -> None:

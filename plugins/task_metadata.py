@@ -1,5 +1,5 @@
 """What the scheduler and the API server read of a Falkirk task without running it: its regime,
-epoch clock and partition count, from the live operator, a mapped (partitioned) task's
+epoch clock, partition count and concurrent inputs, from the live operator, a mapped (partitioned) task's
 arguments, or the serialized DAG (the API server never imports DAG files or the operator).
 
 >>> from types import SimpleNamespace
@@ -42,6 +42,20 @@ def partitions_of(task: Any) -> int | None:
     if count is None:
         count = _mapped_argument(task, "partitions")
     return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def concurrent_inputs_of(task: Any) -> tuple[str, ...]:
+    """The tasks ``task`` reads while they run (its ``concurrent_inputs``; live, mapped or
+    deserialized, where the operator keeps them as ``falkirk_concurrent_inputs``, comma-separated).
+
+    >>> from types import SimpleNamespace
+    >>> concurrent_inputs_of(SimpleNamespace(falkirk_concurrent_inputs="draw")), concurrent_inputs_of(object())
+    (('draw',), ())
+    """
+    found = getattr(task, "falkirk_concurrent_inputs", None)
+    if found is None:
+        found = _mapped_argument(task, "concurrent_inputs") or ()
+    return tuple(t for t in found.split(",") if t) if isinstance(found, str) else tuple(found)
 
 
 def _mapped_argument(task: Any, name: str) -> Any:

@@ -60,11 +60,21 @@ def writes_scratch_outputs(regime: Regime) -> bool:
     return regime.output_tier(1) is Tier.SCRATCH
 
 
-def scratch_groups(tasks: Mapping[str, tuple[Regime | None, Sequence[str]]]) -> list[frozenset[str]]:
-    """The DAG's scratch groups, from each task's regime (``None``: not managed) and upstream tasks.
+def scratch_groups(tasks: Mapping[str, tuple[Regime | None, Sequence[str]]],
+                   concurrent: Mapping[str, Sequence[str]] | None = None) -> list[frozenset[str]]:
+    """The DAG's scratch groups, from each task's regime (``None``: not managed) and upstream
+    tasks, and the tasks each reads while they run (``concurrent``: its ``concurrent_inputs``).
 
     A task joins its upstream's group when the upstream keeps its outputs in scratch; a task
-    restoring state from scratch is in a group even alone. Tasks in no group may run anywhere.
+    restoring state from scratch is in a group even alone. A task and its concurrent inputs are
+    always in one group: their rows pass between them inside the epoch, through a channel the
+    producer keeps beside its tables (a marker edge in its scratch, say), which both must reach.
+    Tasks in no group may run anywhere.
+
+    >>> from falkirk.policies.regimes import Batch, LazyCheckpoint
+    >>> sampled = {"draw": (Batch(log_outputs=True), ()), "deliver": (LazyCheckpoint(every=2), ())}
+    >>> [sorted(g) for g in scratch_groups(sampled)], [sorted(g) for g in scratch_groups(sampled, {"deliver": ["draw"]})]
+    ([['deliver']], [['deliver', 'draw']])
     """
     parent = {t: t for t in tasks}
 
@@ -81,6 +91,10 @@ def scratch_groups(tasks: Mapping[str, tuple[Regime | None, Sequence[str]]]) -> 
         for up in upstream:
             up_regime = tasks.get(up, (None, ()))[0]
             if up_regime is not None and writes_scratch_outputs(up_regime):
+                member |= {task, up}
+                parent[find(task)] = find(up)
+        for up in (concurrent or {}).get(task, ()):
+            if up in tasks and regime is not None and tasks[up][0] is not None:
                 member |= {task, up}
                 parent[find(task)] = find(up)
     groups: dict[str, set[str]] = {}

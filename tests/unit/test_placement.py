@@ -256,6 +256,39 @@ def test_the_hook_places_partitions_as_airflow_creates_a_runs_task_instances(
     assert queues == {f"{t}[{i}]": ("worker-a", "worker-b")[i % 2] for t in ("totals", "leaders") for i in range(4)}
 
 
+def test_a_sink_and_its_concurrent_input_run_on_one_worker_as_the_scheduler_places_them(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``falkirk_sampled``'s ``deliver`` reads ``draw`` while both run, through a marker edge in
+    draw's scratch: the scheduler (which reads the serialized DAG) places both on one worker,
+    whatever queue the DAG gives them, so the edge is one both reach."""
+    import importlib.util
+    from pathlib import Path
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.setenv("FALKIRK_STORE_URI", str(tmp_path / "store"))
+    monkeypatch.setenv("FALKIRK_SCRATCH_URI", str(tmp_path / "scratch"))
+    monkeypatch.setenv("FALKIRK_WORKERS", "worker-a,worker-b")
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from falkirk.plugins.task_metadata import concurrent_inputs_of
+
+    path = Path(__file__).resolve().parents[2] / "dags" / "falkirk_sampled.py"
+    spec = importlib.util.spec_from_file_location("falkirk_sampled_placed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for n in range(8):  # DAG ids hash onto either worker: each must keep the two together
+        dag = DagSerialization.from_dict(DagSerialization.to_dict(module.build_dag(f"sampled_placed_{n}")))
+        assert concurrent_inputs_of(dag.get_task("deliver")) == ("draw",)
+        queues = {}
+        for task_id in ("draw", "deliver"):
+            ti = TaskInstance(dag.get_task(task_id), dag_version_id=None, run_id="epoch-1")
+            settings.task_instance_mutation_hook(ti)
+            queues[task_id] = ti.queue
+        assert queues["draw"] == queues["deliver"] and queues["draw"] in ("worker-a", "worker-b"), queues
+
+
 def test_the_hook_reads_the_ledger_whole_once_then_only_the_commits_made_since(tmp_path) -> None:
     """Airflow calls the hook several times per task instance it creates or clears: the facts it
     places by are read whole once per process, then brought forward from the commits made since
