@@ -58,6 +58,8 @@ class Nemesis:
         self.soak = soak
         self.rng = rng
         self._holds: list[tuple[threading.Timer, Injected]] = []
+        self._replacements: list[tuple[threading.Timer, str]] = []  # lost workers not started again yet
+        self._lock = threading.Lock()
 
     def inject(self, fault: Fault) -> Injected:
         """Inject ``fault`` now; a held fault is undone by a timer when its hold ends."""
@@ -79,12 +81,17 @@ class Nemesis:
         self.soak.progress(f"{injected.undone:6.0f}s  {injected.fault.kind} ended")
 
     def end(self) -> None:
-        """Undo every hold still running (the soak is ending)."""
+        """Undo every hold still running and start every lost worker not replaced yet (the soak is
+        ending)."""
         for timer, injected in self._holds:
             timer.cancel()
             if injected.undone is None:
                 self._undo(injected)
         self._holds.clear()
+        for timer, name in self._replacements:
+            timer.cancel()
+            self._replace(name)
+        self._replacements.clear()
 
     # --- the kinds ------------------------------------------------------------------------------
 
@@ -95,14 +102,30 @@ class Nemesis:
         return f"{fault.target} killed and started again, its disk kept"
 
     def lose_worker(self, fault: Fault) -> str:
+        """The machine is gone: the worker killed, its disk deleted, and a new machine of the same
+        name started on an empty disk ``REPLACED_AFTER`` seconds later (long enough for
+        ``falkirk watch`` to find it silent). A user plans the lost worker for the DAGs that
+        have not opted in to ``falkirk watch``'s replays."""
         worker = self.soak.cluster.airflow.worker(fault.target)
         worker.kill()
         disk = self.soak.cluster.scratch_root(fault.target)
         shutil.rmtree(disk, ignore_errors=True)
         for driven in self.soak.dags:
-            driven.lost_workers.add(fault.target)
-        worker.start()
-        return f"{fault.target} killed, its disk {disk} deleted; a new {fault.target} started on an empty disk"
+            if not driven.dag.auto_recover:
+                driven.lost_workers.add(fault.target)
+        timer = threading.Timer(REPLACED_AFTER, self._replace, (fault.target,))
+        timer.daemon = True
+        self._replacements.append((timer, fault.target))
+        timer.start()
+        return (f"{fault.target} killed, its disk {disk} deleted; a new {fault.target} starts on an empty disk in "
+                f"{REPLACED_AFTER:.0f}s")
+
+    def _replace(self, name: str) -> None:
+        with self._lock:
+            worker = self.soak.cluster.airflow.worker(name)
+            if worker.proc is None or worker.proc.poll() is not None:  # not started again by another fault
+                worker.start()
+                self.soak.progress(f"{self.soak.elapsed():6.0f}s  a new {name} started on an empty disk")
 
     def clock_shift(self, fault: Fault) -> str:
         """The worker's wall clock (and its jobs') runs ``hold`` seconds ahead, for the hold."""
@@ -189,6 +212,9 @@ class Nemesis:
             last = (done.stdout.strip().splitlines() or [done.stderr.strip()[-200:]])[-1]
             said.append(f"{driven.dag_id} exited {done.returncode}: {last[:120]}")
         return "falkirk gc: " + "; ".join(said)
+
+
+REPLACED_AFTER = 30.0  # seconds until a lost worker's replacement starts (falkirk watch: lost after 15 s)
 
 
 def kinds_supported(kinds: list[str]) -> None:

@@ -7,9 +7,11 @@ DAG             what it brings to the soak
 ============== ===================================================================================
 falkirk_figure1 the four Falkirk regimes, an exactly-once SQL sink, a source that can deliver a
                 batch again (``bad-input``)
-falkirk_shards  partitions: a repartitioning edge, each partition's state recovered on its own
+falkirk_shards  partitions: a repartitioning edge, each partition's state recovered on its own;
+                opted in to self-healing (``falkirk watch`` replays a lost worker's plan)
 falkirk_loops   checkpoints inside an epoch: PageRank steps and chunks, resumed mid-epoch
-falkirk_regions sender-side logs: state in scratch only, rebuilt from the producers' logs
+falkirk_regions sender-side logs: state in scratch only, rebuilt from the producers' logs;
+                opted in to self-healing
 falkirk_sampled marker pairs: a non-deterministic producer streaming to an exactly-once sink
                 inside the epoch, its draws logged as they go
 ============== ===================================================================================
@@ -41,7 +43,8 @@ from typing import Mapping
 from devstack.airflow import PROJECT_ROOT
 from falkirk.policies.job_spec import processor_id
 
-DAGS_ENV = "FALKIRK_SOAK_DAGS"  # the short names of the DAGs the soak's DAG file builds, comma-separated
+DAGS_ENV = "FALKIRK_SOAK_DAGS"  # the DAG ids the soak's DAG file builds, comma-separated
+AUTO_RECOVER_ENV = "FALKIRK_SOAK_AUTO_RECOVER"  # ... and those of them it tags falkirk:auto_recover
 REGIONS_END = 100_000  # falkirk_regions' execution ends far past any soak: its at_end logs are kept throughout
 
 
@@ -58,6 +61,10 @@ class SoakDag:
     # Tables that carry rows between two tasks inside an epoch (``task/table``, on any worker's
     # disk): named by no ledger row, emptied as each epoch is delivered.
     channels: tuple[str, ...] = ()
+    # Opted in to replays without a person (the tag falkirk:auto_recover): the soak's
+    # ``falkirk watch`` plans and replays the recovery for a lost worker; a user only plans
+    # what fails otherwise.
+    auto_recover: bool = False
 
     @property
     def dag_id(self) -> str:
@@ -93,9 +100,10 @@ class SoakDag:
 
 SOAK_DAGS: Mapping[str, SoakDag] = {d.name: d for d in (
     SoakDag("figure1", "falkirk.spark_jobs.figure1"),
-    SoakDag("shards", "falkirk.spark_jobs.shards"),
+    SoakDag("shards", "falkirk.spark_jobs.shards", auto_recover=True),
     SoakDag("loops", "falkirk.spark_jobs.loops", crash_steps={"rank": ("iteration-23",), "tally": ("chunk-4",)}),
-    SoakDag("regions", "falkirk.spark_jobs.regions", env={"FALKIRK_REGIONS_END": str(REGIONS_END)}),
+    SoakDag("regions", "falkirk.spark_jobs.regions", env={"FALKIRK_REGIONS_END": str(REGIONS_END)},
+            auto_recover=True),
     SoakDag("sampled", "falkirk.spark_jobs.sampled", crash_steps={"draw": ("chunk-3", "chunk-3-after-files")},
             compared=False, channels=("draw/edge", "draw/edge-control")),
 )}

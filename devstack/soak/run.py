@@ -44,6 +44,8 @@ import argparse
 import json
 import os
 import random
+import re
+import signal
 import subprocess
 import threading
 import time
@@ -57,12 +59,12 @@ from devstack.cluster_demo import Progress, _canonical, _rows, say
 from devstack.inprocess import run_reference_process
 from devstack.processes import VENV_BIN
 from devstack.soak.nemesis import CLOCK_DIR, CLOCKS_ENV, SUPPORTED, Injected, Nemesis, ensure_file, kinds_supported
-from devstack.soak.pipelines import DAGS_ENV, SOAK_DAGS, SoakDag, dags_named
+from devstack.soak.pipelines import AUTO_RECOVER_ENV, DAGS_ENV, SOAK_DAGS, SoakDag, dags_named
 from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
 from falkirk.policies import EpochClock, faults
 from falkirk.plugins.cli import EXIT_STORE
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
-from falkirk.policies.planning.recovery_log import RecoveryLog, open_lease
+from falkirk.policies.planning.recovery_log import RecoveryLog, live_lease, open_lease
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table
@@ -455,12 +457,78 @@ class DagUnderSoak:
     def caught_up(self) -> bool:
         runs = self.runs()
         return (self.replay is None and self.replay_due is None and not self.spoiled and not self.delivered_again
-                and len(runs) >= self.latest_epoch and all(r["state"] == "success" for r in runs))
+                and len(runs) >= self.latest_epoch and all(r["state"] == "success" for r in runs)
+                # and no replay of falkirk watch's still holds the DAG
+                and not (self.dag.auto_recover
+                         and live_lease(RecoveryLog(_direct(self.soak.cluster)).events(self.dag_id), self.dag_id)))
 
 
 def _epoch_of(run: dict[str, Any]) -> int:
     """The epoch of a DAG run the soak triggered (``epoch-N``)."""
     return int(run["dag_run_id"].split("-", 1)[1])
+
+
+# What falkirk watch says as it replays a plan (plugins/watch.py, plugins/recovery.py):
+WATCH_REPLAYING = re.compile(r"(\S+): replaying plan (\w+) for the lost worker (\S+)")
+WATCH_DONE = re.compile(r"plan (\w+): done, (\d+) task instances re-ran")
+
+
+class Watcher:
+    """``falkirk watch`` beside the soak for every DAG, as an operator runs it beside the
+    scheduler: it notices a lost worker by its silence, plans its recovery for each DAG, and
+    replays it where the DAG opted in (:attr:`SoakDag.auto_recover`). Its output goes to
+    ``watch.log`` and to the progress; each replay it starts is a recovery in the report."""
+
+    TIMEOUT, POLL = 15, 3  # a worker silent for 15 s is lost; pinged every 3 s
+
+    def __init__(self, soak: Soak, log: Path) -> None:
+        self.soak, self.log = soak, log
+        env = {**soak.cluster.airflow.env(), "FALKIRK_AIRFLOW_URL": soak.cluster.airflow.base_url,
+               "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin",
+               **({BROKEN_ENV: soak.report.broken} if soak.report.broken else {})}
+        self.proc = subprocess.Popen([*soak.falkirk, "watch", *(a for d in soak.dags for a in ("--dag", d.dag_id)),
+                                      "--timeout", str(self.TIMEOUT), "--poll", str(self.POLL)], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self._thread = threading.Thread(target=self._read, name="watch", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.log.open("a", encoding="utf-8") as out:
+            for line in self.proc.stdout:
+                out.write(line)
+                out.flush()
+                self.heard(line.strip())
+
+    def heard(self, line: str) -> None:
+        """One line of the watch's output: report what a person would want to know of."""
+        soak = self.soak
+        replaying, done = WATCH_REPLAYING.match(line), WATCH_DONE.match(line)
+        if replaying:
+            dag_id, plan_id, worker = replaying.groups()
+            recovery = Recovery(plan_id, 0, soak.elapsed(), f"falkirk watch: lost {worker}", dag_id=dag_id)
+            soak.report.recoveries.append(recovery)
+            lost = [i for i in soak.report.injected if i.fault.kind == "lose-worker" and i.fault.target == worker]
+            if lost:
+                lost[-1].recoveries.append(plan_id)
+        elif done:
+            for recovery in soak.report.recoveries:
+                if recovery.plan_id == done.group(1) and recovery.why.startswith("falkirk watch"):
+                    recovery.reruns = int(done.group(2))
+                    recovery.replayed_in = soak.elapsed() - recovery.planned_at
+        if replaying or done or "has not answered" in line or "could not respond" in line:
+            soak.progress(f"{soak.elapsed():6.0f}s  {line}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._thread.join(10)
 
 
 class ReferenceBeside:
@@ -728,7 +796,8 @@ def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, broke
     progress(f"soak: seed {schedule.seed}, {schedule.duration:.0f}s, {len(schedule.faults)} faults "
              f"({', '.join(f'{k} {n}' for k, n in schedule.counts().items())}); "
              f"DAGs {', '.join(d.dag_id for d in dags)}")
-    env = {DAGS_ENV: ",".join(d.dag_id for d in dags), RECORDS_ENV: str(records), CRASH_ENV: f"@{root / 'crash_at'}",
+    env = {DAGS_ENV: ",".join(d.dag_id for d in dags),
+           AUTO_RECOVER_ENV: ",".join(d.dag_id for d in dags if d.auto_recover), RECORDS_ENV: str(records), CRASH_ENV: f"@{root / 'crash_at'}",
            **{k: v for d in dags for k, v in d.env.items()},
            **({BROKEN_ENV: broken} if broken else {}),
            CLOCKS_ENV: str(root / "clocks"), "PYTHONPATH": str(CLOCK_DIR),  # a worker's clock can be shifted
@@ -744,7 +813,11 @@ def run_soak(root: Path, schedule: FaultSchedule, *, records: int = 2_000, broke
         soak = Soak(cluster, schedule, root, progress, broken, dags)
         reference = ReferenceBeside(reference_env(cluster, records), soak).start()
         soak.reference = reference
-        report = soak.run()
+        watcher = Watcher(soak, root / "watch.log")
+        try:
+            report = soak.run()
+        finally:
+            watcher.stop()
         if report.caught_up_in is not None:
             try:
                 check(soak, reference, progress)

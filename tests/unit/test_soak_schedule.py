@@ -108,3 +108,20 @@ def test_a_shifted_worker_clock_runs_ahead_by_what_its_file_says(tmp_path) -> No
     elsewhere = subprocess.run([sys.executable, "-c", probe], env={**env, "FALKIRK_WORKER": "worker-b"},
                                capture_output=True, text=True, timeout=60)
     assert elsewhere.stdout.split() == ["0", "0", "0"], elsewhere.stderr
+
+
+def test_the_soak_reads_the_replays_falkirk_watch_starts_from_its_output() -> None:
+    """The soak reports the recoveries ``falkirk watch`` replays by itself from the lines it prints;
+    the lines below are those the watch and the replay print (their sources are checked too)."""
+    from pathlib import Path
+
+    from devstack.soak.run import WATCH_DONE, WATCH_REPLAYING
+
+    plugins = Path(__file__).resolve().parents[2] / "plugins"
+    assert "replaying plan {recovery.plan_id} for the lost worker {worker}" in (plugins / "watch.py").read_text()
+    assert "done, {len(rerun)} task instances re-ran in" in (plugins / "recovery.py").read_text()
+    line = "falkirk_shards: replaying plan 2d0ea75ef995 for the lost worker worker-a (falkirk:auto_recover)"
+    assert WATCH_REPLAYING.match(line).groups() == ("falkirk_shards", "2d0ea75ef995", "worker-a")
+    assert WATCH_DONE.match("plan 2d0ea75ef995: done, 31 task instances re-ran in 48s").groups() == (
+        "2d0ea75ef995", "31")
+    assert WATCH_REPLAYING.match("falkirk watch: worker worker-a has not answered for more than 15s: lost") is None
