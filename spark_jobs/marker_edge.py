@@ -241,10 +241,11 @@ def receive(tables: EdgeTables, epoch: int, chunks: int, capacity: int, commit: 
         time.sleep(0.05)
 
 
-def clear(tables: EdgeTables, epoch: int) -> None:
-    """Delete epoch ``epoch`` from both tables (its sink has committed it; a re-run reads the
-    producer's logged output, not the edge)."""
+def clear(tables: EdgeTables, through: int) -> None:
+    """Delete the epochs up to ``through`` from both tables: the sink has delivered each (it
+    runs its epochs in order), and a re-run reads the producer's logged output, not the edge.
+    An earlier epoch's rows that an attempt killed mid-epoch left on this worker go too."""
     for uri in (tables.edge, tables.control):
         table = open_table(uri)
         if table is not None:
-            table.delete(f"epoch = {int(epoch)}")
+            table.delete(f"epoch <= {int(through)}")

@@ -76,6 +76,7 @@ from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 from falkirk.spark_jobs.figure1.source import ClickstreamSource
 
 IN_FLIGHT = 2  # epochs triggered and not finished, at most
+LEAD = 2  # epochs another DAG may be ahead of falkirk_figure1, at most
 STALE_PLAN = "the ledger changed since the plan was computed"  # falkirk replay's refusal of a stale plan
 RETRY_SECONDS = 15  # a replay stopped by an unreachable store or a held lease is run again after this
 CHECK_EVERY = 600  # seconds between the checks along the way (half a shorter soak)
@@ -307,6 +308,8 @@ class DagUnderSoak:
             return  # a user recovers before asking for more
         if sum(r["state"] in ("queued", "running") for r in runs) >= IN_FLIGHT:
             return
+        if self is not self.soak.inputs and self.latest_epoch >= self.soak.inputs.latest_epoch + LEAD:
+            return  # the cheaper DAGs keep figure1's pace: the shape's two workers serve them all
         epoch = self.latest_epoch + 1
         self.client.trigger(self.dag_id, f"epoch-{epoch}", self.clock.logical_date(epoch))
         self.latest_epoch = epoch

@@ -62,7 +62,7 @@ def compute(ctx: EpochContext) -> EpochResult:
             f"output")
     for start in range(0, len(rest), limit):
         commit([rows[k] for k in rest[start:start + limit]])
-    clear(edge_tables(ctx.store, a.dag_id), ctx.epoch)  # delivered; a re-run reads the logged output
+    clear(edge_tables(ctx.store, a.dag_id), ctx.epoch)  # delivered (and those before); a re-run reads the log
     dropped = targets.finish(ctx.epoch, set(delivered))
     say(f"{a.processor} epoch {ctx.epoch}: {len(delivered)} rows delivered"
         + (f"; {dropped} rows of an earlier delivery dropped" if dropped else ""))

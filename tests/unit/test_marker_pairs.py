@@ -116,3 +116,21 @@ def test_a_pipeline_the_protocol_cannot_run_is_refused_naming_the_field(make, me
 
 def _first_commit(out, name: str) -> int:
     return next(i for i, line in enumerate(out.log) if line.startswith("commit") and name in line.split())
+
+
+def test_clearing_a_delivered_epoch_also_clears_the_earlier_epochs_a_killed_attempt_left(tmp_path) -> None:
+    """The sink delivers its epochs in order, so once it clears epoch 3 from the edge, no epoch
+    up to 3 is read from the edge again: rows an attempt killed mid-epoch left for epoch 2 (its
+    re-run read the producer's logged output) go too; epoch 4's, still being sent, stay."""
+    from falkirk.spark_jobs import channels
+    from falkirk.spark_jobs.marker_edge import EdgeTables, MarkerEdge, clear
+
+    tables = EdgeTables.at(str(tmp_path))
+    for epoch in (2, 3, 4):
+        edge = MarkerEdge(tables, epoch, chunks=2)
+        edge.start([])
+        edge.send(1, [{"key": f"{epoch}-a", "value": 1}])
+        edge.saved(1)
+    clear(tables, 3)
+    assert {r["epoch"] for r in channels.rows(tables.edge)} == {4}
+    assert {r["epoch"] for r in channels.rows(tables.control)} == {4}
