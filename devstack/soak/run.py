@@ -6,22 +6,25 @@ lands, recovered as a user would, then every table compared with a failure-free 
    Connect server, Airflow with the CeleryExecutor and two workers with their own disks);
 2. triggers epochs of every DAG of ``--dags`` side by side (:mod:`devstack.soak.pipelines`:
    ``falkirk_figure1``'s four regimes and exactly-once SQL sink, partitions, checkpoints inside
-   an epoch, sender-side logs), each one epoch after another with a few in flight, for
+   an epoch, sender-side logs, marker pairs), each one epoch after another with a few in flight,
+   the others at most two epochs ahead of falkirk_figure1, for
    ``--duration``;
 3. meanwhile injects the faults :class:`~devstack.soak.schedule.FaultSchedule` drew from the
    seed (:mod:`devstack.soak.nemesis`), and after each does what a user would, DAG by DAG
-   (:class:`DagUnderSoak`): a DAG run that failed is planned (``falkirk plan --failed-task``, with ``--lost-worker`` for a worker that
-   lost its disk), an input batch delivered again whole is planned as a bad epoch
-   (``--bad-epoch events:E``), and the plan is replayed (``falkirk replay``; a killed replay is
-   run again; a plan refused as stale because runs kept committing is planned again with no
-   new epoch triggered until a replay gets past that check, as a user lets the runs in flight
-   finish first);
+   (:class:`DagUnderSoak`): a DAG run that failed is planned (``falkirk plan --failed-task``,
+   with ``--lost-worker`` for a worker that lost its disk), an input batch delivered again
+   whole is planned as a bad epoch (``--bad-epoch events:E``), and the plan is replayed
+   (``falkirk replay``; a killed replay is run again; a plan refused as stale because runs
+   kept committing is planned again with no new epoch triggered until a replay gets past that
+   check, as a user lets the runs in flight finish first). ``falkirk watch`` runs beside the
+   shape (:class:`Watcher`): for a lost worker it plans the recovery, and replays it for the
+   DAGs that opt in;
 4. meanwhile runs the same epochs failure-free in a process beside it
    (:mod:`devstack.inprocess`, :class:`ReferenceBeside`);
 5. stops triggering, recovers until every epoch's run succeeded (the time to caught-up),
-   collects both copies of each DAG and compares every durable table and the SQL sink with the
-   failure-free run's, row for row, then checks that no ledger row is doubled, no epoch is missing, no lease
-   is held and no table in the store is outside what the ledger names;
+   collects both copies of each DAG and compares every durable table and the SQL sink with
+   the failure-free run's, row for row, then checks that no ledger row is doubled, no epoch
+   is missing, no lease is held and no table in the store is outside what the ledger names;
    (and along the way, every ten minutes or half a shorter soak: the rows of the epochs
    settled so far, :func:`check_through`);
 6. prints the report (:mod:`devstack.soak.report`, also written to ``report.txt`` and, its
