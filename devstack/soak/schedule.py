@@ -33,8 +33,9 @@ from typing import Mapping, Sequence
 
 KINDS: Mapping[str, str] = {
     "kill-worker": "SIGKILL of a Celery worker; its disk is kept and it is started again",
-    "lose-worker": "SIGKILL of a Celery worker and its disk deleted; a new worker of the same name starts empty",
-    "kill-job": "SIGKILL of a running task's job process",
+    "lose-worker": "SIGKILL of a Celery worker and its disk deleted; 30 s later a new worker of the same name starts "
+                   "empty",
+    "kill-job": "SIGKILL of a task instance's job at a step of its commit, or inside its epoch",
     "kill-scheduler": "SIGKILL of Airflow's scheduler; it is started again",
     "kill-api-server": "SIGKILL of Airflow's API server; it is started again",
     "kill-replay": "SIGKILL of a running `falkirk replay`; it is run again",
