@@ -37,6 +37,11 @@ def by_kind(report: "SoakReport") -> list[KindFigures]:
     return out
 
 
+def landed(report: "SoakReport") -> list:
+    """The faults that landed (not those the soak could not inject, or held back to the end)."""
+    return [i for i in report.injected if not i.hit.startswith(("not landed", "could not inject"))]
+
+
 def command(report: "SoakReport") -> str:
     """The command that runs the same schedule on the same DAGs again."""
     from devstack.soak.pipelines import SOAK_DAGS
@@ -57,8 +62,10 @@ def render(report: "SoakReport") -> str:
     """The report as printed at the end of ``make soak``."""
     s = report.schedule
     lines = ["", f"== soak report: seed {s.seed}, {s.duration / 60:g} minutes; epochs: {_epochs(report)}", "",
-             f"faults injected: {len(report.injected)} of {len(s.faults)} scheduled, "
-             f"{len({i.fault.kind for i in report.injected})} kinds"]
+             f"faults injected: {len(landed(report))} of {len(s.faults)} scheduled, "
+             f"{len({i.fault.kind for i in landed(report)})} kinds"
+             + (f" ({len(report.injected) - len(landed(report))} did not land: below)"
+                if len(landed(report)) < len(report.injected) else "")]
     lines += ["  kind                faults  with a plan  caught up: median  max"]
     lines += [f"  {k.kind:<18} {k.faults:>7} {k.planned:>12} {_seconds(k.median):>18} {_seconds(k.longest):>5}"
               for k in by_kind(report)]
@@ -88,8 +95,8 @@ def markdown(report: "SoakReport") -> str:
     """The report's figures as a Markdown table, for the docs: faults by kind, recoveries, time to
     caught-up."""
     s = report.schedule
-    lines = [f"Seed {s.seed}, {s.duration / 60:g} minutes, epochs {_epochs(report)}, {len(report.injected)} faults of "
-             f"{len({i.fault.kind for i in report.injected})} kinds, {len(report.recoveries)} plans "
+    lines = [f"Seed {s.seed}, {s.duration / 60:g} minutes, epochs {_epochs(report)}, {len(landed(report))} faults of "
+             f"{len({i.fault.kind for i in landed(report)})} kinds landed, {len(report.recoveries)} plans "
              f"({sum(r.replayed_in is not None for r in report.recoveries)} replayed to the end, the others "
              f"planned again after a fault stopped their replay); "
              + ("zero discrepancies" if report.ok else f"{len(report.discrepancies)} discrepancies")

@@ -74,6 +74,10 @@ def test_the_report_counts_faults_by_kind_with_their_times_to_caught_up() -> Non
     assert "zero discrepancies; this schedule again: make soak SEED=5 DURATION=10m MIX=kill-worker=2,gc=1 MEAN_GAP=40 " \
            "DAGS=figure1,shards" in text
     assert "epochs: falkirk_figure1 31, falkirk_shards 12" in text
+    assert "faults injected: 3 of 3 scheduled, 2 kinds\n" in text
+    report.injected[1].hit = "not landed: a batch delivered incomplete still awaited its recovery at the end"
+    assert "faults injected: 2 of 3 scheduled, 1 kinds (1 did not land: below)" in render(report)
+    report.injected[1].hit = "falkirk gc exited 0"
     assert "  kill-worker              2            2                59s   70s" in text
     assert "     160s  falkirk_shards plan p2: 3 re-runs, replayed in 15s  [failed: totals]" in text
     table = markdown(report)
