@@ -25,14 +25,14 @@ class KindFigures:
 
 
 def by_kind(report: "SoakReport") -> list[KindFigures]:
-    """The faults of ``report`` by kind, the most frequent first."""
+    """The faults of ``report`` that landed, by kind, the most frequent first."""
     kinds: dict[str, list] = {}
-    for injected in report.injected:
+    for injected in landed(report):
         kinds.setdefault(injected.fault.kind, []).append(injected)
     out = []
-    for kind, landed in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        times = [i.caught_up_in for i in landed if i.caught_up_in is not None]
-        out.append(KindFigures(kind, len(landed), sum(bool(i.recoveries) for i in landed),
+    for kind, faults in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        times = [i.caught_up_in for i in faults if i.caught_up_in is not None]
+        out.append(KindFigures(kind, len(faults), sum(bool(i.recoveries) for i in faults),
                                statistics.median(times) if times else None, max(times, default=None)))
     return out
 
