@@ -586,8 +586,7 @@ class ReferenceBeside:
 def reference_env(cluster: Cluster, records: int) -> dict[str, str]:
     """What the failure-free runs need: the shape's store (reached directly, not through the front
     the nemesis freezes), Spark Connect, SQL sink and source."""
-    store = StoreConfig(cluster.store.durable_uri, cluster.store.scratch_uri, cluster.s3.storage_options())
-    return {**store.env(), "SPARK_REMOTE": cluster.connect.url if cluster.connect else "",
+    return {**_direct(cluster).env(), "SPARK_REMOTE": cluster.connect.url if cluster.connect else "",
             "FALKIRK_QUERY_DB": cluster.query_db, RECORDS_ENV: str(records),
             "FALKIRK_CLICKSTREAM_ACKS": cluster.airflow.env()["FALKIRK_CLICKSTREAM_ACKS"]}
 

@@ -227,10 +227,9 @@ def test_partitions_of_a_group_are_placed_one_by_one_and_follow_their_own_checkp
     assert [home_worker("d", group, rows, workers, lost=lost, partition=p) for p in range(4)] == ["worker-b"] * 4
 
 
-def test_the_hook_places_partitions_as_airflow_creates_a_runs_task_instances(
-        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Airflow calls the hook twice on a new run's mapped instance (``TaskInstance()``, then
-    ``DagRun`` creating the run): the second call keeps the first's worker, partition by partition."""
+def _placed_dag(tmp_path, monkeypatch: pytest.MonkeyPatch, dag_file: str):  # noqa: ANN001, ANN202
+    """The environment of a scheduler placing over two workers, and a builder of copies of
+    ``dags/<dag_file>.py`` as the scheduler reads them (through Airflow's serialization)."""
     import importlib.util
     from pathlib import Path
 
@@ -238,15 +237,23 @@ def test_the_hook_places_partitions_as_airflow_creates_a_runs_task_instances(
     monkeypatch.setenv("FALKIRK_STORE_URI", str(tmp_path / "store"))
     monkeypatch.setenv("FALKIRK_SCRATCH_URI", str(tmp_path / "scratch"))
     monkeypatch.setenv("FALKIRK_WORKERS", "worker-a,worker-b")
-    from airflow import settings
-    from airflow.models.taskinstance import TaskInstance
     from airflow.serialization.serialized_objects import DagSerialization
 
-    path = Path(__file__).resolve().parents[2] / "dags" / "falkirk_shards.py"
-    spec = importlib.util.spec_from_file_location("falkirk_shards_placed", path)
+    path = Path(__file__).resolve().parents[2] / "dags" / f"{dag_file}.py"
+    spec = importlib.util.spec_from_file_location(f"{dag_file}_placed", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    dag = DagSerialization.from_dict(DagSerialization.to_dict(module.build_dag("shards_placed")))
+    return lambda dag_id: DagSerialization.from_dict(DagSerialization.to_dict(module.build_dag(dag_id)))
+
+
+def test_the_hook_places_partitions_as_airflow_creates_a_runs_task_instances(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow calls the hook twice on a new run's mapped instance (``TaskInstance()``, then
+    ``DagRun`` creating the run): the second call keeps the first's worker, partition by partition."""
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance
+
+    dag = _placed_dag(tmp_path, monkeypatch, "falkirk_shards")("shards_placed")
     queues = {}
     for task_id in ("totals", "leaders"):
         for i in range(4):
@@ -261,25 +268,14 @@ def test_a_sink_and_its_concurrent_input_run_on_one_worker_as_the_scheduler_plac
     """``falkirk_sampled``'s ``deliver`` reads ``draw`` while both run, through a marker edge in
     draw's scratch: the scheduler (which reads the serialized DAG) places both on one worker,
     whatever queue the DAG gives them, so the edge is one both reach."""
-    import importlib.util
-    from pathlib import Path
-
-    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    monkeypatch.setenv("FALKIRK_STORE_URI", str(tmp_path / "store"))
-    monkeypatch.setenv("FALKIRK_SCRATCH_URI", str(tmp_path / "scratch"))
-    monkeypatch.setenv("FALKIRK_WORKERS", "worker-a,worker-b")
     from airflow import settings
     from airflow.models.taskinstance import TaskInstance
-    from airflow.serialization.serialized_objects import DagSerialization
 
     from falkirk.plugins.task_metadata import concurrent_inputs_of
 
-    path = Path(__file__).resolve().parents[2] / "dags" / "falkirk_sampled.py"
-    spec = importlib.util.spec_from_file_location("falkirk_sampled_placed", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    placed = _placed_dag(tmp_path, monkeypatch, "falkirk_sampled")
     for n in range(8):  # DAG ids hash onto either worker: each must keep the two together
-        dag = DagSerialization.from_dict(DagSerialization.to_dict(module.build_dag(f"sampled_placed_{n}")))
+        dag = placed(f"sampled_placed_{n}")
         assert concurrent_inputs_of(dag.get_task("deliver")) == ("draw",)
         queues = {}
         for task_id in ("draw", "deliver"):
