@@ -14,7 +14,9 @@ was lost (a recovery with ``--lost-worker`` was carried out) and has committed n
 since. A group with no such checkpoint (its first epoch, or after its worker was lost)
 runs on the queue the DAG gives the task when that queue is one of ``workers``, else on a
 worker chosen by rendezvous hashing, so every task instance of the group computes the
-same home without talking to the others. The Airflow side
+same home without talking to the others. Live workers are chosen before lost ones; when
+every worker was lost, the choice is among them all (a lost worker's name is a machine
+with an empty disk, as good as any other), so a group still has one home. The Airflow side
 (:mod:`falkirk.plugins.placement`) sets the task instance's queue to the home's.
 
 A group of partitioned tasks with one partition count (``totals`` and the ``leaders`` that
@@ -145,7 +147,9 @@ def home_worker(dag_id: str, group: frozenset[str], rows: Iterable[LedgerEntry],
             and (partition is None or r.map_index == partition)]
     if held:
         return max(held, key=lambda r: (r.epoch, r.committed_at)).worker
-    alive = [w for w in workers if w not in lost]
+    # every worker lost (both of two, say): their names are fresh disks now, and the group must
+    # still have one home, or its instances keep whatever queues earlier placements gave them
+    alive = [w for w in workers if w not in lost] or list(workers)
     if partition is not None and alive:  # spread round-robin, partition 0 on the preferred queue
         start = alive.index(preferred) if preferred in alive else 0
         return alive[(start + partition) % len(alive)]

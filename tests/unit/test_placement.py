@@ -75,7 +75,7 @@ def test_a_lost_worker_is_left_until_it_commits_again() -> None:
     rows = [row("model", 1, "worker-a", 1), row("model", 2, "worker-a", 2)]
     lost = {"worker-a": T0 + timedelta(minutes=5)}
     assert home_worker("d", group, rows, ("worker-a", "worker-b"), lost) == "worker-b"
-    assert home_worker("d", group, rows, ("worker-a",), lost) is None  # no live worker to choose
+    assert home_worker("d", group, rows, ("worker-a",), lost) == "worker-a"  # a fresh disk, the only one
     back = [*rows, row("model", 3, "worker-a", 6)]  # committed after the loss: its disk is in use again
     assert home_worker("d", group, back, ("worker-a", "worker-b"), lost) == "worker-a"
 
@@ -98,6 +98,27 @@ def test_a_group_without_checkpoints_is_hashed_onto_a_worker_every_caller_agrees
     others = tuple(w for w in workers if w != "w2")
     assert home_worker("d", groups[0], [], workers, lost={"w2": T0}, preferred="w2") == home_worker(
         "d", groups[0], [], others) != "w2"
+
+
+def test_a_group_whose_workers_were_all_lost_still_has_one_home() -> None:
+    """Both workers lost (one after the other, before either committed again): every task of a
+    group, whichever queue the DAG gives it, is placed on one worker, the same for every group
+    member and every caller."""
+    groups = [frozenset({f"t{i}", f"u{i}"}) for i in range(20)]
+    workers = ("worker-a", "worker-b")
+    rows = [row("t0", 1, "worker-a", 1), row("u0", 1, "worker-b", 2)]
+    lost = {"worker-a": T0 + timedelta(minutes=5), "worker-b": T0 + timedelta(minutes=7)}
+    for preferred in ("default", "worker-a", "worker-b", None):
+        homes = [home_worker("d", g, rows, workers, lost=lost, preferred=preferred) for g in groups]
+        assert all(h in workers for h in homes)
+        assert homes == [home_worker("d", g, rows, tuple(reversed(workers)), lost=lost, preferred=preferred)
+                         for g in groups]
+        if preferred in workers:
+            assert set(homes) == {preferred}
+    assert {home_worker("d", g, rows, workers, lost=lost) for g in groups} == set(workers)  # hashed over both
+    # once one of them commits again, the group follows that checkpoint
+    back = [*rows, row("u0", 2, "worker-b", 8)]
+    assert home_worker("d", groups[0], back, workers, lost=lost, preferred="worker-a") == "worker-b"
 
 
 def test_lost_workers_come_from_recoveries_that_were_carried_out() -> None:
@@ -283,6 +304,35 @@ def test_a_sink_and_its_concurrent_input_run_on_one_worker_as_the_scheduler_plac
             settings.task_instance_mutation_hook(ti)
             queues[task_id] = ti.queue
         assert queues["draw"] == queues["deliver"] and queues["draw"] in ("worker-a", "worker-b"), queues
+
+
+def test_a_replay_after_both_workers_were_lost_places_a_whole_group_on_one_worker(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recovery naming both workers lost clears task instances whose queues earlier placements
+    set apart (events on worker-b, popularity on worker-a): the hook gives every task of
+    falkirk_figure1's one scratch group the same worker again, or popularity would look for
+    events' scratch output on the wrong disk."""
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance
+
+    from falkirk.policies.planning.recovery_log import RecoveryLog
+    from falkirk.policies.store import StoreConfig
+
+    dag = _placed_dag(tmp_path, monkeypatch, "falkirk_figure1")("figure1_placed")
+    store = StoreConfig.from_env()
+    plan = plan_recovery("figure1_placed", GRAPH, [], [LostWorker("worker-a"), LostWorker("worker-b")], 1,
+                         readable_when(False), REGIMES)
+    log = RecoveryLog(store)
+    log.record(plan)
+    log.begin(plan, "test")
+    queues = {}
+    for n, task_id in enumerate(sorted(dag.task_ids)):
+        ti = TaskInstance(dag.get_task(task_id), dag_version_id=None, run_id="epoch-1")
+        ti.queue = ("worker-a", "worker-b")[n % 2]  # where an earlier placement sent it
+        settings.task_instance_mutation_hook(ti)
+        queues[task_id] = ti.queue
+    assert set(queues) == {"events", "popularity", "rank", "answers", "stats"}
+    assert len(set(queues.values())) == 1 and queues["events"] in ("worker-a", "worker-b"), queues
 
 
 def test_the_hook_reads_the_ledger_whole_once_then_only_the_commits_made_since(tmp_path) -> None:
