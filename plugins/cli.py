@@ -168,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            epilog=AIRFLOW_VARIABLES + "\nexamples:\n  falkirk pairs --dag falkirk_pairs\n"
                            "  falkirk pairs --dag falkirk_pairs --fail-worker worker-1\n"
                            "  falkirk pairs --dag falkirk_pairs --fail-replica sessions[1].A\n"
-                           "  falkirk pairs --dag falkirk_pairs --catch-up [--spare worker-4]\n")
+                           "  falkirk pairs --dag falkirk_pairs --catch-up [--spare worker-4]\n"
+                           "  falkirk pairs --dag falkirk_pairs --catch-up --spare worker-1 --replaced\n")
     pairs.add_argument("--dag", required=True)
     action = pairs.add_mutually_exclusive_group()
     action.add_argument("--fail-worker", metavar="WORKER", help="take over every replica on WORKER (it is lost)")
@@ -176,6 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     action.add_argument("--catch-up", action="store_true", help="recreate each lost replica on a spare, bottom-up")
     pairs.add_argument("--spare", metavar="WORKER", help="the worker --catch-up recreates replicas on (default: the "
                                                          "first of FALKIRK_WORKERS holding none)")
+    pairs.add_argument("--replaced", action="store_true",
+                       help="with --catch-up --spare: the spare is a lost worker's name a new machine has taken "
+                            "(its disk empty); without it a lost worker is no spare")
     watch = sub.add_parser("watch", help="notice lost workers by their heartbeats and respond: take over their "
                                          "process pairs, plan (and where the DAG opts in, replay) the rest",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -219,6 +223,10 @@ def _pairs(args: argparse.Namespace) -> int:
     from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
     from falkirk.policies.workers import configured_workers
 
+    if args.replaced and not (args.catch_up and args.spare):
+        print("falkirk pairs: --replaced names the worker a catch-up recreates replicas on: use it with "
+              "--catch-up --spare WORKER", file=sys.stderr)
+        return EXIT_INVALID
     store = _store()
     try:
         if args.fail_worker or args.fail_replica:
@@ -226,7 +234,7 @@ def _pairs(args: argparse.Namespace) -> int:
                             replica=args.fail_replica, reason="falkirk pairs, by hand")
         elif args.catch_up:
             pairs.catch_up(args.dag, store, _client(args.airflow_url, required=True), spare=args.spare,
-                           workers=configured_workers(os.environ))
+                           workers=configured_workers(os.environ), replaced=args.replaced)
         layout = PairLayouts(store).load(args.dag)
         if layout is None:
             raise PairsError(f"--dag {args.dag}: no process pairs are recorded for this DAG (has a ProcessPairs task "

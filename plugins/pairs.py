@@ -147,9 +147,10 @@ class CatchUp:
 
 
 def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, workers: Sequence[str] = (),
-             wait: float = 300.0, progress: Callable[[str], None] = print) -> CatchUp:
+             replaced: bool = False, wait: float = 300.0, progress: Callable[[str], None] = print) -> CatchUp:
     """Recreate every replica the layout has lost, on ``spare`` (else the first spare of
-    ``workers``); see the module docstring. Epochs may keep running meanwhile: the slot's task
+    ``workers``); ``replaced``: ``spare`` is a lost worker's name that a new machine took
+    (:meth:`~falkirk.policies.pairs.Layout.register`); see the module docstring. Epochs may keep running meanwhile: the slot's task
     instances under way when its standby is registered are waited for (up to ``wait`` seconds)
     before those its dead predecessor left are cleared."""
     from falkirk.policies.pairs import PairsError, Status, catch_up_order, spares
@@ -171,14 +172,15 @@ def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, 
         workers_held = sorted({r.worker for r in layout.replicas})
         if not free and len(workers_held) > 1:
             raise PairsError(f"no spare worker: every worker in {list(workers)} holds replicas or was lost; start "
-                             f"one and name it with --spare (a lost worker comes back under a new name)")
+                             f"one and name it with --spare (a lost worker comes back under a new name; a new "
+                             f"machine under a lost worker's name is named with --spare NAME --replaced)")
         spare = free[0] if free else workers_held[0]
     done = CatchUp()
     for task, partition in todo:
         before = layouts.load(dag_id)
         standby = next((r for r in before.pair(task, partition) if r.status is Status.STDBY), None)
         if standby is None:
-            after = before.register(task, partition, spare)
+            after = before.register(task, partition, spare, replaced=replaced)
             layouts.save(dag_id, after, before=before)
             standby = next(r for r in after.pair(task, partition) if r.status is Status.STDBY)
         else:  # registered by a catch-up that did not finish, on a spare that lives: resumed there

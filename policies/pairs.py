@@ -164,21 +164,30 @@ class Layout:
                 out.append((task, partition))
         return out
 
-    def register(self, task: str, partition: int, spare: str) -> Layout:
+    def register(self, task: str, partition: int, spare: str, replaced: bool = False) -> Layout:
         """A catch-up begins: the dead replica of ``task[partition]`` is recreated on ``spare``
         as a standby at the survivor's committed version, one generation on. Its version pins
         garbage collection of the epochs after it (:meth:`gc_floor`).
 
+        A lost worker is not a spare, unless ``replaced``: a new machine took its name (a
+        StatefulSet pod, a host rebuilt under its hostname), and nothing of the old one runs.
+        Should the old one still run, its replicas are dead a generation ago: their commits are
+        fenced all the same.
+
         >>> layout = chained({"t": 2}, ["w0", "w1"]).fail("w1").register("t", 1, "w4")
         >>> r = layout.replica("t", 1, "A"); (r.worker, r.status.value, r.generation)
         ('w4', 'STDBY', 2)
+        >>> chained({"t": 2}, ["w0", "w1"]).fail("w1").register("t", 1, "w1", replaced=True).replica("t", 1, "A").worker
+        'w1'
         """
         dead, survivor = self._dead_and_survivor(task, partition)
         if spare == survivor.worker and len({r.worker for r in self.replicas}) > 1:
             raise PairsError(f"{task}[{partition}]: {spare} holds its survivor {survivor.name}; a pair needs two "
                              f"workers: choose another spare")
-        if spare in {r.worker for r in self.replicas if r.status is Status.DEAD} and not self.on(spare):
-            raise PairsError(f"{spare} was lost; a worker that comes back is a new spare under a new name")
+        if not replaced and spare in {r.worker for r in self.replicas if r.status is Status.DEAD} \
+                and not self.on(spare):
+            raise PairsError(f"{spare} was lost; a worker that comes back is a new spare under a new name, or, if a "
+                             f"new machine took the name {spare} (its disk empty), say so: --spare {spare} --replaced")
         return self._replace({dead: dataclasses.replace(dead, worker=spare, status=Status.STDBY,
                                                         version=survivor.version, generation=dead.generation + 1)})
 

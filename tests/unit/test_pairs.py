@@ -80,6 +80,25 @@ def test_s6_a_failure_during_catch_up_discards_the_standby_and_retries_elsewhere
     assert (retried.worker, retried.status, retried.generation) == ("w5", Status.STDBY, 4)
 
 
+def test_a_new_machine_under_a_lost_workers_name_is_a_spare_once_named_replaced() -> None:
+    """Two workers, one lost and replaced under its name: without ``replaced`` no spare is left
+    (the survivor's worker holds the twin); with it the standby goes there, and the old
+    incarnation's late commits stay fenced."""
+    layout = chained({"t": 2}, ["w0", "w1"])
+    old = layout.replica("t", 1, "A")
+    assert old.worker == "w1"
+    after = layout.fail("w1")
+    with pytest.raises(PairsError, match="--spare w1 --replaced"):
+        after.register("t", 1, "w1")
+    with pytest.raises(PairsError, match="holds its survivor"):
+        after.register("t", 1, "w0", replaced=True)
+    back = after.register("t", 1, "w1", replaced=True)
+    standby = back.replica("t", 1, "A")
+    assert (standby.worker, standby.status, standby.generation) == ("w1", Status.STDBY, 2)
+    assert not back.admits(old, old.generation) and back.admits(standby, 2)
+    assert back.advance("t", 1, "A", 5, old.generation) == back
+
+
 def test_s7_both_replicas_lost_is_named_and_never_read_from() -> None:
     layout = chained(FIXTURE, WORKERS).fail("w1").fail("w2")
     assert layout.lost_partitions() == [("G1", 1), ("G2", 1)]
@@ -301,3 +320,12 @@ def test_a_catch_up_copies_only_the_epochs_garbage_collection_left_of_the_surviv
     assert [read_epoch(standby["state"], e).column("v").to_pylist() for e in (5, 6)] == [[51], [61]]
     assert [read_epoch(standby["output"], e).column("v").to_pylist() for e in (2, 5, 6)] == [[20], [50], [60]]
     assert sorted(e.epoch for e in ledger.entries("d") if e.map_index == dead) == [1, 2, 5, 6]
+
+
+def test_replaced_without_a_catch_up_spare_is_refused_before_anything_is_read(capsys, monkeypatch) -> None:  # noqa: ANN001
+    from falkirk.plugins.cli import EXIT_INVALID, main
+
+    monkeypatch.setenv("FALKIRK_STORE_URI", "/nonexistent/store")  # never reached
+    assert main(["pairs", "--dag", "falkirk_pairs", "--replaced"]) == EXIT_INVALID
+    assert main(["pairs", "--dag", "falkirk_pairs", "--catch-up", "--replaced"]) == EXIT_INVALID
+    assert "use it with --catch-up --spare WORKER" in capsys.readouterr().err
