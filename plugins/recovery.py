@@ -406,7 +406,7 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
 def _restore_lost_pairs(running: RunningReplay, progress: Progress) -> None:
     """Partitions of paired tasks that lost both replicas and that the plan re-executes (the
     durable path) get two new replicas, active, on live workers, before anything is cleared."""
-    from falkirk.policies.pairs import Status
+    from falkirk.policies.pairs import restore_workers
     from falkirk.policies.partitions import replica_of, split_processor
     from falkirk.policies.store.control import PairLayouts
     from falkirk.policies.workers import pair_workers
@@ -422,9 +422,7 @@ def _restore_lost_pairs(running: RunningReplay, progress: Progress) -> None:
               if index >= 0} & lost
     if not wanted:
         return
-    gone = {r.worker for r in before.replicas if r.status is Status.DEAD} - {
-        r.worker for r in before.replicas if r.status is not Status.DEAD}
-    live = [w for w in pair_workers() if w not in gone]
+    live = restore_workers(before, pair_workers())
     after = before
     for task, partition in sorted(wanted):
         after = after.restore(task, partition, live)

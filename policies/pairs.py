@@ -184,8 +184,7 @@ class Layout:
         if spare == survivor.worker and len({r.worker for r in self.replicas}) > 1:
             raise PairsError(f"{task}[{partition}]: {spare} holds its survivor {survivor.name}; a pair needs two "
                              f"workers: choose another spare")
-        if not replaced and spare in {r.worker for r in self.replicas if r.status is Status.DEAD} \
-                and not self.on(spare):
+        if not replaced and spare in dead_workers(self):
             raise PairsError(f"{spare} was lost; a worker that comes back is a new spare under a new name, or, if a "
                              f"new machine took the name {spare} (its disk empty), say so: --spare {spare} --replaced")
         return self._replace({dead: dataclasses.replace(dead, worker=spare, status=Status.STDBY,
@@ -338,8 +337,30 @@ def spares(layout: Layout, workers: Sequence[str]) -> list[str]:
     ['w2']
     """
     busy = {r.worker for r in layout.replicas if r.status is not Status.DEAD}
-    lost = {r.worker for r in layout.replicas if r.status is Status.DEAD} - busy
-    return [w for w in workers if w not in busy and w not in lost]
+    return [w for w in workers if w not in busy and w not in dead_workers(layout)]
+
+
+def restore_workers(layout: Layout, workers: Sequence[str]) -> list[str]:
+    """The workers the durable path restores a partition that lost both replicas on: those of
+    ``workers`` that never lost a replica, else (every one was lost: new machines have taken
+    their names, or nothing could run) all of them.
+
+    >>> layout = chained({"t": 2}, ["w0", "w1"]).fail("w1")
+    >>> restore_workers(layout, ["w0", "w1"]), restore_workers(layout.fail("w0"), ["w0", "w1"])
+    (['w0'], ['w0', 'w1'])
+    """
+    lost = dead_workers(layout)
+    return [w for w in workers if w not in lost] or list(workers)
+
+
+def dead_workers(layout: Layout) -> set[str]:
+    """The workers holding dead replicas and no live one: lost, as far as the layout knows.
+
+    >>> sorted(dead_workers(chained({"t": 2}, ["w0", "w1", "w2"]).fail("w1")))
+    ['w1']
+    """
+    return {r.worker for r in layout.replicas if r.status is Status.DEAD} - {
+        r.worker for r in layout.replicas if r.status is not Status.DEAD}
 
 
 def catch_up_order(layout: Layout, levels: Sequence[str]) -> list[tuple[str, int]]:

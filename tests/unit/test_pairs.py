@@ -329,3 +329,22 @@ def test_replaced_without_a_catch_up_spare_is_refused_before_anything_is_read(ca
     assert main(["pairs", "--dag", "falkirk_pairs", "--replaced"]) == EXIT_INVALID
     assert main(["pairs", "--dag", "falkirk_pairs", "--catch-up", "--replaced"]) == EXIT_INVALID
     assert "use it with --catch-up --spare WORKER" in capsys.readouterr().err
+
+
+def test_the_durable_path_restores_on_the_workers_never_lost_else_on_every_name() -> None:
+    """Both workers of two lost one after the other: no live worker is left, so the partitions
+    are restored on both names (new machines took them), never refused."""
+    from falkirk.policies.pairs import restore_workers
+
+    layout = chained({"t": 2}, ["w0", "w1"])
+    assert restore_workers(layout, ["w0", "w1"]) == ["w0", "w1"]
+    one = layout.fail("w1")
+    assert restore_workers(one, ["w0", "w1"]) == ["w0"]
+    both = one.fail("w0")
+    assert both.lost_partitions() == [("t", 0), ("t", 1)]
+    workers = restore_workers(both, ["w0", "w1"])
+    assert workers == ["w0", "w1"]
+    restored = both.restore("t", 0, workers).restore("t", 1, workers)
+    assert [(r.name, r.worker, r.status) for r in restored.replicas] == [
+        ("t[0].A", "w0", Status.ACTIVE), ("t[0].B", "w1", Status.ACTIVE),
+        ("t[1].A", "w1", Status.ACTIVE), ("t[1].B", "w0", Status.ACTIVE)]
