@@ -12,17 +12,25 @@ and for each watched DAG:
   at once, as ``falkirk replay`` would.
 
 So a lost worker costs the paired tasks the time to notice it (at most ``--timeout`` plus one
-poll) and the others their re-runs.
+poll) and the others their re-runs. Replays run beside the watch, one per DAG at a time, so a
+long one never delays noticing the next loss. A response that cannot be made yet (the DAG is
+being recovered by another plan, the store or Airflow does not answer, the ledger moved while
+planning) is tried again every ``RETRY_SECONDS`` until it is made. A lost worker that answers
+again (a new machine under its name) is watched as any other: lost again, it is responded to
+again.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
 from falkirk.policies.liveness import Heartbeats
 
 AUTO_RECOVER_TAG = "falkirk:auto_recover"
+RETRY_SECONDS = 30.0  # between two attempts at a response that could not be made
 
 
 def celery_ping(timeout: float = 2.0) -> list[str]:
@@ -40,27 +48,59 @@ def watch(dags: Sequence[str], store: Any, client: Any, workers: Sequence[str], 
     """Watch ``workers`` until ``stop()``; respond to each lost one for every DAG in ``dags``."""
     beats = Heartbeats(workers, timeout, started=clock())
     progress(f"falkirk watch: {', '.join(workers)} (lost after {timeout:.0f}s of silence), for {', '.join(dags)}")
+    pending: dict[tuple[str, str], float] = {}  # (DAG, lost worker) -> when to try responding (again)
+    replays: dict[str, threading.Thread] = {}  # DAG -> its replay under way
+    stopped_short: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()  # replays that did not finish
     while not stop():
         try:
             beats.heard(ping(), clock())
         except Exception as exc:  # noqa: BLE001 - the broker may blink; silence is judged by the timeout
             progress(f"falkirk watch: ping failed ({type(exc).__name__}: {exc})")
+        while not stopped_short.empty():
+            pending.setdefault(stopped_short.get(), clock() + RETRY_SECONDS)
         for worker in beats.lost(clock()):
             progress(f"falkirk watch: worker {worker} has not answered for more than {timeout:.0f}s: lost")
-            for dag in dags:
-                try:
-                    respond(dag, worker, store, client, progress)
-                except Exception as exc:  # noqa: BLE001 - one DAG's trouble does not stop the others'
-                    progress(f"falkirk watch: {dag}: could not respond to the loss of {worker}: "
-                             f"{type(exc).__name__}: {exc}")
+            pending.update({(dag, worker): clock() for dag in dags})
+        for (dag, worker), due in sorted(pending.items(), key=lambda item: item[1]):
+            if due > clock() or (dag in replays and replays[dag].is_alive()):
+                continue  # not yet; or its replay still runs: the next plan is made once it ended
+            try:
+                plan_id = respond(dag, worker, store, client, progress, replay=False)
+            except Exception as exc:  # noqa: BLE001 - one DAG's trouble does not stop the others'
+                pending[dag, worker] = clock() + RETRY_SECONDS
+                progress(f"falkirk watch: {dag}: could not respond to the loss of {worker}: "
+                         f"{type(exc).__name__}: {exc} (trying again in {RETRY_SECONDS:.0f}s)")
+                continue
+            del pending[dag, worker]
+            if plan_id is not None:
+                replays[dag] = threading.Thread(target=_replay, name=f"replay {dag}", daemon=True,
+                                                args=(dag, plan_id, worker, store, client, progress, stopped_short))
+                replays[dag].start()
         time.sleep(poll)
 
 
-def respond(dag_id: str, worker: str, store: Any, client: Any, progress: Callable[[str], None] = print) -> str | None:
+def _replay(dag_id: str, plan_id: str, worker: str, store: Any, client: Any, progress: Callable[[str], None],
+            stopped_short: "queue.SimpleQueue[tuple[str, str]]") -> None:
+    """Replay ``plan_id`` (beside the watch); if it stops short, the loss is responded to again."""
+    from falkirk.plugins.recovery import replay
+
+    try:
+        replay(plan_id, store, client, progress=progress)
+    except Exception as exc:  # noqa: BLE001 - planned again from the ledger as it is now
+        progress(f"falkirk watch: {dag_id}: could not respond to the loss of {worker}: replaying plan {plan_id} "
+                 f"stopped: {type(exc).__name__}: {exc} (planning again in {RETRY_SECONDS:.0f}s)")
+        stopped_short.put((dag_id, worker))
+
+
+def respond(dag_id: str, worker: str, store: Any, client: Any, progress: Callable[[str], None] = print,
+            replay: bool = True) -> str | None:
     """Take over ``dag_id``'s pairs on the lost ``worker`` and plan (and, opted in, replay) the
-    recovery of the rest; returns the plan's id, if one was needed."""
+    recovery of the rest; returns the plan's id, if one was needed. ``replay=False``: a plan the
+    DAG opts in to replaying is not replayed here; its id is returned only for such a plan (the
+    watch replays it beside its loop)."""
     from falkirk.plugins.pairs import take_over
-    from falkirk.plugins.recovery import plan, replay
+    from falkirk.plugins.recovery import plan
+    from falkirk.plugins.recovery import replay as replay_plan
     from falkirk.policies.planning.recovery import PlanError
     from falkirk.policies.store.control import PairLayouts
 
@@ -74,13 +114,17 @@ def respond(dag_id: str, worker: str, store: Any, client: Any, progress: Callabl
             return None
         raise
     if not recovery.rerun_set():
-        return recovery.plan_id
+        return recovery.plan_id if replay else None
     if AUTO_RECOVER_TAG in {t.get("name") for t in client.request("GET", f"/api/v2/dags/{dag_id}").get("tags", [])}:
         progress(f"{dag_id}: replaying plan {recovery.plan_id} for the lost worker {worker} ({AUTO_RECOVER_TAG})")
-        replay(recovery.plan_id, store, client, progress=progress)
+        if not replay:
+            return recovery.plan_id
+        replay_plan(recovery.plan_id, store, client, progress=progress)
     else:
         progress(f"{dag_id}: plan {recovery.plan_id} for the lost worker {worker} is recorded; preview and replay it "
                  f"in the Falkirk view, or: falkirk replay {recovery.plan_id}")
+        if not replay:
+            return None
     return recovery.plan_id
 
 

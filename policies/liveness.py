@@ -2,9 +2,10 @@
 
 The watcher (:mod:`falkirk.plugins.watch`) asks the workers for a heartbeat every few seconds
 (Celery's ping) and feeds the answers here. A worker that has answered once and then stays
-silent for longer than ``timeout`` is declared lost, once; a configured worker never heard
-from is declared lost ``timeout`` after the watch began. So the time to notice a lost worker
-is bounded by ``timeout`` plus one poll.
+silent for longer than ``timeout`` is declared lost, once per silence; a configured worker
+never heard from is declared lost ``timeout`` after the watch began. So the time to notice a
+lost worker is bounded by ``timeout`` plus one poll. A lost worker that answers again is a new
+machine under the name (or the old one back): lost again, it is declared again.
 
 >>> beats = Heartbeats(["w0", "w1"], timeout=10, started=0)
 >>> beats.heard(["w0", "w1"], at=1); beats.heard(["w0"], at=8); beats.lost(at=9)
@@ -13,6 +14,8 @@ is bounded by ``timeout`` plus one poll.
 ['w1']
 >>> beats.lost(at=20)  # declared once
 []
+>>> beats.heard(["w0", "w1"], at=30); beats.lost(at=45)  # w1 came back, then went silent again
+['w0', 'w1']
 """
 
 from __future__ import annotations
@@ -31,10 +34,11 @@ class Heartbeats:
         self.declared: set[str] = set()
 
     def heard(self, workers: Iterable[str], at: float) -> None:
-        """Workers that answered at ``at``; a declared worker that answers again is a new worker
-        (its replicas stay dead), so it is only noted as alive."""
+        """Workers that answered at ``at``. A declared worker that answers again is a new worker
+        (its replicas stay dead): noted as alive, and declared again if it falls silent."""
         for w in workers:
             self.last[w] = at
+            self.declared.discard(w)
 
     def lost(self, at: float) -> list[str]:
         """The workers silent for longer than ``timeout`` at ``at``, not declared before."""

@@ -254,26 +254,26 @@ def test_the_same_take_over_twice_is_recorded_once_and_a_take_over_beats_a_concu
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["w0", "w1", "w2"]), st.integers(0, 40)), max_size=40),
        st.integers(1, 10), st.integers(1, 5))
-def test_a_worker_is_declared_lost_once_after_its_silence_exceeds_the_timeout(beats, timeout, poll) -> None:
+def test_a_worker_is_declared_lost_once_per_silence_that_exceeds_the_timeout(beats, timeout, poll) -> None:
     """Polled every ``poll`` seconds, a worker is declared lost at the first poll after its last
-    answer plus ``timeout``, never before, and once."""
+    answer plus ``timeout``, never before, and once per silence: answering again (a new machine
+    under its name), it can be declared lost again."""
     heard = Heartbeats(["w0", "w1", "w2"], timeout=timeout, started=0)
     last = {"w0": 0, "w1": 0, "w2": 0}
-    declared: dict[str, int] = {}
+    down: set[str] = set()
     answers = sorted(beats, key=lambda b: b[1])
     for now in range(0, 60, poll):
         ready = [w for w, at in answers if at <= now and at > now - poll]
         heard.heard(ready, now)
         for w in ready:
-            if w not in declared:
-                last[w] = now
+            last[w] = now
+            down.discard(w)
         for w in heard.lost(now):
-            assert w not in declared
-            declared[w] = now
-    for w, at in declared.items():
-        assert at - last[w] > timeout and at - last[w] <= timeout + poll
+            assert w not in down  # once per silence
+            assert timeout < now - last[w] <= timeout + poll  # at the first poll past the timeout
+            down.add(w)
     final = list(range(0, 60, poll))[-1]
-    for w in set(last) - set(declared):
+    for w in set(last) - down:
         assert final - last[w] <= timeout
 
 
