@@ -22,11 +22,15 @@ from falkirk.plugins.operators import RegimeSparkSubmitOperator
 from falkirk.policies import EagerCheckpoint, EpochClock
 
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))  # falkirk_orders'
+RANKING = "falkirk_orders.ranking"
+# What a run without Airflow needs (devstack.inprocess, given the epochs of RANKING it consumes).
+REGIMES = {"leaders": EagerCheckpoint()}
+EDGES: list[tuple[str, str]] = []
 
 with DAG(
     dag_id="falkirk_orders_leaders",
     description="Customers in the top three of falkirk_orders' ranking, one run per ranking epoch",
-    schedule=PartitionedAssetTimetable(assets=Asset("falkirk_orders.ranking")),
+    schedule=PartitionedAssetTimetable(assets=Asset(RANKING)),
     start_date=EPOCHS.first,
     catchup=False,
     max_active_runs=1,  # leaders keeps state: one epoch after the other
@@ -35,6 +39,6 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
     RegimeSparkSubmitOperator(
-        task_id="leaders", application="falkirk.spark_jobs.pipeline.leaders", regime=EagerCheckpoint(),
+        task_id="leaders", application="falkirk.spark_jobs.pipeline.leaders", regime=REGIMES["leaders"],
         epoch_clock=EPOCHS,
     )

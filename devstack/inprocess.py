@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Collection, Iterator, Mapping, Sequence
 
 from devstack.spark import SMALL_EPOCHS_SQL_CONF
+from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent
 from falkirk.policies.job_spec import TAKEN_OVER_EXIT_CODE, JobSpec
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig
@@ -51,9 +52,14 @@ def run_in_process(
     partitions: Mapping[str, int] | None = None,
     skip: Collection[str] = (),
     after_epoch: Callable[[int], None] | None = None,
+    consumes: Mapping[str, tuple[str, str]] | None = None,
 ) -> float:
     """Run every task of ``dag_id`` (job modules ``{package}.{task}``) for ``epochs``, but the
     processors in ``skip``; returns seconds.
+
+    ``consumes``: for a DAG scheduled on Airflow Assets, each asset's producer (DAG id, task):
+    each epoch's run consumes that producer's commit of the same epoch, as the asset event one
+    of its runs commits starts the run of the same partition key.
 
     A task in ``partitions`` runs once per partition (per replica of each partition, under
     process pairs), as its mapped task instances would. A replica the layout declared dead
@@ -75,7 +81,9 @@ def run_in_process(
                                    map_index=index, partitions=counts.get(task),
                                    input_partitions=tuple((u, counts[u]) for u in upstream[task] if u in counts),
                                    replicas=replicas,
-                                   paired_inputs=tuple(u for u in upstream[task] if regimes[u].replicas > 1))
+                                   paired_inputs=tuple(u for u in upstream[task] if regimes[u].replicas > 1),
+                                   consumed=tuple(ConsumedEvent(asset, CommittedEpoch(d, t, epoch))
+                                                  for asset, (d, t) in (consumes or {}).items()))
                     if spec.processor in skip:
                         continue
                     code = run_job(jobs[task], spec.argv())
@@ -93,18 +101,21 @@ def run_in_process(
 def run_reference_process(dag_file: str, dag_id: str, package: str, epochs: int, env: Mapping[str, str],
                           timeout: float = 1800, partitions: Mapping[str, int] | None = None,
                           regimes: Mapping[str, Regime] | None = None, first: int = 1,
-                          skip: Sequence[str] = (), collect: bool = False) -> str:
+                          skip: Sequence[str] = (), collect: bool = False,
+                          consumes: Mapping[str, tuple[str, str]] | None = None) -> str:
     """:func:`main` in a process of its own (the caller may hold a Spark session of another kind),
     with ``env`` (the store's variables and ``SPARK_REMOTE``) added to this one's environment;
     epochs ``first``..``epochs``, but the processors in ``skip``; ``partitions`` and ``regimes``
     replace the DAG file's for the tasks they name; ``collect`` collects garbage after each epoch
-    (:func:`retained_per_epoch` reads what it printed). Returns what it printed."""
+    (:func:`retained_per_epoch` reads what it printed); ``consumes``: as :func:`run_in_process`'s.
+    Returns what it printed."""
     import subprocess
     import sys
 
     extra = [f"--partitions={t}={n}" for t, n in (partitions or {}).items()]
     extra += [f"--regime={t}={r.spec()}" for t, r in (regimes or {}).items()]
     extra += [f"--first={first}", *(f"--skip={p}" for p in skip), *(["--collect"] if collect else [])]
+    extra += [f"--consumes={asset}={d}.{t}" for asset, (d, t) in (consumes or {}).items()]
     done = subprocess.run([sys.executable, "-m", "devstack.inprocess", dag_file, dag_id, package, "--epochs",
                            str(epochs), *extra], env={**os.environ, **env}, cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=timeout)
@@ -136,7 +147,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--collect", action="store_true",
                         help="collect garbage after every epoch (as falkirk gc --retain-hours 0), then print "
                              "the epochs each task's output table still holds: 'retained after epoch N: {json}'")
+    parser.add_argument("--consumes", action="append", default=[], metavar="ASSET=DAG_ID.TASK",
+                        help="an Airflow Asset the DAG is scheduled on, and the producer task that updates it: each "
+                             "epoch consumes that task's commit of the same epoch (repeatable)")
     args = parser.parse_args(argv)
+    consumes = {}
+    for item in args.consumes:
+        asset, _, producer = item.rpartition("=")
+        dag, _, task = producer.rpartition(".")
+        if not (asset and dag and task):
+            parser.error(f"--consumes {item!r}: write ASSET=DAG_ID.TASK, e.g. falkirk_orders.ranking=falkirk_orders.publish")
+        consumes[asset] = (dag, task)
     spec = importlib.util.spec_from_file_location("falkirk_reference_dag", args.dag_file)
     if spec is None or spec.loader is None:
         parser.error(f"dag_file {args.dag_file!r}: not a Python file")
@@ -150,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = run_in_process(args.dag_id, args.package, regimes, module.EDGES, epochs, store,
                              progress=lambda m: print(m, flush=True), partitions=counts, skip=set(args.skip),
                              after_epoch=(lambda e: _collect_and_show(store, args.dag_id, list(regimes), e))
-                             if args.collect else None)
+                             if args.collect else None, consumes=consumes)
     print(f"reference: {len(epochs)} epochs in {seconds:.0f}s", flush=True)
     return 0
 

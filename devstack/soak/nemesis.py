@@ -120,6 +120,11 @@ class Nemesis:
         return (f"{fault.target} killed, its disk {disk} deleted; a new {fault.target} starts on an empty disk in "
                 f"{REPLACED_AFTER:.0f}s")
 
+    def running(self, name: str) -> bool:
+        """Whether worker ``name``'s Celery worker runs now (a lost one once its replacement started)."""
+        proc = self.soak.cluster.airflow.worker(name).proc
+        return proc is not None and proc.poll() is None
+
     def _replace(self, name: str) -> None:
         with self._lock:
             worker = self.soak.cluster.airflow.worker(name)
@@ -186,7 +191,7 @@ class Nemesis:
     def mistaken_trigger(self, fault: Fault) -> str:
         from falkirk.plugins.airflow_rest import AirflowError
 
-        driven = self.rng.choice(self.soak.dags)
+        driven = self.rng.choice([d for d in self.soak.dags if d.dag.fed is None])  # triggered by hand
         epoch = driven.latest_epoch + 30
         try:
             self.soak.client.trigger(driven.dag_id, f"mistaken-{epoch}", driven.clock.logical_date(epoch),

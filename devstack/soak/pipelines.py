@@ -14,6 +14,11 @@ falkirk_regions sender-side logs: state in scratch only, rebuilt from the produc
                 opted in to self-healing
 falkirk_sampled marker pairs: a non-deterministic producer streaming to an exactly-once sink
                 inside the epoch, its draws logged as they go
+falkirk_pairs   process pairs: every partition run twice, on both workers; ``falkirk watch`` takes
+                a lost worker's replicas over, then the user catches them up on its replacement
+falkirk_orders  two DAGs joined by an Airflow Asset: each committed epoch of ``publish`` starts
+                the run of ``falkirk_orders_leaders`` that reads it; a recovery in orders is
+                planned with its consumers (``falkirk plan --consumers``), replayed across both
 ============== ===================================================================================
 
 Every DAG's input but ``falkirk_sampled``'s is a function of the epoch alone, so a failure-free
@@ -26,9 +31,15 @@ checks instead that its sink holds exactly what its producer logged, once.
 >>> dags_named("figure1,teapot")
 Traceback (most recent call last):
 ...
-ValueError: --dags: unknown DAG 'teapot'; the soak runs figure1, shards, loops, regions, sampled (any of them, figure1 first)
+ValueError: --dags: unknown DAG 'teapot'; the soak runs figure1, shards, loops, regions, sampled, pairs, orders, orders_leaders (any of them, figure1 first)
+>>> dags_named("figure1,orders_leaders")
+Traceback (most recent call last):
+...
+ValueError: --dags: orders_leaders runs on what orders publishes: name orders before it
 >>> SOAK_DAGS["shards"].processors()
 ('events[0]', 'events[1]', 'totals[0]', 'totals[1]', 'totals[2]', 'totals[3]', 'leaders[0]', 'leaders[1]', 'leaders[2]', 'leaders[3]', 'report')
+>>> SOAK_DAGS["pairs"].paired, SOAK_DAGS["pairs"].processors()[:4]  # replicas A and B of each partition
+(True, ('ingress', 'sessions[0]', 'sessions[1]', 'sessions[2]'))
 """
 
 from __future__ import annotations
@@ -49,6 +60,16 @@ REGIONS_END = 100_000  # falkirk_regions' execution ends far past any soak: its 
 
 
 @dataclass(frozen=True)
+class Feed:
+    """The Airflow Asset a DAG is scheduled on, and the task of another soak DAG that updates it:
+    each committed epoch of ``task`` starts the consumer's run of that epoch."""
+
+    asset: str
+    producer: str  # the producer's short name in :data:`SOAK_DAGS`
+    task: str
+
+
+@dataclass(frozen=True)
 class SoakDag:
     """One DAG of the soak: its file under ``dags/`` (its ``dag``, ``REGIMES``, ``EDGES`` and
     ``PARTITIONS``), its jobs' package, and the environment both its copies are made in."""
@@ -65,6 +86,9 @@ class SoakDag:
     # ``falkirk watch`` plans and replays the recovery for a lost worker; a user only plans
     # what fails otherwise.
     auto_recover: bool = False
+    # Scheduled on an Asset another soak DAG updates: Airflow starts its runs, not the soak; its
+    # epochs are its producer's.
+    fed: Feed | None = None
 
     @property
     def dag_id(self) -> str:
@@ -91,11 +115,18 @@ class SoakDag:
     def tasks(self) -> tuple[str, ...]:
         return tuple(getattr(self.module, "REGIMES", None) or self.module.dag.task_ids)
 
+    @property
+    def paired(self) -> bool:
+        """Whether a task of it runs under process pairs (its replicas caught up after a loss)."""
+        return any(r.replicas > 1 for r in getattr(self.module, "REGIMES", {}).values())
+
     def processors(self) -> tuple[str, ...]:
-        """Every task instance of one epoch, as the planner and crash points name them."""
+        """Every task instance of one epoch, as the planner and crash points name them (each
+        replica of a paired task's partitions too)."""
         partitions = getattr(self.module, "PARTITIONS", {})
-        return tuple(processor_id(t, i) for t in self.tasks for i in (range(partitions[t]) if t in partitions
-                                                                      else (-1,)))
+        regimes = getattr(self.module, "REGIMES", {})
+        return tuple(processor_id(t, i) for t in self.tasks
+                     for i in (range(partitions[t] * regimes[t].replicas) if t in partitions else (-1,)))
 
 
 SOAK_DAGS: Mapping[str, SoakDag] = {d.name: d for d in (
@@ -106,6 +137,9 @@ SOAK_DAGS: Mapping[str, SoakDag] = {d.name: d for d in (
             auto_recover=True),
     SoakDag("sampled", "falkirk.spark_jobs.sampled", crash_steps={"draw": ("chunk-3", "chunk-3-after-files")},
             compared=False, channels=("draw/edge", "draw/edge-control")),
+    SoakDag("pairs", "falkirk.spark_jobs.sessions"),
+    SoakDag("orders", "falkirk.spark_jobs.pipeline"),
+    SoakDag("orders_leaders", "falkirk.spark_jobs.pipeline", fed=Feed("falkirk_orders.ranking", "orders", "publish")),
 )}
 """Every DAG a soak can run, by short name; ``figure1`` is the one the input faults target."""
 
@@ -120,4 +154,8 @@ def dags_named(names: str) -> list[SoakDag]:
     if not chosen or chosen[0] != "figure1" or len(set(chosen)) != len(chosen):
         raise ValueError(f"--dags {names!r}: name figure1 first, then any of {', '.join(list(SOAK_DAGS)[1:])}, "
                          f"each once")
+    for n, name in enumerate(chosen):
+        fed = SOAK_DAGS[name].fed
+        if fed is not None and fed.producer not in chosen[:n]:
+            raise ValueError(f"--dags: {name} runs on what {fed.producer} publishes: name {fed.producer} before it")
     return [SOAK_DAGS[n] for n in chosen]

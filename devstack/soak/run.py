@@ -6,7 +6,8 @@ lands, recovered as a user would, then every table compared with a failure-free 
    Connect server, Airflow with the CeleryExecutor and two workers with their own disks);
 2. triggers epochs of every DAG of ``--dags`` side by side (:mod:`devstack.soak.pipelines`:
    ``falkirk_figure1``'s four regimes and exactly-once SQL sink, partitions, checkpoints inside
-   an epoch, sender-side logs, marker pairs), each one epoch after another with a few in flight,
+   an epoch, sender-side logs, marker pairs, process pairs), each one epoch after another with a
+   few in flight,
    the others at most two epochs ahead of falkirk_figure1, for
    ``--duration``;
 3. meanwhile injects the faults :class:`~devstack.soak.schedule.FaultSchedule` drew from the
@@ -17,8 +18,10 @@ lands, recovered as a user would, then every table compared with a failure-free 
    (``falkirk replay``; a killed replay is run again; a plan refused as stale because runs
    kept committing is planned again with no new epoch triggered until a replay gets past that
    check, as a user lets the runs in flight finish first). ``falkirk watch`` runs beside the
-   shape (:class:`Watcher`): for a lost worker it plans the recovery, and replays it for the
-   DAGs that opt in;
+   shape (:class:`Watcher`): for a lost worker it takes its process pairs over, plans the
+   recovery, and replays it for the DAGs that opt in; once a new machine took the lost
+   worker's name, the replicas taken over are caught up onto it (``falkirk pairs --catch-up
+   --spare W --replaced``);
 4. meanwhile runs the same epochs failure-free in a process beside it
    (:mod:`devstack.inprocess`, :class:`ReferenceBeside`);
 5. stops triggering, recovers until every epoch's run succeeded (the time to caught-up),
@@ -53,6 +56,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +69,15 @@ from devstack.soak.nemesis import CLOCK_DIR, CLOCKS_ENV, SUPPORTED, Injected, Ne
 from devstack.soak.pipelines import AUTO_RECOVER_ENV, DAGS_ENV, SOAK_DAGS, SoakDag, dags_named
 from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
 from falkirk.policies import EpochClock, faults
+from falkirk.policies.asset_events import EPOCH_KEY_FORMAT
 from falkirk.plugins.cli import EXIT_STORE
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
+from falkirk.policies.pairs import Layout, Status
 from falkirk.policies.planning.recovery_log import RecoveryLog, live_lease, open_lease
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table
+from falkirk.policies.store.control import PairLayouts
 from falkirk.policies.store.ledger import EXTERNAL_SCHEME, Ledger
 from falkirk.policies.store.steps import StepLog
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
@@ -98,6 +105,7 @@ class Recovery:
     attempts: int = 0
     bad_epochs: list[int] = field(default_factory=list)  # the epochs of events it recovers as bad
     dag_id: str = "falkirk_figure1"
+    also: list[str] = field(default_factory=list)  # the plans of the consumer DAGs replayed with it
 
 
 @dataclass
@@ -238,7 +246,7 @@ class Soak:
     def _note_caught_up(self, runs: dict[str, list[dict[str, Any]]]) -> None:
         """Each fault's time to caught-up: until every epoch triggered before it landed, in every
         DAG, succeeded."""
-        state = {dag: {_epoch_of(r): r["state"] for r in dag_runs} for dag, dag_runs in runs.items()}
+        state = {d.dag_id: d.epoch_states(runs[d.dag_id]) for d in self.dags}
         for injected in self.report.injected:
             if injected.caught_up_in is None and injected.settled \
                     and all(state[dag].get(e) == "success" for dag, latest in injected.reached.items()
@@ -290,6 +298,10 @@ class DagUnderSoak:
                                         .replace("{dag_id}", self.dag_id)) if dag.name == "figure1" else None
         self.spoiled: dict[int, Injected] = {}
         self.delivered_again: dict[int, Injected] = {}
+        # process pairs only: the catch-up under way (falkirk pairs --catch-up), and one to run
+        # again after it stopped part-way (onto which worker, and when)
+        self.catching_up: tuple[subprocess.Popen[str], Recovery, str] | None = None
+        self.catch_up_due: tuple[str, float] | None = None
 
     def runs(self) -> list[dict[str, Any]]:
         runs: list[dict[str, Any]] = []
@@ -298,7 +310,26 @@ class DagUnderSoak:
                                        params={"limit": 100, "offset": len(runs), "order_by": "run_after"})
             runs += page["dag_runs"]
             if not page["dag_runs"] or len(runs) >= page["total_entries"]:
+                if self.dag.fed is not None:  # started by asset events: each names its epoch by partition key
+                    return [r for r in runs if r.get("partition_key")]
                 return [r for r in runs if r["dag_run_id"].startswith("epoch-")]
+
+    def epoch_of(self, run: dict[str, Any]) -> int:
+        """The epoch of one of :meth:`runs`: ``epoch-N`` as the soak triggered it, or for a DAG
+        on an Asset, the epoch its partition key names."""
+        if self.dag.fed is None:
+            return int(run["dag_run_id"].split("-", 1)[1])
+        return self.clock.epoch_of(datetime.strptime(run["partition_key"], EPOCH_KEY_FORMAT).replace(
+            tzinfo=timezone.utc))
+
+    def epoch_states(self, runs: list[dict[str, Any]]) -> dict[int, str]:
+        """Each epoch's state: its run's, or where Airflow started several runs of one epoch (an
+        asset event and its replacement after a redo), success only when all succeeded."""
+        states: dict[int, set[str]] = {}
+        for run in runs:
+            states.setdefault(self.epoch_of(run), set()).add(run["state"])
+        return {e: "success" if found == {"success"} else "failed" if "failed" in found else "running"
+                for e, found in states.items()}
 
     def states(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -307,6 +338,9 @@ class DagUnderSoak:
         return counts
 
     def trigger(self, runs: list[dict[str, Any]]) -> None:
+        if self.dag.fed is not None:  # Airflow starts its runs, on its producer's epochs
+            self.latest_epoch = self.producer.latest_epoch
+            return
         if any(r["state"] == "failed" for r in runs) or self.holding:
             return  # a user recovers before asking for more
         if sum(r["state"] in ("queued", "running") for r in runs) >= IN_FLIGHT:
@@ -319,8 +353,12 @@ class DagUnderSoak:
 
     def recover(self, runs: list[dict[str, Any]]) -> None:
         """What a user does: a replay that was killed is run again; a failed run, or a batch
-        delivered again, is planned and replayed."""
+        delivered again, is planned and replayed; replicas taken over are caught up."""
         soak = self.soak
+        if self.dag.paired and self._catch_up():
+            return
+        if self.dag.fed is not None and (self.producer.replay is not None or self.producer.replay_due is not None):
+            return  # the producer's plan was made with its consumers: its replay recovers this DAG too
         if self.replay_due is not None:
             recovery, due = self.replay_due
             if soak.elapsed() >= due:
@@ -372,7 +410,10 @@ class DagUnderSoak:
             return
         args = ["plan", "--dag", self.dag_id, "--json", *(a for t in sorted(failed) for a in ("--failed-task", t)),
                 *(a for w in sorted(self.lost_workers) for a in ("--lost-worker", w)),
-                *(a for e in bad for a in ("--bad-epoch", f"events:{e}"))]
+                *(a for e in bad for a in ("--bad-epoch", f"events:{e}")),
+                # A producer's recovery takes in the runs of its consumers it leaves stale; a
+                # consumer's, the reads of a producer epoch a recovery there redid.
+                *(["--consumers"] if self.consumers else []), *(["--stale-inputs"] if self.dag.fed else [])]
         done = subprocess.run([*soak.falkirk, *args], env=soak.cli_env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             said = (done.stderr or done.stdout).strip()
@@ -382,15 +423,19 @@ class DagUnderSoak:
             self.lost_workers -= {w for w in self.lost_workers if f"--lost-worker {w!r}" in said
                                   and "changes nothing" in said}
             return
-        plan = json.loads(done.stdout)
+        plans = json.loads(done.stdout)
+        plans = plans.get("plans", [plans])  # --consumers: this DAG's plan first, then its consumers'
+        plan = plans[0]
         why = [f"failed: {', '.join(sorted(failed))}"] if failed else []
         why += [f"lost: {', '.join(sorted(self.lost_workers))}"] if self.lost_workers else []
         why += [f"delivered again: events {', '.join(map(str, bad))}"] if bad else []
         recovery = next((r for r in soak.report.recoveries if r.plan_id == plan["plan_id"] and r.replayed_in is None),
                         None)  # the same plan again (nothing changed since): one recovery, replayed again
         if recovery is None:
-            recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for t in plan["tasks"]), soak.elapsed(),
-                                "; ".join(why), bad_epochs=bad, dag_id=self.dag_id)
+            also = [p["plan_id"] for p in plans[1:]]
+            why += [f"with {', '.join(p['dag_id'] for p in plans[1:])}"] if also else []
+            recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for p in plans for t in p["tasks"]),
+                                soak.elapsed(), "; ".join(why), bad_epochs=bad, dag_id=self.dag_id, also=also)
             soak.report.recoveries.append(recovery)
         for injected in soak.report.injected[self._attributed:]:  # the faults since this DAG's last plan
             if injected.settled or injected.epoch in bad:  # a spoiled input waits for its own plan
@@ -402,15 +447,95 @@ class DagUnderSoak:
         self._say(f"plan {recovery.plan_id}: {recovery.reruns} re-runs ({recovery.why})")
         self._start_replay(recovery)
 
+    @property
+    def producer(self) -> "DagUnderSoak":
+        """The soak DAG whose task updates the Asset this one is scheduled on."""
+        assert self.dag.fed is not None
+        return next(d for d in self.soak.dags if d.dag.name == self.dag.fed.producer)
+
+    @property
+    def consumers(self) -> list["DagUnderSoak"]:
+        """The soak DAGs scheduled on an Asset this one updates."""
+        return [d for d in self.soak.dags if d.dag.fed is not None and d.dag.fed.producer == self.dag.name]
+
     def _say(self, message: str) -> None:
         self.soak.progress(f"{self.soak.elapsed():6.0f}s  {self.dag_id}: {message}")
+
+    def _layout(self) -> Layout | None:
+        return PairLayouts(_direct(self.soak.cluster)).load(self.dag_id)
+
+    def _catch_up(self) -> bool:
+        """Process pairs: once ``falkirk watch`` took a lost worker's replicas over and a new
+        machine took its name, a user recreates them there (``falkirk pairs --catch-up --spare W
+        --replaced``); one that stops part-way is run again. Returns whether one is under way.
+        A partition that lost both replicas is not caught up: its readers fail, and the plan of
+        their failure restores it on the durable path."""
+        soak = self.soak
+        if self.catching_up is not None:
+            proc, recovery, worker = self.catching_up
+            code = proc.poll()
+            if code is None:
+                return True
+            self.catching_up = None
+            said = (proc.stdout.read() if proc.stdout else "").strip()
+            if code == 0:
+                recovery.replayed_in = soak.elapsed() - recovery.planned_at
+                recovery.reruns = sum(len(m.group(1).split(", ")) for m in CATCH_UP_REPLAYING.finditer(said)
+                                      if m.group(1) != "none")
+                self._say(f"catch-up onto {worker} done in {recovery.replayed_in:.0f}s "
+                          f"({recovery.reruns} epochs of replicas to replay)")
+            else:
+                self._say(f"catch-up onto {worker} exited {code}: {(said.splitlines() or [''])[-1][:200]}; "
+                          f"running it again in {RETRY_SECONDS}s")
+                self.catch_up_due = (worker, soak.elapsed() + RETRY_SECONDS)
+            return False
+        if self.replay is not None or self.replay_due is not None:
+            return False
+        worker = None
+        if self.catch_up_due is not None:
+            if soak.elapsed() < self.catch_up_due[1]:
+                return False
+            worker, self.catch_up_due = self.catch_up_due[0], None
+        else:
+            layout = self._layout()
+            if layout is None:
+                return False
+            lost = set(layout.lost_partitions())
+            dead = sorted({r.worker for r in layout.replicas
+                           if r.status is Status.DEAD and (r.task, r.partition) not in lost})
+            worker = next((w for w in dead if soak.nemesis.running(w)), None)
+            if worker is None:
+                return False
+        recovery = Recovery(f"catch-up:{worker}", 0, soak.elapsed(), f"pairs taken over on {worker}: caught up "
+                            f"onto the new {worker}", dag_id=self.dag_id, attempts=1)
+        soak.report.recoveries.append(recovery)
+        for injected in reversed(soak.report.injected):
+            if injected.fault.kind in ("lose-worker", "kill-worker") and injected.fault.target == worker:
+                injected.recoveries.append(recovery.plan_id)
+                break
+        self._say(f"catching up the replicas taken over on {worker}: falkirk pairs --catch-up --spare {worker} "
+                  f"--replaced")
+        proc = subprocess.Popen([*soak.falkirk, "pairs", "--dag", self.dag_id, "--catch-up", "--spare", worker,
+                                 "--replaced"], env=soak.cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        self.catching_up = (proc, recovery, worker)
+        return True
+
+    def pairs_whole(self) -> bool:
+        """Every replica of every pair active, and no catch-up under way (or a DAG without pairs)."""
+        if not self.dag.paired:
+            return True
+        if self.catching_up is not None or self.catch_up_due is not None:
+            return False
+        layout = self._layout()
+        return layout is None or all(r.status is Status.ACTIVE for r in layout.replicas)
 
     def settled_through(self, runs: list[dict[str, Any]]) -> int:
         """The last epoch whose rows are final for now: every run up to it succeeded, no replay is
         under way, and no input up to it waits to be delivered again or recovered."""
-        if self.replay is not None or self.replay_due is not None:
-            return 0
-        state = {_epoch_of(r): r["state"] for r in runs}
+        if self.replay is not None or self.replay_due is not None or not self.pairs_whole():
+            return 0  # (a replica taken over has not caught up yet: its tables lack epochs)
+        state = self.epoch_states(runs)
         waiting = min([*self.spoiled, *self.delivered_again], default=self.latest_epoch + 1)
         through = 0
         while through + 1 < waiting and state.get(through + 1) == "success":
@@ -420,7 +545,7 @@ class DagUnderSoak:
     def _deliver_again(self, runs: list[dict[str, Any]]) -> None:
         """Upstream delivers each incomplete batch again, whole, once its epoch succeeded and two
         later epochs were triggered (read on from it); the user then plans it as a bad epoch."""
-        state = {_epoch_of(r): r["state"] for r in runs}
+        state = self.epoch_states(runs)
         for epoch in sorted(self.spoiled):
             if state.get(epoch) == "success" and (self.latest_epoch >= epoch + 2 or self.soak.ending):
                 self.source.deliver_again(epoch, reopen_from=max(1, epoch - WINDOW + 1))
@@ -430,7 +555,8 @@ class DagUnderSoak:
     def _start_replay(self, recovery: Recovery) -> None:
         recovery.attempts += 1
         self.replaying = recovery
-        self.replay = subprocess.Popen([*self.soak.falkirk, "replay", recovery.plan_id], env=self.soak.cli_env,
+        self.replay = subprocess.Popen([*self.soak.falkirk, "replay", recovery.plan_id, *recovery.also],
+                                       env=self.soak.cli_env,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if self.soak.kill_next_replay:
             self.soak.kill_next_replay = False
@@ -451,7 +577,7 @@ class DagUnderSoak:
                 continue
             tis = self.client.task_instances(self.dag_id, run["dag_run_id"])
             if not any(ti.get("state") == "failed" for ti in tis.values()):
-                stranded |= {f"{t}:{_epoch_of(run)}" for t, ti in tis.items()
+                stranded |= {f"{t}:{self.epoch_of(run)}" for t, ti in tis.items()
                              if ti.get("state") in (None, "upstream_failed")}
         return stranded
 
@@ -462,21 +588,21 @@ class DagUnderSoak:
 
     def caught_up(self) -> bool:
         runs = self.runs()
+        states = self.epoch_states(runs)
         return (self.replay is None and self.replay_due is None and not self.spoiled and not self.delivered_again
-                and len(runs) >= self.latest_epoch and all(r["state"] == "success" for r in runs)
+                and all(states.get(e) == "success" for e in range(1, self.latest_epoch + 1))
+                and all(r["state"] == "success" for r in runs)
+                and self.pairs_whole()
                 # and no replay of falkirk watch's still holds the DAG
                 and not (self.dag.auto_recover
                          and live_lease(RecoveryLog(_direct(self.soak.cluster)).events(self.dag_id), self.dag_id)))
 
 
-def _epoch_of(run: dict[str, Any]) -> int:
-    """The epoch of a DAG run the soak triggered (``epoch-N``)."""
-    return int(run["dag_run_id"].split("-", 1)[1])
-
-
 # What falkirk watch says as it replays a plan (plugins/watch.py, plugins/recovery.py):
 WATCH_REPLAYING = re.compile(r"(\S+): replaying plan (\w+) for the lost worker (\S+)")
 WATCH_DONE = re.compile(r"plan (\w+): done, (\d+) task instances re-ran")
+# What falkirk pairs --catch-up says of each replica it recreated (plugins/pairs.py)
+CATCH_UP_REPLAYING = re.compile(r"replaying epochs ([\d, ]+|none)")
 
 
 class Watcher:
@@ -564,12 +690,17 @@ class ReferenceBeside:
                 return
 
     def _run_to(self, dag: SoakDag, epochs: int) -> None:
+        if dag.fed is not None:  # no further than its producer's copy has committed
+            epochs = min(epochs, self.done[SOAK_DAGS[dag.fed.producer].dag_id])
         with self._lock:
             if not dag.compared:  # nothing to run: its checks need no copy
                 self.done[dag.dag_id] = max(self.done[dag.dag_id], epochs)
             elif epochs > self.done[dag.dag_id]:
+                # a consumer's copy reads its producer's copy, which ran these epochs before it
+                consumes = {dag.fed.asset: (SOAK_DAGS[dag.fed.producer].reference, dag.fed.task)} if dag.fed else None
                 run_reference_process(str(dag.dag_file), dag.reference, dag.package, epochs,
-                                      {**self.env, **dag.env}, timeout=3600, first=self.done[dag.dag_id] + 1)
+                                      {**self.env, **dag.env}, timeout=3600, first=self.done[dag.dag_id] + 1,
+                                      consumes=consumes)
                 self.done[dag.dag_id] = epochs
 
     def through(self, epochs: dict[str, int]) -> None:
