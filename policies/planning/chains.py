@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from falkirk.policies.partitions import task_of
+from falkirk.policies.partitions import REPLICA_NAMES, processor_id, replica_index, replica_of, split_processor, task_of
 from falkirk.policies.regimes import Regime, SenderLog
 from falkirk.policies.rollback.graph import Edge, Graph, Processor
 from falkirk.policies.rollback.metadata import Chain, Checkpoint
@@ -191,6 +191,7 @@ def chains_from_ledger(
     """
     rows = current_rows(entries)
     by_epoch = {task: {r.epoch: r for r in task_rows} for task, task_rows in rows.items()}
+    paired = {task_of(p) for p, task_rows in rows.items() if Regime.parse(task_rows[0].regime).replicas > 1}
     down = set(failed)
     chains: dict[str, Chain] = {}
     for task in graph.tasks:
@@ -215,13 +216,37 @@ def chains_from_ledger(
                                      f"which the task did not write; it wrote {[o.name for o in row.outputs]}")
             checkpoints.append(Checkpoint(
                 f=EPOCH.through_bound(row.epoch),
-                M={e.id: consumed.get((e.src, e.output), EPOCH.empty) for e in in_edges},
+                M={e.id: _consumed(consumed, e, paired) for e in in_edges},
                 N=EPOCH.through_bound(row.notified_through),
                 D={e.id: discarded.get(e.output, EPOCH.empty) for e in out_edges},
             ))
         chains[task] = Chain(EPOCH, checkpoints, in_domains={e.id: EPOCH for e in in_edges},
                              out_domains={e.id: EPOCH for e in out_edges}, failed=task in down)
     return chains
+
+
+def _consumed(consumed: dict[tuple[str, str], int], edge: "DataEdge", paired: set[str]) -> int:
+    """M̄ of ``edge`` at a checkpoint that read ``consumed`` (producer processor, output -> bound).
+
+    A replica of a process pair reads a producer partition from its own replica id while that
+    one is active, else from its twin, whose rows are the same: an epoch read from the twin
+    counts as read on the edge from the other replica too. Otherwise a reader's chain would
+    shrink on that edge across a take-over (and again once the replica is caught up).
+
+    >>> from falkirk.policies.planning.chains import DataEdge
+    >>> edge = DataEdge("sessions[0]", "output", "stats[2]")
+    >>> _consumed({("sessions[1]", "output"): 4}, edge, {"sessions"}), _consumed({}, edge, {"sessions"})
+    (4, 0)
+    >>> _consumed({("tally[1]", "output"): 4}, DataEdge("tally[0]", "output", "report"), set())  # partitions, not replicas
+    0
+    """
+    got = consumed.get((edge.src, edge.output))
+    if got is None and task_of(edge.src) in paired:
+        task, index = split_processor(edge.src)
+        partition, replica = replica_of(index)
+        twin = processor_id(task, replica_index(partition, next(r for r in REPLICA_NAMES if r != replica)))
+        got = consumed.get((twin, edge.output))
+    return EPOCH.empty if got is None else got
 
 
 def sent_undelivered(row: LedgerEntry, readable: Readable) -> bool:

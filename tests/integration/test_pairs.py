@@ -305,6 +305,17 @@ def test_every_table_equals_the_failure_free_run(paired) -> None:
             assert [x for x in a if dict(x)["epoch"] >= 4] == [x for x in b if dict(x)["epoch"] >= 4]
 
 
+def test_a_collection_reads_the_history_of_a_take_over_and_a_catch_up(paired) -> None:
+    """The readers read partition 1 from its twin while its replica was taken over, then from
+    their own again: a collection plans over that history (in a dry run: the tests after this
+    one read every epoch). The unit test of a reader's chain across a take-over
+    (``tests/unit/test_pairs.py``) has the history the soak met, where it did not."""
+    from falkirk.policies.planning.collector import collect
+
+    report = collect(paired.store, A, dry_run=True)
+    assert report.dry_run and not report.plan.empty
+
+
 def test_both_replicas_lost_the_epoch_is_not_done_until_the_durable_path_restores_the_partition(paired) -> None:
     took_a, took_b = paired.both
     # the first take-over skips stats[2].A (its twin still counted as alive); the second finds both

@@ -348,3 +348,35 @@ def test_the_durable_path_restores_on_the_workers_never_lost_else_on_every_name(
     assert [(r.name, r.worker, r.status) for r in restored.replicas] == [
         ("t[0].A", "w0", Status.ACTIVE), ("t[0].B", "w1", Status.ACTIVE),
         ("t[1].A", "w1", Status.ACTIVE), ("t[1].B", "w0", Status.ACTIVE)]
+
+
+def test_a_readers_chain_counts_a_read_of_the_twin_on_both_replicas_edges() -> None:
+    """stats[0] (replica A) reads sessions' partition 0 from replica A, from B while A is taken
+    over (epoch 3), then from A again once it is caught up: on both edges its M̄ grows epoch by
+    epoch, rather than shrinking at the switch (which made every later collection refuse the
+    ledger); a partitioned task that is not paired keeps one edge per partition."""
+    from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger
+    from falkirk.policies.rollback.metadata import MetadataError
+    from falkirk.policies.rollback.times import EPOCH
+    from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
+
+    def rows(regime: str, read: dict[int, int]) -> list[LedgerEntry]:
+        out = [LedgerEntry("d", "sessions", e, regime, f"epoch-{e}", 1, map_index=i, notified_through=e,
+                           outputs=(OutputRef("output", f"/s/sessions/{i}", "durable", e, 1, e),))
+               for e in range(1, 5) for i in (0, 1)]
+        return out + [LedgerEntry("d", "stats", e, regime, f"epoch-{e}", 1, map_index=0, notified_through=e,
+                                  state_uri="/s/stats/0/state", state_tier="durable", state_version=e,
+                                  inputs=(InputRef("sessions", "output", e, map_index=read[e]),))
+                      for e in range(1, 5)]
+
+    reads = {1: 0, 2: 0, 3: 1, 4: 0}
+    paired = rows("process_pairs", reads)
+    chain = chains_from_ledger(paired, TaskGraph.from_ledger(paired), readable=lambda uri, key: True)["stats[0]"]
+    through = [EPOCH.through_bound(e) for e in range(1, 5)]
+    for edge in ("sessions[0].output->stats[0]", "sessions[1].output->stats[0]"):
+        assert [c.M[edge] for c in chain.checkpoints[1:]] == through
+    # two partitions of a task that is not paired are two inputs: one read of partition 1 in
+    # place of partition 0 is not the same rows, and the chain still refuses it
+    plain = rows("eager_checkpoint", reads)
+    with pytest.raises(MetadataError, match="sessions\\[0\\].output->stats\\[0\\]: metadata must not shrink"):
+        chains_from_ledger(plain, TaskGraph.from_ledger(plain), readable=lambda uri, key: True)
