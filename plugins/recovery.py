@@ -285,8 +285,6 @@ def start_replay(
         _settle_kept_instances(running, ledger, progress)
         _restore_lost_pairs(running, progress)
         # (after the restore: a partition that lost both replicas is active again, not taken over)
-        running.dead_replicas = frozenset(taken_over_replicas(store, recovery.dag_id)) if store is not None \
-            else frozenset()
         todo = _to_clear(running, ledger)
         skipped = len(rerun) - len(todo)
         if skipped:
@@ -395,7 +393,10 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     # Instances waiting on a lost worker's queue never run there: cleared, placement sends them
     # to a live worker (and a resumed replay finds them on that worker's queue).
     lost = {f.worker for f in recovery.failures if isinstance(f, LostWorker)}
-    # A replica its twin took over stays skipped: run again it would only find itself dead.
+    # A replica its twin took over stays skipped: run again it would only find itself dead. Read
+    # each time: a worker lost while the replay runs has its replicas taken over meanwhile.
+    if running.store is not None:
+        running.dead_replicas = frozenset(taken_over_replicas(running.store, recovery.dag_id))
     wanted = {(t, e) for t, e in wanted if not (t in running.dead_replicas and runs[e].states.get(t) == "skipped")}
     decided = clears_needed(wanted, runs, set(rows), completed, lost)
     for task, epoch in decided.mark_success:

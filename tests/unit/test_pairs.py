@@ -380,3 +380,37 @@ def test_a_readers_chain_counts_a_read_of_the_twin_on_both_replicas_edges() -> N
     plain = rows("eager_checkpoint", reads)
     with pytest.raises(MetadataError, match="sessions\\[0\\].output->stats\\[0\\]: metadata must not shrink"):
         chains_from_ledger(plain, TaskGraph.from_ledger(plain), readable=lambda uri, key: True)
+
+
+def test_a_replay_leaves_skipped_a_replica_taken_over_while_it_runs(tmp_path) -> None:
+    """A worker lost while a replay runs: the watch takes its replicas over, their instances end
+    skipped at once, and the replay must leave them so rather than clear them again and again
+    (the soak met one cleared 23 times). What it knows of the layout is read at every pass."""
+    from types import SimpleNamespace
+
+    from falkirk.plugins.recovery import RunningReplay, _to_clear
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.control import PairLayouts
+    from falkirk.policies.store.ledger import Ledger
+
+    store = StoreConfig(durable_uri=str(tmp_path / "store"), scratch_uri=str(tmp_path / "scratch"))
+    layouts = PairLayouts(store)
+    layout = chained({"stats": 2}, ["worker-a", "worker-b"])
+    layouts.save("d", layout)
+
+    class Airflow:
+        """The two reads the replay makes, answered as the scheduler left epoch 8."""
+
+        def task_instances(self, dag_id: str, run: str) -> dict:
+            return {"stats[0]": {"state": "skipped", "queue": "worker-b"},
+                    "stats[1]": {"state": "failed", "queue": "worker-b"}}
+
+        def dag_run(self, dag_id: str, run: str) -> dict:
+            return {"state": "running"}
+
+    running = RunningReplay(SimpleNamespace(dag_id="d", failures=()), None, None, Airflow(), {8: "epoch-8"}, {}, 0,
+                            0.0, store)
+    wanted = {("stats[0]", 8), ("stats[1]", 8)}
+    assert _to_clear(running, Ledger(store), wanted) == wanted  # no replica taken over: both re-run
+    layouts.save("d", layout.fail("worker-a"), before=layout)  # stats[0] is partition 0's replica A
+    assert _to_clear(running, Ledger(store), wanted) == {("stats[1]", 8)}
