@@ -134,6 +134,7 @@ def _replay(world: World, rerun: set[tuple[str, int]], monkeypatch: pytest.Monke
     The replay stops when it is killed (the scheduler goes on while its lease expires) and when
     an instance it waits for fails (others may still run when it is resumed)."""
     monkeypatch.setattr(recovery, "Completions", lambda store: world)
+    monkeypatch.setattr(recovery, "taken_over_replicas", lambda store, dag_id: set())  # no process pairs here
     plan = type("Plan", (), {"dag_id": DAG, "plan_id": "p", "failures": (), "rerun_set": lambda self: set(rerun)})()
     running = Replay(plan, None, None, world, {e: f"epoch-{e}" for e in EPOCHS}, {}, 0, 0.0, store="store")
     world.rows -= rerun  # the rollback: invalidated once, before any clear

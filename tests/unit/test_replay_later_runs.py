@@ -239,6 +239,7 @@ def _replay(world: World, rerun: set[tuple[str, int]], monkeypatch: pytest.Monke
     finishes; returns how often it was resumed."""
     redone = {t for t, _ in rerun}
     monkeypatch.setattr(recovery, "Completions", lambda store: world)
+    monkeypatch.setattr(recovery, "taken_over_replicas", lambda store, dag_id: set())  # no process pairs here
     monkeypatch.setattr(recovery, "Ledger", lambda store: world)
     monkeypatch.setattr(recovery, "_affected_later", lambda running, ledger: affected_later(DOWNSTREAM, redone,
                                                                                              STATEFUL))
