@@ -191,6 +191,8 @@ def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, 
         runs = _settled_slot(dag_id, client, task, partition, standby.replica, wait, progress)
         epochs = _run_epochs(dag_id, client, runs, snapshot)
         cleared = _clear_after(dag_id, client, runs, epochs, task, partition, standby.replica, record["epoch"])
+        if not cleared and _fold_in_now(layouts, dag_id, task, partition, standby.replica, record["epoch"]):
+            progress(f"{dag_id}: {standby.name} active again at once: no epoch after {record['epoch']} to replay")
         record.update(replica=standby.name, spare=standby.worker, generation=standby.generation, cleared=cleared)
         done.replicas.append(record)
         progress(f"{dag_id}: {standby.name} registered on {standby.worker} as a standby at epoch {record['epoch']} "
@@ -198,6 +200,25 @@ def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, 
                  f"outputs (epochs {', '.join(map(str, record['epochs'])) or 'none'}); "
                  f"replaying epochs {', '.join(map(str, sorted(cleared))) or 'none'}")
     return done
+
+
+def _fold_in_now(layouts: Any, dag_id: str, task: str, partition: int, replica: str, epoch: int) -> bool:
+    """Make the standby active at once when the copy of the survivor's epochs through ``epoch`` left
+    it nothing to replay (no DAG run after it): otherwise only its next commit would, and with no
+    new epoch it would stay a standby. Returns whether it did; a survivor that went on meanwhile
+    leaves it to its next commit."""
+    from falkirk.policies.pairs import PairsError, Status
+
+    before = layouts.load(dag_id)
+    me = before.replica(task, partition, replica)
+    if me.status is not Status.STDBY:
+        return False
+    try:
+        after = before.advance(task, partition, replica, epoch, me.generation).fold_in(task, partition)
+    except PairsError:
+        return False
+    layouts.save(dag_id, after, before=before)
+    return True
 
 
 def _upstream_first(snapshot: Any, tasks: list[str]) -> list[str]:

@@ -414,3 +414,25 @@ def test_a_replay_leaves_skipped_a_replica_taken_over_while_it_runs(tmp_path) ->
     assert _to_clear(running, Ledger(store), wanted) == wanted  # no replica taken over: both re-run
     layouts.save("d", layout.fail("worker-a"), before=layout)  # stats[0] is partition 0's replica A
     assert _to_clear(running, Ledger(store), wanted) == {("stats[1]", 8)}
+
+
+def test_a_standby_with_no_epoch_left_to_replay_is_active_at_once(tmp_path) -> None:
+    """A catch-up whose copy brought the standby to its survivor's latest epoch, with no DAG run
+    after it, makes it active at once: no further epoch may ever come to fold it in (the soak's
+    catch-up after its last epoch waited for one). A survivor recorded further on leaves it."""
+    from falkirk.plugins.pairs import _fold_in_now
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.control import PairLayouts
+
+    layouts = PairLayouts(StoreConfig(durable_uri=str(tmp_path / "store"), scratch_uri=str(tmp_path / "scratch")))
+    lost = chained({"t": 2}, ["w0", "w1"]).advance("t", 1, "B", 6, 0).fail("w1")  # t[1].A was on w1
+    standby = lost.register("t", 1, "w1", replaced=True)
+    layouts.save("d", standby)
+    assert _fold_in_now(layouts, "d", "t", 1, "A", 6)
+    assert [(r.name, r.status, r.version) for r in layouts.load("d").pair("t", 1)] == [
+        ("t[1].A", Status.ACTIVE, 6), ("t[1].B", Status.ACTIVE, 6)]
+    assert not _fold_in_now(layouts, "d", "t", 1, "A", 6)  # active already: nothing to do
+    ahead = lost.advance("t", 1, "B", 8, 0).register("t", 1, "w1", replaced=True)
+    layouts.save("e", ahead)
+    assert not _fold_in_now(layouts, "e", "t", 1, "A", 6)  # the survivor is at 8: its next commit folds it in
+    assert layouts.load("e").replica("t", 1, "A").status is Status.STDBY
