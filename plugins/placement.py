@@ -118,8 +118,13 @@ class _PlacementFacts:
 
         with self.lock:
             if self.versions is not None:  # the first look is the constructor's read
-                self.snapshot.refresh()
-                self.events.refresh()
+                try:
+                    self.snapshot.refresh()
+                    self.events.refresh()
+                except Exception as exc:  # noqa: BLE001 - the store blinked: place by what was read last
+                    log.warning("Falkirk placement of %s: the store did not answer (%s); placing by the facts read "
+                                "last", self.snapshot.dag_id, exc)
+                    return self.answer
             versions = (self.snapshot.version, self.snapshot.rollbacks_version, self.events.version)
             if versions != self.versions:
                 events = sorted(self.events.rows.to_pylist(), key=lambda e: e["recorded_at"])
@@ -141,7 +146,16 @@ def _placement_facts(store: Any, dag_id: str) -> tuple[list[Any], dict[str, Any]
         # read whole again now and then, as latest_version reopens its handles: a table deleted
         # and made again is seen
         if held is None or time.monotonic() - held.made > REOPEN_SECONDS:
-            held = _FACTS[key] = _PlacementFacts(store, dag_id)
+            try:
+                held = _FACTS[key] = _PlacementFacts(store, dag_id)
+            except Exception:
+                if held is None:
+                    raise
+                # The store does not answer: an instance left on the DAG's queue would run on
+                # any worker, away from its group's data, and split the group for good. The facts
+                # read last place it where its group is (or was, a moment ago).
+                log.warning("Falkirk placement of %s: the store did not answer; placing by the facts read last",
+                            dag_id)
     return held.current()
 
 

@@ -370,6 +370,32 @@ def test_the_hook_reads_the_ledger_whole_once_then_only_the_commits_made_since(t
     assert list(_placement_facts(store, rows[0].dag_id)[1]) == ["worker-a"] and Ledger.reads - before == 1
 
 
+def test_the_hook_places_by_the_facts_read_last_while_the_store_does_not_answer(tmp_path) -> None:
+    """A store that cannot be read (here a damaged commit of the ledger's log) must not leave a
+    task instance on the DAG's queue, where any worker takes it away from its group's scratch
+    data (the soak met a group split so, for good, during an S3 outage): the hook places it by
+    the facts it read last, both when it brings them forward and when it reads them whole."""
+    from pathlib import Path
+
+    from falkirk.plugins.placement import _FACTS, _placement_facts
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.ledger import Ledger
+
+    store = StoreConfig(durable_uri=str(tmp_path / "store"), scratch_uri=str(tmp_path / "scratch"))
+    ledger = Ledger(store)
+    rows = on_workers(history(2, None), dict.fromkeys(REGIMES, "worker-a"))
+    ledger.append(rows[0])
+    first = _placement_facts(store, rows[0].dag_id)
+    assert [e.worker for e in first[0]] == ["worker-a"]
+    log = Path(ledger.uri) / "_delta_log"
+    damaged = log / f"{len(list(log.glob('*.json'))):020d}.json"
+    damaged.write_text("{not a commit")  # the next version of the ledger: unreadable
+    assert _placement_facts(store, rows[0].dag_id) == first
+    _FACTS[store.durable_uri, rows[0].dag_id].made -= 10 ** 6  # due to be read whole again
+    assert _placement_facts(store, rows[0].dag_id) == first
+    damaged.unlink()
+
+
 @pytest.mark.parametrize("module", ["placement", "pairs", "sender_logs", "dags_test", "operators"])
 def test_each_policy_hook_is_registered_whichever_module_is_imported_before_airflow(module: str) -> None:
     """The policy modules are Airflow entry points: importing one first loads Airflow, which loads
