@@ -10,8 +10,9 @@ queue the DAG gives them.
 Installed by the package's ``airflow.policy`` entry point: nothing to add to
 ``airflow_local_settings.py``. It acts only where ``FALKIRK_WORKERS`` names the workers (in
 the scheduler's and the API server's environment; a single machine has none to choose). A
-store it cannot read leaves the queue as it is and logs why, so a placement problem never
-stops scheduling.
+store that stops answering is placed by the facts read last (left on the DAG's queue, an
+instance would run on any worker, away from its group's data); one it has never read leaves
+the queue as it is and logs why, so a placement problem never stops scheduling.
 """
 
 from __future__ import annotations
