@@ -28,9 +28,6 @@ from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, EpochClock
 EPOCHS = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
 JOBS = "falkirk.spark_jobs.pipeline"  # the jobs, found by package
 RANKING = Asset("falkirk_orders.ranking")  # a DAG scheduled on it runs on each committed epoch
-# What a run without Airflow needs (devstack.inprocess).
-REGIMES = {"ingest": Ephemeral(), "aggregate": EagerCheckpoint(), "publish": Batch(log_outputs=True)}
-EDGES = [("ingest", "aggregate"), ("aggregate", "publish")]
 
 with DAG(
     dag_id="falkirk_orders",
@@ -44,15 +41,19 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
     ingest = RegimeSparkSubmitOperator(
-        task_id="ingest", application=f"{JOBS}.ingest", regime=REGIMES["ingest"]
+        task_id="ingest", application=f"{JOBS}.ingest", regime=Ephemeral()
     )
     aggregate = RegimeSparkSubmitOperator(
         task_id="aggregate",
         application=f"{JOBS}.aggregate",
-        regime=REGIMES["aggregate"],  # keeps state: its epochs run in order (depends_on_past)
+        regime=EagerCheckpoint(),  # keeps state: its epochs run in order (depends_on_past)
     )
     publish = RegimeSparkSubmitOperator(
-        task_id="publish", application=f"{JOBS}.publish", regime=REGIMES["publish"],
+        task_id="publish", application=f"{JOBS}.publish", regime=Batch(log_outputs=True),
         outlets=[RANKING], partition_outlets=True,  # one run of falkirk_orders_leaders per epoch
     )
     ingest >> aggregate >> publish
+
+# What a run without Airflow needs (devstack.inprocess).
+REGIMES = {task.task_id: task.regime for task in (ingest, aggregate, publish)}
+EDGES = [("ingest", "aggregate"), ("aggregate", "publish")]
