@@ -102,6 +102,16 @@ def replica_of(map_index: int) -> tuple[int, str]:
     return map_index // len(REPLICA_NAMES), REPLICA_NAMES[map_index % len(REPLICA_NAMES)]
 
 
+def twin_index(map_index: int) -> int:
+    """The map index of the other replica of the same partition (its twin).
+
+    >>> twin_index(2), twin_index(3)
+    (3, 2)
+    """
+    partition, replica = replica_of(map_index)
+    return replica_index(partition, next(r for r in REPLICA_NAMES if r != replica))
+
+
 def replica_label(task_id: str, map_index: int) -> str:
     """How logs and the view name a replica: ``task[p].R``.
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from falkirk.policies.partitions import REPLICA_NAMES, processor_id, replica_index, replica_of, split_processor, task_of
+from falkirk.policies.partitions import processor_id, split_processor, task_of, twin_index
 from falkirk.policies.regimes import Regime, SenderLog
 from falkirk.policies.rollback.graph import Edge, Graph, Processor
 from falkirk.policies.rollback.metadata import Chain, Checkpoint
@@ -243,9 +243,7 @@ def _consumed(consumed: dict[tuple[str, str], int], edge: "DataEdge", paired: se
     got = consumed.get((edge.src, edge.output))
     if got is None and task_of(edge.src) in paired:
         task, index = split_processor(edge.src)
-        partition, replica = replica_of(index)
-        twin = processor_id(task, replica_index(partition, next(r for r in REPLICA_NAMES if r != replica)))
-        got = consumed.get((twin, edge.output))
+        got = consumed.get((processor_id(task, twin_index(index)), edge.output))
     return EPOCH.empty if got is None else got
 
 
