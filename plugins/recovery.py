@@ -35,9 +35,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, failed_runs
+from falkirk.policies.asset_events import run_date
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
@@ -722,9 +723,9 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
             continue
         name = processor_id(ti["task_id"], ti.get("map_index", -1))
         if "*" in tasks or ti["task_id"] in tasks or name in tasks:
-            if ti["dag_run_id"] not in epoch_of and clock is not None and ti.get("logical_date"):
+            if ti["dag_run_id"] not in epoch_of and clock is not None and (date := _run_date(dag_id, client, ti)):
                 try:
-                    epoch_of[ti["dag_run_id"]] = clock.epoch_of(datetime.fromisoformat(ti["logical_date"]))
+                    epoch_of[ti["dag_run_id"]] = clock.epoch_of(date)
                 except EpochError as exc:
                     raise PlanError(f"failed task instance {ti['task_id']} of run {ti['dag_run_id']}: {exc}") from None
             if ti["dag_run_id"] not in epoch_of:
@@ -740,6 +741,17 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
     if not found:
         raise PlanError(f"--failed-task: Airflow reports no failed task instance in {dag_id!r}")
     return sorted(found, key=lambda f: (f.epoch, f.task_id))
+
+
+def _run_date(dag_id: str, client: AirflowClient, ti: Mapping[str, Any]) -> datetime | None:
+    """The date of the epoch a task instance's run ran: its logical date, or for a run Airflow
+    started on asset events (which has none) the date of the partition it ran (the producer
+    epoch's key, see :func:`falkirk.policies.asset_events.run_date`)."""
+    if ti.get("logical_date"):
+        return datetime.fromisoformat(ti["logical_date"])
+    run = client.dag_run(dag_id, ti["dag_run_id"])
+    partition_date = datetime.fromisoformat(run["partition_date"]) if run.get("partition_date") else None
+    return run_date(None, partition_date, run.get("partition_key"))
 
 
 def _regimes(dag_id: str, client: AirflowClient) -> tuple[dict[str, Regime], EpochClock | None]:

@@ -36,6 +36,7 @@ from falkirk.plugins.asset_recovery import plan_across, replay_across
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.asset_events import CommittedEpoch, epoch_partition_key
 from falkirk.policies.planning.assets import asset_edges, stale_reads
+from falkirk.policies.planning.recovery import FailedTask
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import AssetInput, Ledger
@@ -276,6 +277,12 @@ def test_a_producer_redo_leaves_the_consumer_visibly_stale_and_its_recovery_read
     # The ledgers name the stale checkpoint: leaders' epoch 3 read publish 3 as incarnation 0.
     stale = stale_reads(Ledger(store).entries(LEADERS, "leaders"), publish)
     assert [(row.epoch, read.epoch, read.incarnation) for row, read in stale] == [(3, 3, 0)]
+    # Planned from the failed run itself, as from its failure in the grid: that run has no
+    # ledger row and no logical date (Airflow started it on the replacement's event), so its
+    # epoch is the one its partition key names.
+    by_failure = plan(LEADERS, store, client, failed_tasks=["leaders"], stale_inputs=True, record=False)
+    assert FailedTask("leaders", 3) in by_failure.failures
+    assert {(t, e) for t, e in by_failure.rerun_set()} == {("leaders", e) for e in range(3, 7)}
     # Recovered from that epoch, leaders re-runs 3 to 6 (it keeps state), reading the redo.
     fix = plan(LEADERS, store, client, stale_inputs=True)
     assert fix.failures == plan(LEADERS, store, client, bad_epochs=[("leaders", 3)], record=False).failures
