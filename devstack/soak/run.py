@@ -77,7 +77,7 @@ from falkirk.policies.planning.recovery_log import RecoveryLog, live_lease, open
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table
-from falkirk.policies.store.control import PairLayouts
+from falkirk.policies.store.control import Collections, PairLayouts
 from falkirk.policies.store.ledger import EXTERNAL_SCHEME, Ledger
 from falkirk.policies.store.steps import StepLog
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
@@ -744,15 +744,21 @@ def check_through(cluster: Cluster, dag: SoakDag, through: int) -> list[str]:
         return delivered_as_drawn(cluster, dag, through)
     store = _direct(cluster)
     states = {e.state_uri for e in Ledger(store).entries(dag.reference) if e.state_uri}
+    # The epoch after the soak's collection of the task writing each table: a table collected
+    # whole, whose later epochs wrote no rows, holds none.
+    collected = Collections(store).through(dag.dag_id)
+    after_collected = {uri: collected.get(e.processor, 0) + 1 for e in Ledger(store).entries(dag.dag_id)
+                       for uri in (e.state_uri, *(o.uri for o in e.outputs)) if uri}
     found = []
     for uri in _durable_tables(store, dag):
-        ours = _rows(store, uri.replace(f"/{dag.reference}/", f"/{dag.dag_id}/"))
+        own = uri.replace(f"/{dag.reference}/", f"/{dag.dag_id}/")
+        ours = _rows(store, own)
         got = [r for r in ours if r["epoch"] <= through]
         want = [r for r in _rows(store, uri) if r["epoch"] <= through]
         held = {r["epoch"] for r in got}
         # From the oldest epoch the soak's table holds at all: collected through ``through``, it
         # has nothing to compare yet.
-        oldest = min((r["epoch"] for r in ours), default=1)
+        oldest = min((r["epoch"] for r in ours), default=after_collected.get(own, 1))
         keep = (held & {r["epoch"] for r in want}) if uri in states else set(range(oldest, through + 1))
         got, want = [r for r in got if r["epoch"] in keep], [r for r in want if r["epoch"] in keep]
         if _canonical(got) != _canonical(want):
