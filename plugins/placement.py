@@ -78,7 +78,8 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
     if regime is not None and regime.replicas > 1 and workers and map_index is not None and map_index >= 0:
         return replica_worker(StoreConfig.from_env(), dag.dag_id, task.task_id, partitions_of(task), map_index,
                               workers)
-    group = group_of(task.task_id, scratch_groups(tasks, {t.task_id: concurrent_inputs_of(t) for t in dag.tasks}))
+    concurrent = {t.task_id: concurrent_inputs_of(t) for t in dag.tasks}
+    group = group_of(task.task_id, scratch_groups(tasks, concurrent))
     if group is None or not workers:
         return None
     partition = None
@@ -86,7 +87,9 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
             group, {t.task_id: partitions_of(t) for t in dag.tasks}):
         partition = map_index
     entries, lost = _placement_facts(StoreConfig.from_env(), dag.dag_id)
-    return home_worker(dag.dag_id, group, entries, workers, lost=lost, preferred=queue, partition=partition)
+    channels = {up for t in group for up in concurrent[t]} & group  # their channel is on their worker's disk
+    return home_worker(dag.dag_id, group, entries, workers, lost=lost, preferred=queue, partition=partition,
+                       channels=channels)
 
 
 # dag_id (and store) -> the facts placement reads, kept for the life of the process

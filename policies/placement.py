@@ -11,7 +11,9 @@ slot.
 
 A group's home is the worker of its latest checkpoint kept in scratch, unless that worker
 was lost (a recovery with ``--lost-worker`` was carried out) and has committed nothing
-since. A group with no such checkpoint (its first epoch, or after its worker was lost)
+since. A producer that a member reads while both run (its ``concurrent_inputs``) keeps the
+channel between them on its worker's disk, so its latest commit places the group too, even
+with no table in scratch: the reader of that epoch must find the channel there. A group with no such checkpoint (its first epoch, or after its worker was lost)
 runs on the queue the DAG gives the task when that queue is one of ``workers``, else on a
 worker chosen by rendezvous hashing, so every task instance of the group computes the
 same home without talking to the others. Live workers are chosen before lost ones; when
@@ -45,7 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from falkirk.policies.regimes import Regime, Tier
 from falkirk.policies.store.ledger import LedgerEntry
@@ -124,18 +126,33 @@ def partitioned_group(group: frozenset[str], partitions: Mapping[str, int | None
 
 def home_worker(dag_id: str, group: frozenset[str], rows: Iterable[LedgerEntry], workers: Sequence[str],
                 lost: Mapping[str, datetime] | None = None, preferred: str | None = None,
-                partition: int | None = None) -> str | None:
+                partition: int | None = None, channels: Collection[str] = ()) -> str | None:
     """The worker ``group``'s task instances run on (see the module docstring); ``None`` when
     there is no checkpoint to follow and no ``workers`` to choose from. Only ``workers`` are
     chosen: a checkpoint on a worker not among them is not followed. ``preferred``: the queue
     the DAG gives the task, taken when no checkpoint decides. ``partition``: the partition
-    whose instances are placed, in a group placed partition by partition.
+    whose instances are placed, in a group placed partition by partition. ``channels``: the
+    group's tasks that keep a channel on their worker's disk (the concurrent inputs of its
+    other tasks): any committed row of theirs places the group.
 
     >>> rows = [LedgerEntry("d", "totals", 1, "lazy_checkpoint(every=4)", "r1", 1, map_index=1,
     ...                     state_uri="/s/worker-a/d/totals/partition-1/state", state_tier="scratch",
     ...                     worker="worker-a")]
     >>> [home_worker("d", frozenset({"totals"}), rows, ("worker-a", "worker-b"), partition=p) for p in range(4)]
     ['worker-a', 'worker-a', 'worker-a', 'worker-b']
+
+    A producer that committed its epoch on worker-b after worker-b was recorded lost left that
+    epoch's channel there: its reader follows it, though the producer keeps no scratch table.
+
+    >>> from datetime import timedelta
+    >>> at = rows[0].committed_at
+    >>> drew = LedgerEntry("d", "draw", 2, "batch(log_outputs=true)", "r2", 1, worker="worker-b",
+    ...                    committed_at=at + timedelta(minutes=5))
+    >>> sampled = frozenset({"draw", "deliver"})
+    >>> home_worker("d", sampled, [drew], ("worker-a", "worker-b"), lost={"worker-b": at}, channels={"draw"})
+    'worker-b'
+    >>> home_worker("d", sampled, [drew], ("worker-a", "worker-b"), lost={"worker-b": at})
+    'worker-a'
     """
     lost = lost or {}
 
@@ -143,7 +160,8 @@ def home_worker(dag_id: str, group: frozenset[str], rows: Iterable[LedgerEntry],
         gone = lost.get(row.worker or "")
         return row.worker in workers and (gone is None or row.committed_at > gone)
 
-    held = [r for r in rows if r.dag_id == dag_id and r.task_id in group and r.scratch_uris() and usable(r)
+    held = [r for r in rows if r.dag_id == dag_id and r.task_id in group
+            and (r.scratch_uris() or r.task_id in channels) and usable(r)
             and (partition is None or r.map_index == partition)]
     if held:
         return max(held, key=lambda r: (r.epoch, r.committed_at)).worker

@@ -306,6 +306,47 @@ def test_a_sink_and_its_concurrent_input_run_on_one_worker_as_the_scheduler_plac
         assert queues["draw"] == queues["deliver"] and queues["draw"] in ("worker-a", "worker-b"), queues
 
 
+def test_a_sink_placed_after_its_worker_was_recorded_lost_follows_the_producer_that_ran_there(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The soak's lose-worker race: ``draw`` of epoch 19 was placed on worker-b (the group's
+    home) just before the recovery of the lost worker-b started, and committed there, its edge
+    on worker-b's (fresh) disk. ``deliver`` of epoch 19, placed after, must go to worker-b too:
+    elsewhere it finds no edge, delivers from the log, and worker-b's edge keeps the epoch's rows
+    for good. draw keeps no scratch table; its commit places the group all the same."""
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance
+
+    from falkirk.policies.planning.recovery_log import RecoveryLog
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.ledger import Ledger
+
+    dag = _placed_dag(tmp_path, monkeypatch, "falkirk_sampled")("sampled_lost")
+    store, ledger = StoreConfig.from_env(), Ledger(StoreConfig.from_env())
+
+    def placed(task_id: str) -> str:
+        ti = TaskInstance(dag.get_task(task_id), dag_version_id=None, run_id="epoch-19")
+        settings.task_instance_mutation_hook(ti)
+        return ti.queue
+
+    def committed(task_id: str, epoch: int, regime: str, **scratch: str) -> None:
+        ledger.append(LedgerEntry("sampled_lost", task_id, epoch, regime, f"epoch-{epoch}", 1, worker="worker-b",
+                                  **scratch))
+
+    committed("draw", 18, "batch(log_outputs=true)")
+    committed("deliver", 18, "lazy_checkpoint(every=2)", state_tier="scratch",
+              state_uri=f"{store.scratch_uri}/worker-b/sampled_lost/deliver/state")
+    assert placed("draw") == "worker-b"  # epoch 19's draw: the group's home
+    plan = plan_recovery("sampled_lost", TaskGraph(("draw", "deliver"), (DataEdge("draw", "output", "deliver"),)),
+                         ledger.entries("sampled_lost"), [LostWorker("worker-b")], 19, readable_when(True),
+                         {"draw": Batch(log_outputs=True), "deliver": LazyCheckpoint(every=2)})
+    log = RecoveryLog(store)
+    log.record(plan)
+    log.begin(plan, "test")  # worker-b is recorded lost: deliver's checkpoint there no longer counts
+    assert placed("deliver") == "worker-a"  # nothing committed on worker-b since: away from it
+    committed("draw", 19, "batch(log_outputs=true)")  # on worker-b, its edge beside it
+    assert placed("deliver") == "worker-b"
+
+
 def test_a_replay_after_both_workers_were_lost_places_a_whole_group_on_one_worker(
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A recovery naming both workers lost clears task instances whose queues earlier placements
