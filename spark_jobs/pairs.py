@@ -114,7 +114,11 @@ def fold_in_if_caught_up(ctx: "EpochContext", epoch: int) -> bool:
     return True
 
 
-def write_sink(ctx: "EpochContext", frame: "DataFrame", name: str = "sink") -> CommitResult:
+SINK = "sink"
+"""The egress table's name, and the name of the ledger row's output that records it."""
+
+
+def write_sink(ctx: "EpochContext", frame: "DataFrame", name: str = SINK) -> CommitResult:
     """Write this partition's rows of epoch ``ctx.epoch`` to the egress table ``name``, once for
     both replicas: they share the commit key (the partition, not the replica), so the first
     commit wins and the second writes nothing. A redone epoch (a higher incarnation) replaces it."""
@@ -127,10 +131,10 @@ def write_sink(ctx: "EpochContext", frame: "DataFrame", name: str = "sink") -> C
     return commit_frame(frame, uri, key, ctx.store.options_for(uri))
 
 
-def sink_uri(store, dag_id: str, task_id: str, partition: int, name: str = "sink") -> str:  # noqa: ANN001
+def sink_uri(store, dag_id: str, task_id: str, partition: int, name: str = SINK) -> str:  # noqa: ANN001
     """The egress table of one partition of a paired task (one table per partition: only a
     partition's two replicas ever race on it)."""
     return f"{store.durable_uri.rstrip('/')}/{dag_id}/{task_id}/{name}/partition={partition}"
 
 
-__all__ = ["Fenced", "fence", "fold_in_if_caught_up", "layout_for", "read_from", "sink_uri", "write_sink"]
+__all__ = ["SINK", "Fenced", "fence", "fold_in_if_caught_up", "layout_for", "read_from", "sink_uri", "write_sink"]

@@ -577,6 +577,8 @@ def _checked_commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
         raise JobError(f"{args.processor}: the job returned no outputs; return EpochResult(outputs={{'output': df}}) "
                        f"or, for records sent elsewhere, EpochResult(sent={{'name': Sent(destination, rows)}})")
     clash = sorted(set(result.outputs) & set(result.sent))
+    if result.sink is not None and pairs.SINK in {*result.outputs, *result.sent}:
+        clash.append(pairs.SINK)  # the ledger row names the egress table so
     if clash:
         raise JobError(f"{args.processor}: {clash} named both as an output table and as sent; give them different names")
     unknown = sorted(set(args.products) - set(result.outputs))
@@ -641,18 +643,22 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
             discarded = args.epoch if out_tier is Tier.SCRATCH else before.get(name)
             outputs.append(OutputRef(name, written.uri, out_tier.value, written.version, written.rows, discarded,
                                      product=name in args.products))
-    for name, sent in sorted(result.sent.items()):
-        outputs.append(OutputRef(name, external_uri(sent.destination), EXTERNAL_TIER, 0, sent.rows))
     if state is None:
         crash_point(args.processor, args.epoch, "after-outputs", dag_id=args.dag_id)
     crash_point(args.processor, args.epoch, "after-state", dag_id=args.dag_id)
 
     pairs.fence(ctx)  # a replica declared dead meanwhile commits nothing
+    sent = dict(result.sent)
     if result.sink is not None:
         written = pairs.write_sink(ctx, result.sink)
         say(f"  sink -> {written.uri} (v{written.version}, {written.rows} rows"
             + ("" if written.applied else ", already written by the twin") + ")")
         crash_point(args.processor, args.epoch, "after-sink", dag_id=args.dag_id)
+        # Egress, read by no task: committed in its own transaction, so accepted as sent (a
+        # redo replaces the epoch's rows under a higher incarnation).
+        sent[pairs.SINK] = Sent(written.uri, written.rows, accepted=True)
+    for name, sending in sorted(sent.items()):
+        outputs.append(OutputRef(name, external_uri(sending.destination), EXTERNAL_TIER, 0, sending.rows))
     consumed = {(i.task_id, i.output, i.map_index): i.through for i in previous.inputs} if previous else {}
     for k, through in ctx.consumed.items():
         consumed[k] = max(consumed.get(k, through), through)
@@ -680,7 +686,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
                 say(f"  {args.replica} caught up with its twin at epoch {args.epoch}: active again")
         except Exception as exc:  # noqa: BLE001 - the epoch is committed; the next epoch's commit tries again
             say(f"  {args.replica}: not folded in yet ({type(exc).__name__}: {exc}); its next epoch tries again")
-    if result.sent and all(s.accepted for s in result.sent.values()):
+    if sent and all(s.accepted for s in sent.values()):
         _record_accepted(ctx)
     return entry
 

@@ -728,9 +728,12 @@ def _direct(cluster: Cluster) -> StoreConfig:
 
 
 def _durable_tables(store: StoreConfig, dag: SoakDag) -> list[str]:
-    """The failure-free copy's durable tables: the soak's have the same paths under its DAG id."""
-    return sorted({uri for e in Ledger(store).entries(dag.reference) for uri in (e.state_uri, *(o.uri for o in e.outputs))
-                   if uri and not store.is_scratch(uri)})
+    """The failure-free copy's durable tables: the soak's have the same paths under its DAG id.
+    A Delta table in the store that a task delivers to (an external output: process pairs' sink)
+    is one of them."""
+    named = {uri.removeprefix(EXTERNAL_SCHEME) for e in Ledger(store).entries(dag.reference)
+             for uri in (e.state_uri, *(o.uri for o in e.outputs)) if uri}
+    return sorted(uri for uri in named if store.contains(uri) and not store.is_scratch(uri))
 
 
 def check_through(cluster: Cluster, dag: SoakDag, through: int) -> list[str]:

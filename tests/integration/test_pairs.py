@@ -280,12 +280,26 @@ def test_s3_mode_d_reruns_the_failed_partition_alone(paired, dag: str) -> None:
         assert canonical(scan(ours).to_pylist()) == canonical([r for r in scan(ref).to_pylist() if r["epoch"] <= 2])
 
 
-def test_the_sink_holds_each_update_once(paired) -> None:
+def test_the_sink_holds_each_update_once_and_every_row_of_stats_names_it_delivered(paired) -> None:
+    """Each replica's ledger row names its partition's egress table, as accepted by it (an
+    external output, recorded delivered at the commit): nothing in the store is outside what the
+    ledger names, and no epoch of stats waits for a delivery (which would make it no checkpoint)."""
+    from falkirk.policies.planning.chains import sent_undelivered
+    from falkirk.policies.store.control import Deliveries
+    from falkirk.policies.store.ledger import external_uri
+    from falkirk.policies.store.readability import StoreReadability
+
     rows = []
     for p in range(4):
         table = open_table(sink_uri(paired.store, A, "stats", p))
         rows += scan(table).to_pylist() if table is not None else []
     assert sorted((r["sn"], r["app"], r["src"], r["longest"], r["avg"]) for r in rows) == SINK
+    stats = [r for r in Ledger(paired.store).entries(A) if r.task_id == "stats"]
+    assert {(r.map_index, r.epoch): [(o.uri, o.tier) for o in r.outputs if o.name == "sink"] for r in stats} == {
+        (r.map_index, r.epoch): [(external_uri(sink_uri(paired.store, A, "stats", r.map_index // 2)), "external")]
+        for r in stats}
+    assert Deliveries(paired.store).through(A) == {"stats": 5}
+    assert [r.key for r in stats if sent_undelivered(r, StoreReadability(paired.store))] == []
 
 
 def test_every_table_equals_the_failure_free_run(paired) -> None:
