@@ -30,14 +30,14 @@ GROUP_ORDER = ("recovery", "test_sender_logs", "test_steps", "test_collector", "
 
 
 def worker_group(path: Path) -> str:
-    """The group of a test module: what it shares a started component with (the unit tests start
-    none, and go as one group).
+    """The group of a test module: what it shares a started component with. A unit module starts
+    none and is a group of its own: handed out last, they let both workers finish together.
 
     >>> worker_group(Path("tests/integration/recovery/test_staleness.py")), worker_group(Path("tests/unit/test_view.py"))
-    ('recovery', 'unit')
+    ('recovery', 'unit/test_view')
     """
     if "integration" not in path.parts:
-        return "unit"
+        return f"unit/{path.stem}"
     if "recovery" in path.parts:
         return "recovery"
     if "cluster" in path.parts:
