@@ -273,6 +273,7 @@ def _copied_row(store: Any, snapshot: Any, dag_id: str, source: Any, dst_index: 
 
     from falkirk.policies.regimes import Tier
     from falkirk.policies.store.commits import CommitKey, commit_epoch, read_epoch
+    from falkirk.policies.store.ledger import is_external
 
     incarnation = snapshot.next_incarnation(source.task_id, source.epoch, dst_index)
     key = CommitKey(dag_id, source.task_id, source.epoch, dst_index, incarnation)
@@ -288,6 +289,9 @@ def _copied_row(store: Any, snapshot: Any, dag_id: str, source: Any, dst_index: 
 
     outputs = []
     for ref in source.outputs:
+        if is_external(ref.uri):  # the sink both replicas write once: named, not copied
+            outputs.append(ref)
+            continue
         uri, version, n = copy(ref.uri, ref.name)
         outputs.append(dataclasses.replace(ref, uri=uri, version=version, rows=n))
     state = copy(source.state_uri, "state") if source.state_uri else None

@@ -322,6 +322,40 @@ def test_a_catch_up_copies_only_the_epochs_garbage_collection_left_of_the_surviv
     assert sorted(e.epoch for e in ledger.entries("d") if e.map_index == dead) == [1, 2, 5, 6]
 
 
+def test_a_catch_up_of_a_final_replica_names_the_sink_its_twin_wrote_and_copies_only_its_tables(tmp_path) -> None:
+    """A final task's rows name the partition's egress table (``sink``, written once for both
+    replicas, accepted at the commit): the standby's copied rows name that same table, which is
+    not copied (the soak met ``falkirk pairs --catch-up`` failing on it as a table to copy)."""
+    import pyarrow as pa
+
+    from falkirk.plugins.pairs import _install
+    from falkirk.policies.regimes import Tier
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.commits import CommitKey, commit_epoch, read_epoch
+    from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, OutputRef, external_uri
+    from falkirk.spark_jobs.pairs import sink_uri
+
+    store = StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch"))
+    ledger = Ledger(store)
+    sink = sink_uri(store, "d", "stats", 0)
+    for epoch in (1, 2):  # replica B (map index 1) committed; A died before epoch 1
+        key = CommitKey("d", "stats", epoch, 1, 0)
+        out = commit_epoch(store.table_uri(Tier.DURABLE, "d", "stats", "output", 1), pa.table({"epoch": [epoch], "v": [epoch]}), key)
+        commit_epoch(sink, pa.table({"epoch": [epoch], "sn": [epoch * 10]}), CommitKey("d", "stats/sink", epoch, 0, 0))
+        ledger.append(LedgerEntry("d", "stats", epoch, "process_pairs", f"epoch-{epoch}", 1, map_index=1,
+                                  outputs=(OutputRef("output", out.uri, "durable", out.version, 1),
+                                           OutputRef("sink", external_uri(sink), "external", 0, 1))))
+
+    record = _install(store, LedgerSnapshot(ledger, "d"), "d", "stats", 0, "B", "A")
+
+    assert record["epochs"] == [1, 2]
+    copied = sorted((e for e in ledger.entries("d") if e.map_index == 0), key=lambda e: e.epoch)
+    assert [[(o.name, o.uri, o.tier) for o in e.outputs] for e in copied] == [
+        [("output", store.table_uri(Tier.DURABLE, "d", "stats", "output", 0), "durable"),
+         ("sink", external_uri(sink), "external")]] * 2
+    assert [read_epoch(sink, e).column("sn").to_pylist() for e in (1, 2)] == [[10], [20]]  # as written, once
+
+
 def test_replaced_without_a_catch_up_spare_is_refused_before_anything_is_read(capsys, monkeypatch) -> None:  # noqa: ANN001
     from falkirk.plugins.cli import EXIT_INVALID, main
 
