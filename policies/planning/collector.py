@@ -287,7 +287,10 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
 
 
 def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | None,
-          acknowledge: Mapping[str, Callable[[int], object]] | None) -> CollectionPlan:
+          acknowledge: Mapping[str, Callable[[int], object]] | None,
+          live: LivePartitions | None = None) -> CollectionPlan:
+    """The collection the ledger allows now; ``live``: the epochs each table holds (default:
+    read from the table)."""
     rows = ledger.entries(dag_id)
     # A replica of a process pair its twin took over holds nothing back: its twin's consumers and
     # its standby (once registered, at the twin's version) pin what the dataflow still needs.
@@ -299,7 +302,7 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
                               tuple(e for e in graph.edges if taken_over.isdisjoint((e.src, e.dst))))
     graph = graph or TaskGraph.from_ledger(rows)
     readable = durable_only(StoreReadability(store, rows), store.scratch_uri)
-    plan = plan_collection(dag_id, rows, graph, readable, lambda uri: live_partitions(store, uri),
+    plan = plan_collection(dag_id, rows, graph, readable, live or (lambda uri: live_partitions(store, uri)),
                            Collections(store).through(dag_id),
                            lambda task: [store.table_uri(tier, dag_id, *_task_and_table(task, "state")) for tier in Tier],
                            ledger.asset_readers(dag_id))
