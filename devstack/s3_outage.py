@@ -84,7 +84,8 @@ class S3Outage:
         self._post("down", {})
 
     def up(self) -> None:
-        """Answer again on the same port."""
+        """Answer again on the same port; an armed :meth:`down_at` or :meth:`hang_at` that no
+        request has tripped yet is disarmed."""
         self._post("up", {})
 
     def state(self) -> dict:
@@ -132,6 +133,8 @@ class _Front:
 
     def up(self) -> None:
         self.hanging.clear()
+        with self.lock:  # an outage armed but not yet tripped ends too, or a later request trips it
+            self.trip = None
         if self.stopping is not None:
             self.stopping.join()
         with self.lock:
