@@ -13,7 +13,8 @@ A group's home is the worker of its latest checkpoint kept in scratch, unless th
 was lost (a recovery with ``--lost-worker`` was carried out) and has committed nothing
 since. A producer that a member reads while both run (its ``concurrent_inputs``) keeps the
 channel between them on its worker's disk, so its latest commit places the group too, even
-with no table in scratch: the reader of that epoch must find the channel there. A group with no such checkpoint (its first epoch, or after its worker was lost)
+with no table in scratch: the reader of that epoch must find the channel there. A group with
+no such checkpoint (its first epoch, or after its worker was lost)
 runs on the queue the DAG gives the task when that queue is one of ``workers``, else on a
 worker chosen by rendezvous hashing, so every task instance of the group computes the
 same home without talking to the others. Live workers are chosen before lost ones; when

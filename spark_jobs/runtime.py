@@ -578,7 +578,7 @@ def _checked_commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
                        f"or, for records sent elsewhere, EpochResult(sent={{'name': Sent(destination, rows)}})")
     clash = sorted(set(result.outputs) & set(result.sent))
     if result.sink is not None and pairs.SINK in {*result.outputs, *result.sent}:
-        clash.append(pairs.SINK)  # the ledger row names the egress table so
+        clash.append(pairs.SINK)  # the name the ledger row gives the egress table
     if clash:
         raise JobError(f"{args.processor}: {clash} named both as an output table and as sent; give them different names")
     unknown = sorted(set(args.products) - set(result.outputs))

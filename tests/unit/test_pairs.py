@@ -340,7 +340,8 @@ def test_a_catch_up_of_a_final_replica_names_the_sink_its_twin_wrote_and_copies_
     sink = sink_uri(store, "d", "stats", 0)
     for epoch in (1, 2):  # replica B (map index 1) committed; A died before epoch 1
         key = CommitKey("d", "stats", epoch, 1, 0)
-        out = commit_epoch(store.table_uri(Tier.DURABLE, "d", "stats", "output", 1), pa.table({"epoch": [epoch], "v": [epoch]}), key)
+        out = commit_epoch(store.table_uri(Tier.DURABLE, "d", "stats", "output", 1),
+                           pa.table({"epoch": [epoch], "v": [epoch]}), key)
         commit_epoch(sink, pa.table({"epoch": [epoch], "sn": [epoch * 10]}), CommitKey("d", "stats/sink", epoch, 0, 0))
         ledger.append(LedgerEntry("d", "stats", epoch, "process_pairs", f"epoch-{epoch}", 1, map_index=1,
                                   outputs=(OutputRef("output", out.uri, "durable", out.version, 1),
