@@ -79,7 +79,8 @@ def test_a_client_that_dies_takes_its_job_with_it(host) -> None:
         JobHost(environ=env).run([{str(tmp_path / 'job.py')!r}], env, on_line=lambda line: None)
     """)])
     deadline = time.monotonic() + 60
-    while not pid_file.exists() and time.monotonic() < deadline:
+    # the job creates the file, then writes its pid: wait for the pid, not only the file
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.1)
     job = int(pid_file.read_text())
     os.kill(client.pid, signal.SIGKILL)  # the task process is gone
