@@ -321,7 +321,8 @@ def test_a_sink_placed_after_its_worker_was_recorded_lost_follows_the_producer_t
     from falkirk.policies.store.ledger import Ledger
 
     dag = _placed_dag(tmp_path, monkeypatch, "falkirk_sampled")("sampled_lost")
-    store, ledger = StoreConfig.from_env(), Ledger(StoreConfig.from_env())
+    store = StoreConfig.from_env()
+    ledger = Ledger(store)
 
     def placed(task_id: str) -> str:
         ti = TaskInstance(dag.get_task(task_id), dag_version_id=None, run_id="epoch-19")
