@@ -8,7 +8,8 @@ real on Delta tables on local disk (no Airflow, no Spark: those drills are in
 * leases expire, are taken over (recorded), released by hand, and exclude collections;
 * garbage collection never deletes outside the store, whatever a ledger row says;
 * bounded inputs on the command line; lost scratch locations confined to the scratch root;
-* a resumed replay never clears again an instance that commits while it reads Airflow's states.
+* a resumed replay never clears again an instance that commits while it reads Airflow's states;
+* a replay runs a plan that rebuilds a lost sender-log state while the blocks it needs are kept.
 """
 
 from __future__ import annotations
@@ -627,3 +628,42 @@ def test_leases_on_two_dags_taken_at_the_same_moment_both_hold_and_one_dag_gets_
     assert len(held) == 1 and len(refused) == 1, one
     assert isinstance(refused[0], LeaseHeld) and f"({held[0].holder}, since" in str(refused[0])
     assert open_lease(log.events("c"), "c").token == held[0].token
+
+
+def test_a_plan_rebuilding_a_lost_sender_log_state_runs_while_the_blocks_it_needs_are_kept(store: StoreConfig) -> None:
+    """total (sender-side logs, at_end over ingest) kept its state in scratch; the disk is lost
+    after epoch 3 and total's epoch 4 failed. The plan keeps total's epochs 1-3 (epoch 4 rebuilds
+    the state from ingest's blocks 1-3), and a replay accepts it: the state is gone, the blocks
+    are not. Once a block is collected, the replay refuses the plan, naming the state."""
+    import shutil
+
+    from falkirk.plugins.recovery import _validate, compute_plan
+    from falkirk.policies.planning.recovery import PlanError
+    from falkirk.policies.regimes import Regime, Tier
+    from falkirk.policies.store.ledger import InputRef
+
+    regimes = {"ingest": Regime.parse("batch(log_outputs=true)"),
+               "total": Regime.parse("sender_log(release=ingest:at_end, end=10, log_durability=durable)")}
+    blocks = store.table_uri(Tier.DURABLE, "s", "ingest", "output")
+    state = store.table_uri(Tier.SCRATCH, "s", "total", "state")
+    ledger = Ledger(store)
+    for e in range(1, 5):
+        commit_epoch(blocks, pa.table({"epoch": [e], "x": [e]}), CommitKey("s", "ingest", e))
+        ledger.append(LedgerEntry("s", "ingest", e, regimes["ingest"].spec(), f"epoch-{e}", 1, notified_through=e,
+                                  outputs=(OutputRef("output", blocks, "durable", e - 1, 1),)))
+        if e < 4:
+            commit_epoch(state, pa.table({"epoch": [e], "total": [e]}), CommitKey("s", "total", e))
+            ledger.append(LedgerEntry("s", "total", e, regimes["total"].spec(), f"epoch-{e}", 1, notified_through=e,
+                                      state_uri=state, state_tier="scratch", state_version=e - 1, state_rows=1,
+                                      inputs=(InputRef("ingest", "output", e),)))
+    shutil.rmtree(state)
+
+    plan = compute_plan("s", store, [FailedTask("total", 4)], regimes, record=False)
+    assert (plan.task("total").kept_through, plan.task("total").rerun) == (3, (4,))
+    assert plan.task("total").restore_from.epoch == 3 and plan.task("ingest").rerun == ()
+    _validate(plan, store, resuming=False)
+
+    open_table(blocks).delete("epoch = 2")  # what a collection does to the table
+    with pytest.raises(PlanError, match=f"can no longer run: it restores or re-reads total's state of epoch 3 at "
+                                        f"{state}, which the store no longer holds"):
+        _validate(plan, store, resuming=True)
