@@ -824,9 +824,15 @@ def check(soak: Soak, reference: ReferenceBeside, progress: Progress = say) -> N
         report.checks.append((f"{name}: nothing in the store outside what the ledger names", not strays,
                               f"not named by any ledger row: {strays[:5]}"))
         if dag.channels:
-            full = {t.split(f"/{name}/", 1)[1]: len(_rows(store, t)) for t in channels}
+            full = {}  # where rows are left (the worker's disk too: placement decides it) and of which epochs
+            for t in channels:
+                epochs_left = [r["epoch"] for r in _rows(store, t)]
+                if epochs_left:
+                    where, table = t.split(f"/{name}/", 1)
+                    full[f"{table} on {where.rsplit('/', 1)[-1]}"] = \
+                        f"{len(epochs_left)} rows of epochs {sorted(set(epochs_left))}"
             report.checks.append((f"{name}: its channels carry nothing once every epoch is delivered",
-                                  not any(full.values()), f"rows left: {full}"))
+                                  not full, f"rows left: {full}"))
         if not dag.compared:
             found = delivered_as_drawn(cluster, dag, epochs)
             report.checks.append((f"{name}: the sink holds what the producer logged, each row once", not found,
