@@ -42,7 +42,7 @@ from falkirk.policies.asset_events import run_date
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
-from falkirk.policies.planning.chains import TaskGraph, current_rows, rebuildable
+from falkirk.policies.planning.chains import TaskGraph, current_rows, state_available
 from falkirk.plugins.dags_test import is_test_instance
 from falkirk.policies.planning.from_ledger import MAX_EPOCHS_AHEAD, compute_plan, taken_over_replicas  # noqa: F401
 from falkirk.plugins.discard import beyond_note, rows_beyond
@@ -57,7 +57,7 @@ from falkirk.policies.planning.replay_decisions import (AirflowRun, LaterRow, Ro
                                                         slots_to_free, wait_verdict)
 from falkirk.policies.planning.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
                                    live_lease)
-from falkirk.policies.regimes import Regime, SenderLog
+from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig
 
 _log = logging.getLogger(__name__)
@@ -556,9 +556,8 @@ def _validate(recovery: RecoveryPlan, store: StoreConfig, resuming: bool) -> Non
     for t in recovery.tasks:
         if t.restore_from is not None:
             row = by_key.get((t.task_id, t.restore_from.epoch))
-            # A state under sender-side logs that is gone is rebuilt from the blocks not released,
-            # as the planner counted on (chains.rebuildable); only those must still be readable.
-            if row is None or not (readable(t.restore_from.uri, row.key) or _rebuildable(row, readable, by_epoch)):
+            # counted as the planner counts it: a sender-log state may be rebuilt instead of read
+            if row is None or not (readable(t.restore_from.uri, row.key) or state_available(row, readable, by_epoch)):
                 problems.append(f"{t.task_id}'s state of epoch {t.restore_from.epoch} at {t.restore_from.uri}")
         for src, output, epochs in t.rereads:
             for epoch in epochs:
@@ -579,12 +578,6 @@ def _validate(recovery: RecoveryPlan, store: StoreConfig, resuming: bool) -> Non
             raise PlanError(f"plan {recovery.plan_id}: the store changed since the plan was computed (it would "
                             f"now be plan {again.plan_id}: a checkpoint was collected or lost); compute a new "
                             f"plan with `falkirk plan`")
-
-
-def _rebuildable(row: LedgerEntry, readable: StoreReadability,
-                 rows: dict[str, dict[int, LedgerEntry]]) -> bool:
-    regime = Regime.parse(row.regime)
-    return isinstance(regime, SenderLog) and rebuildable(row, regime, readable, rows)
 
 
 def _short_hash(text: str) -> str:

@@ -259,11 +259,20 @@ def _restorable(row: LedgerEntry, readable: Readable, rows: dict[str, dict[int, 
     next epoch rebuilds the state from them (:func:`rebuildable`)."""
     if sent_undelivered(row, readable):
         return False
-    regime = Regime.parse(row.regime)
-    if not regime.keeps_state:
-        return True
+    return not Regime.parse(row.regime).keeps_state or state_available(row, readable, rows)
+
+
+def state_available(row: LedgerEntry, readable: Readable, rows: dict[str, dict[int, LedgerEntry]]) -> bool:
+    """Whether the state ``row`` checkpointed can be restored: its table is readable or, under
+    sender-side logs, every block it is rebuilt from is (:func:`rebuildable`).
+
+    >>> row = LedgerEntry("d", "total", 1, "sender_log(release=ingest:at_end)", "r1", 1, state_uri="/scratch/total")
+    >>> state_available(row, lambda uri, key: False, {"ingest": {}})  # no state, and ingest's block 1 is gone
+    False
+    """
     if row.state_uri is not None and readable(row.state_uri, _key(row)):
         return True
+    regime = Regime.parse(row.regime)
     return isinstance(regime, SenderLog) and rebuildable(row, regime, readable, rows)
 
 
