@@ -106,6 +106,10 @@ class EpochResult:
     # A paired task's egress rows for this partition, written once for both replicas
     # (:func:`falkirk.spark_jobs.pairs.write_sink`).
     sink: "DataFrame | None" = None
+    # The scratch tables this epoch was streamed through to a reader running beside the task
+    # (:class:`~falkirk.spark_jobs.marker_edge.EdgeTables`): recorded in the ledger row, so
+    # that garbage collection empties them on whichever worker's disk they were left.
+    channels: tuple[str, ...] = ()
 
 
 @dataclass
@@ -676,6 +680,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         notified_through=args.epoch,
         worker=worker_name(),
         asset_inputs=tuple(ctx.asset_inputs),
+        channels=_own_channels(ctx, result.channels),
     )
     entry = dataclasses.replace(entry, rollbacks_seen=_check_still_current(ctx, entry, appended=False))
     ctx.ledger.append(entry, snapshot=ctx.rows)  # through the handle the job read the ledger with
@@ -689,6 +694,18 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     if sent and all(s.accepted for s in sent.values()):
         _record_accepted(ctx)
     return entry
+
+
+def _own_channels(ctx: EpochContext, uris: tuple[str, ...]) -> tuple[str, ...]:
+    """``uris``, each checked to be one of this task's scratch tables on this worker."""
+    a = ctx.args
+    for uri in uris:
+        name = uri.rstrip("/").rsplit("/", 1)[-1]
+        if uri != ctx.store.table_uri(Tier.SCRATCH, a.dag_id, a.task_id, name, a.map_index):
+            raise JobError(f"{a.processor} epoch {a.epoch}: EpochResult.channels names {uri!r}, which is not a scratch "
+                           f"table of this task on this worker; name it store.table_uri(Tier.SCRATCH, dag_id, "
+                           f"task_id, name)")
+    return tuple(uris)
 
 
 def _record_accepted(ctx: EpochContext) -> None:

@@ -16,7 +16,11 @@ moment): whatever fails, ``t`` never rolls back before it. So:
 * a reader under sender-side logs (:class:`~falkirk.policies.regimes.SenderLog`) keeps no
   checkpoint: it rebuilds its state at W(c) by replaying the input epochs it had not released
   by then, so those are kept too (the producer's log is pruned up to the release);
-* a source task may acknowledge its external input through W(source).
+* a source task may acknowledge its external input through W(source);
+* a channel a task streamed an epoch through to a reader running beside it (the ledger row's
+  ``channels``: scratch tables on the worker that ran it) is read by no recovery, so the epoch
+  is deleted from it once every reader has committed that epoch, on whichever worker's disk it
+  was left.
 
 :func:`plan_collection` is the policy (pure: it reads nothing); :func:`collect` is the
 mechanism: it marks the ledger first, then deletes each table's partitions in one Delta
@@ -51,6 +55,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from deltalake.exceptions import CommitFailedError
+
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back
 from falkirk.policies.planning.monitor import low_watermarks
 from falkirk.policies.epochs import epoch_ranges
@@ -79,15 +85,21 @@ class Reclaim:
     epochs: tuple[int, ...]
     bytes: int
     tier: str = "durable"  # where an output table is: a durable one is a log, a scratch one is not
+    channel: bool = False  # a table the task streamed its epochs through to a concurrent reader
 
     @property
     def kind(self) -> str:
-        """What the table is to recovery: a checkpoint (state), a log (a durable output), or
-        scratch output (kept only until the next durable checkpoint downstream).
+        """What the table is to recovery: a checkpoint (state), a log (a durable output),
+        scratch output (kept only until the next durable checkpoint downstream), or a channel
+        (read by no recovery).
 
         >>> Reclaim("t", "output", "/s/t", (1,), 9, tier="scratch").kind
         'scratch output'
+        >>> Reclaim("draw", "edge", "/s/w/d/draw/edge", (1,), 9, tier="scratch", channel=True).kind
+        'channel'
         """
+        if self.channel:
+            return "channel"
         if self.what == "state":
             return "checkpoint"
         return "log" if self.tier == "durable" else "scratch output"
@@ -154,7 +166,8 @@ def watermarks(entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Reada
 def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Readable,
                     live: LivePartitions, collected: Mapping[str, int] | None = None,
                     state_tables: Callable[[str], Iterable[str]] | None = None,
-                    asset_readers: Mapping[tuple[str, str], Sequence[str]] | None = None) -> CollectionPlan:
+                    asset_readers: Mapping[tuple[str, str], Sequence[str]] | None = None,
+                    live_channel: LivePartitions | None = None) -> CollectionPlan:
     """The collection the low-watermarks allow (see the module docstring); reads nothing itself.
 
     ``asset_readers``: (task, output) -> the other DAGs that read it through an Asset
@@ -163,6 +176,8 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
     ``state_tables`` names every state table of a stateful task (both tiers): a ledger row
     names only the last tier its state went to, and a task checkpointed durably every epoch
     would otherwise never have its scratch copies collected.
+
+    ``live_channel``: the epochs a channel holds (default ``live``); a channel is not partitioned.
     """
     rows = list(entries)
     low = watermarks(rows, graph, readable)
@@ -192,6 +207,7 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
                 continue
             need = min(_first_needed(task, name, c, low[c], back, by_task) for c in readers)
             tables += _reclaim(task, name, uri, live, before=need, tier=tiers[name, uri])
+        tables += _reclaim_channels(task, rows, graph, by_task, live_channel or live)
     sources = [t for t in graph.tasks if not any(e.dst == t for e in graph.edges)]
     return CollectionPlan(dag_id, low, marks, tuple(tables), {t: low[t] for t in sources}, tuple(products))
 
@@ -207,6 +223,24 @@ def _first_needed(task: str, output: str, reader: str, low: int, back: Mapping[t
     if isinstance(regime, SenderLog) and regime.keeps_state and low > 0:
         first = min(first, regime.released(low).get(task, low) + 1)
     return first
+
+
+def _reclaim_channels(task: str, rows: Sequence[LedgerEntry], graph: TaskGraph,
+                      by_task: Mapping[str, list[LedgerEntry]], live: LivePartitions) -> list[Reclaim]:
+    """The epochs of ``task``'s channels (on every worker a row of it names) that each of its
+    readers has committed: a reader's re-run reads the task's logged output, never the channel."""
+    readers = {e.dst for e in graph.edges if e.src == task}
+    if not readers:
+        return []
+    delivered = set.intersection(*({r.epoch for r in by_task.get(c, [])} for c in readers))
+    found = []
+    for uri in sorted({u for r in rows if r.task_id == task for u in r.channels}):
+        held = live(uri)
+        epochs = tuple(sorted(e for e in held if e in delivered))
+        if epochs:
+            found.append(Reclaim(task, uri.rstrip("/").rsplit("/", 1)[-1], uri, epochs, sum(held[e] for e in epochs),
+                                 "scratch", channel=True))
+    return found
 
 
 def _reclaim(task: str, what: str, uri: str, live: LivePartitions, before: int,
@@ -274,7 +308,15 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
             epochs = r.epochs
             if r.what == "state" and broken("gc-watermark"):  # a drill a soak must catch (policies.faults)
                 epochs = (*epochs, *sorted(set(live_partitions(store, r.uri)) - set(epochs))[:1])
-            removed += _delete_epochs(store, r.uri, epochs, retain_hours)
+            try:
+                removed += _delete_epochs(store, r.uri, epochs, retain_hours)
+            except CommitFailedError:
+                if not r.channel:
+                    raise
+                # The producer appended its next epoch meanwhile: those epochs go next time.
+                progress(f"  {r.uri} changed while its epochs {epoch_ranges(epochs)} were deleted; the next "
+                         f"collection deletes them")
+                continue
             progress(f"  deleted epochs {epoch_ranges(epochs)} of {r.uri}")
         for task, ack in sorted((acknowledge or {}).items()):
             if plan.acknowledged[task] > 0:
@@ -305,7 +347,7 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
     plan = plan_collection(dag_id, rows, graph, readable, live or (lambda uri: live_partitions(store, uri)),
                            Collections(store).through(dag_id),
                            lambda task: [store.table_uri(tier, dag_id, *_task_and_table(task, "state")) for tier in Tier],
-                           ledger.asset_readers(dag_id))
+                           ledger.asset_readers(dag_id), live or (lambda uri: live_partitions(store, uri, by_rows=True)))
     for r in plan.tables:  # whatever a ledger row says, only the task's own tables are touched
         if not store.is_table_of(r.uri, dag_id, *_task_and_table(r.task_id, r.what)):
             own = {store.table_uri(tier, dag_id, *_task_and_table(r.task_id, r.what)) for tier in Tier}
@@ -325,8 +367,9 @@ def _task_and_table(processor: str, table: str) -> tuple[str, str, int]:
     return task_id, table, map_index
 
 
-def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:
-    """The epochs the Delta table at ``uri`` holds now, with their sizes in bytes."""
+def live_partitions(store: StoreConfig, uri: str, by_rows: bool = False) -> dict[int, int]:
+    """The epochs the Delta table at ``uri`` holds now, with their sizes in bytes; ``by_rows``
+    also for a table not partitioned by epoch (a channel), from its ``epoch`` column."""
     from falkirk.policies.store.commits import open_table
 
     table = open_table(uri, store.options_for(uri))
@@ -336,6 +379,14 @@ def live_partitions(store: StoreConfig, uri: str) -> dict[int, int]:
 
     actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     sizes: dict[int, int] = {}
+    if by_rows and "partition.epoch" not in actions:  # files hold rows of several epochs: sized by row count
+        from falkirk.policies.store.commits import scan
+
+        counts: dict[int, int] = {}
+        for epoch in scan(table, columns=["epoch"]).column("epoch").to_pylist():
+            counts[int(epoch)] = counts.get(int(epoch), 0) + 1
+        total = sum(int(size) for size in actions.get("size_bytes", []))
+        return {e: total * n // max(sum(counts.values()), 1) for e, n in counts.items()}
     for epoch, size in zip(actions.get("partition.epoch", []), actions.get("size_bytes", [])):
         sizes[int(epoch)] = sizes.get(int(epoch), 0) + int(size)
     return sizes

@@ -84,6 +84,10 @@ SCHEMA = pa.schema(
         # recovery whose rollback committed at a later version may have been missed by it, so the
         # recovery sweeps the row (null in rows written before it was recorded).
         pa.field("rollbacks_seen", pa.int64()),
+        # JSON list of the URIs of the channels the task streamed this epoch through to a reader
+        # running beside it (scratch tables on ``worker``'s disk; null: none, or a row written
+        # before channels were recorded).
+        pa.field("channels", pa.string()),
     ]
 )
 
@@ -200,6 +204,10 @@ class LedgerEntry:
     # The epochs of other DAGs' tasks this run consumed through Airflow Assets (kept in the
     # ``inputs`` column, after the inputs of its own DAG).
     asset_inputs: tuple[AssetInput, ...] = ()
+    # The channels this epoch was streamed through to a concurrent reader (scratch tables on
+    # ``worker``'s disk). No recovery reads them (a re-run reads the logged output); garbage
+    # collection deletes an epoch from them once every reader has committed it.
+    channels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("dag_id", "task_id", "run_id"):
@@ -256,6 +264,7 @@ class LedgerEntry:
                                       for a in self.asset_inputs], sort_keys=True)
         row["frontier"] = json.dumps(self.frontier)
         row["output_rows"] = self.output_rows
+        row["channels"] = json.dumps(list(self.channels)) if self.channels else None
         return row
 
     @classmethod
@@ -265,6 +274,7 @@ class LedgerEntry:
         inputs = json.loads(row.get("inputs") or "[]")
         values["inputs"] = tuple(InputRef(**i) for i in inputs if "asset" not in i)
         values["asset_inputs"] = tuple(AssetInput(**i) for i in inputs if "asset" in i)
+        values["channels"] = tuple(json.loads(row.get("channels") or "[]"))
         return cls(**values)
 
 

@@ -19,7 +19,8 @@ SCHEMA = "key string, value long, chunk long"
 
 
 def compute(ctx: EpochContext) -> EpochResult:
-    edge = MarkerEdge(edge_tables(ctx.store, ctx.args.dag_id), ctx.epoch, CHUNKS, markers())
+    tables = edge_tables(ctx.store, ctx.args.dag_id)
+    edge = MarkerEdge(tables, ctx.epoch, CHUNKS, markers())
     keys = ctx.spark.range(KEYS_PER_CHUNK * CHUNKS).select(
         F.concat_ws("-", F.lit(str(ctx.epoch)), F.col("id").cast("string")).alias("key"), "id")
 
@@ -30,7 +31,10 @@ def compute(ctx: EpochContext) -> EpochResult:
         edge.send(i, rows)  # in band as soon as drawn, before the chunk is saved
         return ctx.spark.createDataFrame([(r["key"], r["value"], i) for r in rows], SCHEMA)
 
-    return EpochResult(outputs={"output": ctx.chunks(keys, draw, count=CHUNKS, key="key", observer=edge)})
+    # The edge is named in the ledger row: if deliver ran this epoch on another worker (it clears
+    # the edge on its own disk), garbage collection empties it here once deliver committed.
+    return EpochResult(outputs={"output": ctx.chunks(keys, draw, count=CHUNKS, key="key", observer=edge)},
+                       channels=(tables.edge, tables.control))
 
 
 if __name__ == "__main__":

@@ -26,11 +26,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from falkirk.policies.planning.recovery import FailedTask, RecoveryPlan
-from falkirk.policies.regimes import LazyCheckpoint
+from falkirk.policies.regimes import LazyCheckpoint, Tier
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import CommitKey, commit_epoch, open_table, scan
 from falkirk.policies.store.control import Collections
-from falkirk.policies.store.ledger import Ledger, LedgerEntry, OutputRef
+from falkirk.policies.store.ledger import InputRef, Ledger, LedgerEntry, OutputRef
 from falkirk.policies.store.readability import StoreReadability
 from falkirk.policies.planning.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog, open_lease
 from falkirk.spark_jobs.delta_sink import StagedFiles, publish
@@ -273,6 +273,65 @@ def test_collection_reclaims_the_scratch_a_worker_wrote_on_its_own_disk(store: S
     assert reclaimed.get(scratch) == (1, 2, 4, 5), reclaimed
     assert sorted(r["epoch"] for r in scan(open_table(scratch)).to_pylist()) == [7]
     assert not store.is_table_of(f"{store.scratch_uri}/../d/model/state", "d", "model", "state")
+
+
+def test_collection_empties_a_channel_left_on_the_disk_of_a_worker_the_reader_did_not_run_on(
+        store: StoreConfig) -> None:
+    """``draw`` streams each epoch to ``deliver`` over an edge on its own worker's disk, and
+    ``deliver`` clears the edge on *its* disk once it delivered. When a recovery placed
+    ``deliver@3`` on worker-a while ``draw@3`` had run on worker-b, epoch 3 stayed on worker-b's
+    edge; ``draw``'s ledger row names the edge, so ``falkirk gc`` deletes the epochs ``deliver``
+    committed there, and keeps epoch 4, which ``draw`` is still streaming."""
+    from falkirk.policies.planning.collector import collect
+    from falkirk.spark_jobs.marker_edge import MarkerEdge, clear
+    from falkirk.spark_jobs.sampled import edge_tables
+
+    ledger = Ledger(store)
+    on = {w: StoreConfig(store.durable_uri, store.scratch_uri, worker=w) for w in ("worker-a", "worker-b")}
+    drew = {1: "worker-a", 2: "worker-a", 3: "worker-b", 4: "worker-b"}
+    for e, worker in drew.items():
+        tables = edge_tables(on[worker], "d")
+        edge = MarkerEdge(tables, e, chunks=1)
+        edge.start([])
+        edge.send(1, [{"key": f"{e}-{k}", "value": k} for k in range(3)])
+        edge.saved(1)
+        if e == 4:  # still drawing: no ledger row yet
+            continue
+        log = store.table_uri(Tier.DURABLE, "d", "draw", "output")
+        commit_epoch(log, pa.table({"epoch": [e], "key": [f"{e}-0"]}), CommitKey("d", "draw", e))
+        ledger.append(LedgerEntry("d", "draw", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
+                                  outputs=(OutputRef("output", log, "durable", e, 1),), worker=worker,
+                                  channels=(tables.edge, tables.control)))
+        ledger.append(LedgerEntry("d", "deliver", e, "batch", f"epoch-{e}", 1, notified_through=e, worker="worker-a",
+                                  inputs=(InputRef("draw", "output", e),)))
+        clear(edge_tables(on["worker-a"], "d"), e)  # deliver, on worker-a, clears its own disk's edge
+    left = edge_tables(on["worker-b"], "d")
+
+    def epochs(uri: str) -> list[int]:
+        return sorted({r["epoch"] for r in scan(open_table(uri)).to_pylist()})
+
+    assert epochs(left.edge) == [3, 4] and epochs(left.control) == [3, 4]
+    assert ledger.entries("d", "draw")[-1].channels == (left.edge, left.control)  # read back from the ledger
+    report = collect(store, "d", retain_hours=0)
+    reclaimed = {r.uri: (r.kind, r.epochs) for r in report.plan.tables if r.task_id == "draw"}
+    assert reclaimed == {left.edge: ("channel", (3,)), left.control: ("channel", (3,)),
+                         store.table_uri(Tier.DURABLE, "d", "draw", "output"): ("log", (1, 2, 3))}, reclaimed
+    assert epochs(left.edge) == [4] and epochs(left.control) == [4]
+    assert collect(store, "d", retain_hours=0).plan.tables == ()  # nothing left to reclaim
+
+
+def test_a_job_naming_a_channel_that_is_not_its_own_scratch_table_is_refused(store: StoreConfig) -> None:
+    from types import SimpleNamespace
+
+    from falkirk.spark_jobs.runtime import JobError, _own_channels
+
+    ctx = SimpleNamespace(args=SimpleNamespace(dag_id="d", task_id="draw", map_index=-1, processor="draw", epoch=3),
+                          store=StoreConfig(store.durable_uri, store.scratch_uri, worker="worker-a"))
+    own = ctx.store.table_uri(Tier.SCRATCH, "d", "draw", "edge")
+    assert _own_channels(ctx, (own,)) == (own,)
+    with pytest.raises(JobError, match=r"draw epoch 3: EpochResult.channels names '.*/worker-b/d/draw/edge', which is "
+                                       r"not a scratch table of this task on this worker"):
+        _own_channels(ctx, (own.replace("/worker-a/", "/worker-b/"),))
 
 
 def test_the_gc_watermark_drill_deletes_the_checkpoint_recovery_restores_from(store: StoreConfig, monkeypatch) -> None:
