@@ -27,14 +27,18 @@ The ``falkirk pairs`` command (:mod:`falkirk.plugins.cli`) calls these.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from falkirk.plugins import hookimpl
 
 from falkirk.policies.faults import crash_point
+
+if TYPE_CHECKING:
+    from falkirk.policies.store.ledger import InputRef
 
 log = logging.getLogger(__name__)
 
@@ -258,19 +262,41 @@ def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, 
     missed = [e for e in sorted(rows) if e not in held and e > max(held, default=0) and e > collected]
     totals = {"bytes": 0, "rows": {}}
     ledger = Ledger(store)
+    own = [e for e in current if e.task_id == task and e.map_index == dst_index and e.epoch in held]
+    read = max(own, key=lambda e: e.epoch).inputs if own else ()  # M̄ of the standby's own chain so far
     for epoch in missed:  # tables first, the ledger row last: a retry copies the epoch again, once
         row = _copied_row(store, snapshot, dag_id, rows[epoch], dst_index, totals, last=epoch == v)
+        row = dataclasses.replace(row, inputs=carried_inputs(read, row.inputs))
+        read = row.inputs
         crash_point("catch-up", epoch, "after-copy", dag_id=dag_id)
         ledger.append(row)
     return {"epoch": v, "epochs": missed, "bytes": totals["bytes"], "rows": totals["rows"],
             "from": f"{task}[{src_index}]"}
 
 
+def carried_inputs(before: Sequence[InputRef], copied: Sequence[InputRef]) -> tuple[InputRef, ...]:
+    """M̄ of a row copied from the survivor onto the standby's chain: per input (producer
+    partition), the later of what the standby had consumed and what the survivor's row says. The
+    twins may have read different replicas of a producer, and metadata never shrinks along a
+    chain (a copy that dropped the standby's reads made every later plan of the DAG fail).
+
+    >>> from falkirk.policies.store.ledger import InputRef
+    >>> own = (InputRef("sessions", "output", 9, map_index=1), InputRef("sessions", "output", 3, map_index=0))
+    >>> twin = (InputRef("sessions", "output", 10, map_index=0), InputRef("sessions", "output", 4, map_index=1))
+    >>> [(i.processor, i.through) for i in carried_inputs(own, twin)]
+    [('sessions[0]', 10), ('sessions[1]', 9)]
+    """
+    merged = {(i.task_id, i.output, i.map_index): i for i in before}
+    for i in copied:
+        had = merged.get((i.task_id, i.output, i.map_index))
+        merged[i.task_id, i.output, i.map_index] = i if had is None else dataclasses.replace(
+            i, through=max(i.through, had.through))
+    return tuple(merged[k] for k in sorted(merged))
+
+
 def _copied_row(store: Any, snapshot: Any, dag_id: str, source: Any, dst_index: int, totals: dict[str, Any],
                 last: bool) -> Any:
     """The survivor's ``source`` row, its tables copied to the standby's (``dst_index``)."""
-    import dataclasses
-
     from falkirk.policies.regimes import Tier
     from falkirk.policies.store.commits import CommitKey, commit_epoch, read_epoch
     from falkirk.policies.store.ledger import is_external

@@ -471,3 +471,52 @@ def test_a_standby_with_no_epoch_left_to_replay_is_active_at_once(tmp_path) -> N
     layouts.save("e", ahead)
     assert not _fold_in_now(layouts, "e", "t", 1, "A", 6)  # the survivor is at 8: its next commit folds it in
     assert layouts.load("e").replica("t", 1, "A").status is Status.STDBY
+
+
+def test_a_catch_up_keeps_the_standbys_reads_of_the_replicas_its_twin_did_not_read(tmp_path) -> None:
+    """The twins of ``stats`` read different replicas of ``sessions``: the standby (A) had read
+    ``sessions[1]`` through epoch 2 before it died; its twin (B) had stopped reading it at epoch
+    1. The rows copied from B go on the standby's chain with M̄ of ``sessions[1]`` kept at 2: the
+    sixty-minute soak met the copy shrinking it, and every later plan of the DAG failed
+    ("metadata must not shrink along the chain")."""
+    import pyarrow as pa
+
+    from falkirk.plugins.pairs import _install
+    from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger
+    from falkirk.policies.regimes import Tier
+    from falkirk.policies.store import StoreConfig
+    from falkirk.policies.store.commits import CommitKey, commit_epoch
+    from falkirk.policies.store.ledger import InputRef, Ledger, LedgerEntry, LedgerSnapshot, OutputRef
+
+    store = StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch"))
+    ledger = Ledger(store)
+
+    def checkpoint(index: int, epoch: int, reads: dict[int, int]) -> None:
+        key = CommitKey("d", "stats", epoch, index, 0)
+        uri, state = (store.table_uri(Tier.DURABLE, "d", "stats", name, index) for name in ("output", "state"))
+        done = commit_epoch(uri, pa.table({"epoch": [epoch], "v": [epoch]}), key)
+        kept = commit_epoch(state, pa.table({"epoch": [epoch], "n": [epoch]}), key)
+        ledger.append(LedgerEntry("d", "stats", epoch, "process_pairs", f"epoch-{epoch}", 1, map_index=index,
+                                  state_uri=state, state_tier="durable", state_version=kept.version, state_rows=1,
+                                  outputs=(OutputRef("output", uri, "durable", done.version, 1),),
+                                  inputs=tuple(InputRef("sessions", "output", t, map_index=p)
+                                               for p, t in sorted(reads.items())), notified_through=epoch))
+
+    for epoch in (1, 2, 3, 4):
+        for p in (0, 1):
+            out = OutputRef("output", store.table_uri(Tier.DURABLE, "d", "sessions", "output", p), "durable", epoch, 1)
+            ledger.append(LedgerEntry("d", "sessions", epoch, "batch(log_outputs=true)", f"epoch-{epoch}", 1,
+                                      map_index=p, outputs=(out,), notified_through=epoch))
+        checkpoint(1, epoch, {0: epoch, 1: 1})  # B: sessions[0] each epoch, sessions[1] once
+        if epoch <= 2:
+            checkpoint(0, epoch, {0: 1, 1: epoch})  # A: sessions[1] each epoch, then died
+
+    record = _install(store, LedgerSnapshot(ledger, "d"), "d", "stats", 0, "B", "A")
+
+    assert record["epochs"] == [3, 4]
+    standby = sorted((e for e in ledger.entries("d", "stats") if e.map_index == 0), key=lambda e: e.epoch)
+    assert [{i.processor: i.through for i in e.inputs} for e in standby] == [
+        {"sessions[0]": 1, "sessions[1]": 1}, {"sessions[0]": 1, "sessions[1]": 2},
+        {"sessions[0]": 3, "sessions[1]": 2}, {"sessions[0]": 4, "sessions[1]": 2}]
+    rows = ledger.entries("d")
+    chains_from_ledger(rows, TaskGraph.from_ledger(rows), lambda uri, key: True)  # raised MetadataError before
