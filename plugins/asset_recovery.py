@@ -119,16 +119,21 @@ def replay_across(plan_ids: Sequence[str], store: StoreConfig, client: AirflowCl
         upstream = {p.dag_id: p for p in plans[:i]}
         feeding = [e for e in edges if e.consumer_dag == recovery.dag_id and e.producer_dag in upstream]
         redone = _redone_reads(feeding, upstream, recovery)
+        consumer = any(e.consumer_dag == recovery.dag_id for e in edges)
         try:
             check_not_finished(log.events(recovery.dag_id), recovery.plan_id)
         except AlreadyReplayed:
-            redone = set()  # replayed by an earlier call, which settled its second runs
+            redone, consumer = set(), False  # replayed by an earlier call, which settled its second runs
         if redone:
             _await_second_runs(recovery, redone, since, store, client, progress, second_runs_timeout, poll)
         reports.append(replay(recovery.plan_id, store, client, holder=holder, progress=progress, timeout=timeout,
                               poll=poll))
-        if redone:
-            _settle_second_runs(recovery, redone, since, store, client, progress)
+        if consumer:
+            # Every refused run of an epoch the plan redid, also those Airflow started before
+            # this call: on a producer's recovery replayed earlier, or by a replay across both
+            # DAGs that stopped after the producer's redo (then the consumer is planned alone,
+            # with --stale-inputs).
+            _settle_second_runs(recovery, {e for _, e in recovery.rerun_set()}, store, client, progress)
     return reports
 
 
@@ -161,9 +166,10 @@ def _redone_reads(feeding: Sequence[AssetEdge], upstream: Mapping[str, RecoveryP
     return found
 
 
-def _second_runs(recovery: RecoveryPlan, epochs: set[int], since: datetime, store: StoreConfig,
+def _second_runs(recovery: RecoveryPlan, epochs: set[int], since: datetime | None, store: StoreConfig,
                  client: AirflowClient) -> list[SecondRun]:
-    """The consumer's runs of ``epochs``, started ``since``, other than the ones its ledger rows name."""
+    """The consumer's runs of ``epochs``, started ``since`` (at any time when ``None``), other
+    than the ones its ledger rows name."""
     _, clock = _regimes(recovery.dag_id, client)
     named = {e.run_id for e in Ledger(store).entries(recovery.dag_id, include_invalidated=True)}
     runs = client.request("GET", f"/api/v2/dags/{recovery.dag_id}/dagRuns",
@@ -172,7 +178,8 @@ def _second_runs(recovery: RecoveryPlan, epochs: set[int], since: datetime, stor
     for run in runs:
         epoch = _epoch_of(run, clock)
         started = _date(run.get("run_after"))
-        if epoch in epochs and run["dag_run_id"] not in named and (started is None or started >= since):
+        fresh = since is None or started is None or started >= since
+        if epoch in epochs and run["dag_run_id"] not in named and fresh:
             found.append(SecondRun(run["dag_run_id"], epoch, run.get("state")))
     return found
 
@@ -211,12 +218,13 @@ def _await_second_runs(recovery: RecoveryPlan, epochs: set[int], since: datetime
         time.sleep(poll)
 
 
-def _settle_second_runs(recovery: RecoveryPlan, epochs: set[int], since: datetime, store: StoreConfig,
-                        client: AirflowClient, progress: Progress) -> None:
-    """Mark the refused second runs success: the plan redid their epochs, in the runs its
-    ledger rows name."""
+def _settle_second_runs(recovery: RecoveryPlan, epochs: set[int], store: StoreConfig, client: AirflowClient,
+                        progress: Progress) -> None:
+    """Mark the refused second runs of ``epochs`` success: the plan redid those epochs, in the
+    runs its ledger rows name, so a failed run of one of them that the ledger does not name
+    is a second run its job refused."""
     redone = {e.epoch: e.run_id for e in Ledger(store).entries(recovery.dag_id)}
-    for run in _second_runs(recovery, epochs, since, store, client):
+    for run in _second_runs(recovery, epochs, None, store, client):
         if run.state != "failed":
             continue
         note = (f"Falkirk: epoch {run.epoch} was redone by plan {recovery.plan_id} in run {redone.get(run.epoch)}, "
