@@ -24,7 +24,7 @@ import time
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from falkirk.policies.store.commits import open_table, scan
+from falkirk.policies.store.commits import open_table, retry_lost_races, scan
 from falkirk.spark_jobs.sql_database import SqlDatabase, database_of_dag
 
 DELTA = pa.schema([("epoch", pa.int64()), ("key", pa.string()), ("value", pa.int64()), ("chunk", pa.int64()),
@@ -106,9 +106,15 @@ class SampleTargets:
         self.sql.commit(epoch, delivery, n, rows, at)
         batch = pa.Table.from_pylist([{"epoch": epoch, "key": r["key"], "value": r["value"], "chunk": r["chunk"],
                                        "delivery": delivery, "committed_at": at} for r in rows], schema=DELTA)
+        # Another delivery may commit between this one's read and its commit (an attempt whose
+        # worker was lost still running, or another epoch's): the merge is an upsert by (epoch,
+        # key), so it is read and run again, as delta-rs asks.
+        retry_lost_races(lambda: self._merge(batch), uri=self.delta_uri)
+
+    def _merge(self, batch: pa.Table) -> None:
         table = open_table(self.delta_uri)
-        if table is None:  # the first batch creates the table
-            write_deltalake(self.delta_uri, batch, mode="append")
+        if table is None:  # the first batch creates the table; a creation that lost a race merges
+            write_deltalake(self.delta_uri, batch, mode="error")
             return
         (table.merge(batch, predicate="t.epoch = s.epoch AND t.key = s.key", source_alias="s", target_alias="t")
          .when_matched_update_all().when_not_matched_insert_all().execute())
