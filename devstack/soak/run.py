@@ -341,9 +341,14 @@ class DagUnderSoak:
         if self.dag.fed is not None:  # Airflow starts its runs, on its producer's epochs
             self.latest_epoch = self.producer.latest_epoch
             return
-        if any(r["state"] == "failed" for r in runs) or self.holding:
+        if any(r["state"] == "failed" for r in runs):
             return  # a user recovers before asking for more
-        if sum(r["state"] in ("queued", "running") for r in runs) >= IN_FLIGHT:
+        in_flight = sum(r["state"] in ("queued", "running") for r in runs)
+        if self.holding and not in_flight and self.replay is None and self.replay_due is None:
+            # The runs in flight when a plan went stale have ended and none failed (falkirk
+            # watch, or a replay of the DAG's producer, recovered them): nothing is left to plan.
+            self.holding = False
+        if self.holding or in_flight >= IN_FLIGHT:
             return
         if self is not self.soak.inputs and self.latest_epoch >= self.soak.inputs.latest_epoch + LEAD:
             return  # the cheaper DAGs keep figure1's pace: the shape's two workers serve them all

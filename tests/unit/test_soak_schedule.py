@@ -129,3 +129,31 @@ def test_the_soak_reads_the_replays_falkirk_watch_starts_from_its_output() -> No
     assert WATCH_DONE.match("plan 2d0ea75ef995: done, 31 task instances re-ran in 48s").groups() == (
         "2d0ea75ef995", "31")
     assert WATCH_REPLAYING.match("falkirk watch: worker worker-a has not answered for more than 15s: lost") is None
+
+
+def test_a_dag_held_after_a_stale_plan_asks_for_epochs_again_once_its_runs_have_ended_and_none_failed() -> None:
+    """A plan that went stale before its replay began holds the DAG's triggers while its runs
+    in flight finish. When they end with none failed (``falkirk watch`` recovered them), nothing
+    is left to plan and no replay will end to release the hold: the soak triggers again. (The
+    soak's Airflow client is stood in for by one that records the triggers asked for.)"""
+    from types import SimpleNamespace
+
+    from devstack.soak.run import DagUnderSoak
+
+    asked: list[str] = []
+    soaked = DagUnderSoak.__new__(DagUnderSoak)
+    soaked.soak = SimpleNamespace(inputs=SimpleNamespace(latest_epoch=10))
+    soaked.dag, soaked.dag_id = SimpleNamespace(fed=None), "falkirk_regions"
+    soaked.client = SimpleNamespace(trigger=lambda dag_id, run_id, date: asked.append(run_id))
+    soaked.clock = SimpleNamespace(logical_date=lambda epoch: epoch)
+    soaked.latest_epoch, soaked.holding, soaked.replay, soaked.replay_due = 4, True, None, None
+    ended = [{"state": "success"}] * 4
+
+    soaked.trigger(ended[:3] + [{"state": "running"}])  # a run still in flight: held
+    soaked.trigger(ended[:3] + [{"state": "failed"}])  # a run failed: a user plans it first
+    soaked.replay = object()
+    soaked.trigger(ended)  # a replay under way: held
+    assert (asked, soaked.holding) == ([], True)
+    soaked.replay = None
+    soaked.trigger(ended)
+    assert (asked, soaked.holding, soaked.latest_epoch) == (["epoch-5"], False, 5)
