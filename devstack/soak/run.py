@@ -552,6 +552,12 @@ class DagUnderSoak:
         later epochs were triggered (read on from it); the user then plans it as a bad epoch."""
         state = self.epoch_states(runs)
         for epoch in sorted(self.spoiled):
+            if self.soak.ending and epoch > self.latest_epoch:  # the soak ended before any run read it
+                injected = self.spoiled.pop(epoch)
+                injected.hit = f"not landed: epoch {epoch}, the batch it spoiled, was never run (the soak ended first)"
+                injected.settled = True
+                self._say(f"clickstream epoch {epoch} was spoiled after the last epoch: nothing read it")
+                continue
             if state.get(epoch) == "success" and (self.latest_epoch >= epoch + 2 or self.soak.ending):
                 self.source.deliver_again(epoch, reopen_from=max(1, epoch - WINDOW + 1))
                 self.delivered_again[epoch] = self.spoiled.pop(epoch)

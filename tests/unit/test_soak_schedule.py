@@ -157,3 +157,29 @@ def test_a_dag_held_after_a_stale_plan_asks_for_epochs_again_once_its_runs_have_
     soaked.replay = None
     soaked.trigger(ended)
     assert (asked, soaked.holding, soaked.latest_epoch) == (["epoch-5"], False, 5)
+
+
+def test_a_batch_spoiled_after_the_last_epoch_is_reported_as_not_landed_and_the_soak_can_catch_up() -> None:
+    """A bad-input fault spoils the next epoch's batch; when the soak's duration ends before that
+    epoch is triggered, nothing ever reads it, so it is no fault to recover from (it kept the
+    soak from catching up until its timeout)."""
+    from types import SimpleNamespace
+
+    from devstack.soak.nemesis import Injected
+    from devstack.soak.report import landed
+    from devstack.soak.schedule import Fault
+    from devstack.soak.run import DagUnderSoak
+
+    said: list[str] = []
+    soaked = DagUnderSoak.__new__(DagUnderSoak)
+    soaked.soak = SimpleNamespace(ending=True, elapsed=lambda: 1203.0, progress=said.append)
+    soaked.dag, soaked.dag_id, soaked.latest_epoch = SimpleNamespace(fed=None), "falkirk_figure1", 7
+    spoiled = Injected(Fault(1046.5, "bad-input"), 1048.0, "clickstream epoch 8 delivered with a tenth of its "
+                       "events missing", epoch=8, settled=False)
+    soaked.spoiled, soaked.delivered_again = {8: spoiled}, {}
+
+    soaked._deliver_again([{"dag_run_id": f"epoch-{e}", "state": "success"} for e in range(1, 8)])
+
+    assert (soaked.spoiled, soaked.delivered_again, spoiled.settled) == ({}, {}, True)
+    assert landed(SimpleNamespace(injected=[spoiled])) == []
+    assert said == ["  1203s  falkirk_figure1: clickstream epoch 8 was spoiled after the last epoch: nothing read it"]
