@@ -73,15 +73,17 @@ from falkirk.policies.asset_events import EPOCH_KEY_FORMAT
 from falkirk.plugins.cli import EXIT_STORE
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
 from falkirk.policies.pairs import Layout, Status
+from falkirk.policies.planning.monitor import inputs_to_reopen
 from falkirk.policies.planning.recovery_log import RecoveryLog, live_lease, open_lease
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table
 from falkirk.policies.store.control import Collections, PairLayouts
 from falkirk.policies.store.ledger import EXTERNAL_SCHEME, Ledger
+from falkirk.policies.store.readability import StoreReadability, durable_only
 from falkirk.policies.store.steps import StepLog
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
-from falkirk.spark_jobs.figure1.popularity import WINDOW
+from falkirk.spark_jobs.figure1 import GRAPH
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 from falkirk.spark_jobs.figure1.source import ClickstreamSource
 
@@ -559,9 +561,17 @@ class DagUnderSoak:
                 self._say(f"clickstream epoch {epoch} was spoiled after the last epoch: nothing read it")
                 continue
             if state.get(epoch) == "success" and (self.latest_epoch >= epoch + 2 or self.soak.ending):
-                self.source.deliver_again(epoch, reopen_from=max(1, epoch - WINDOW + 1))
+                self.source.deliver_again(epoch, reopen_from=self._reopen_from(epoch))
                 self.delivered_again[epoch] = self.spoiled.pop(epoch)
                 self._say(f"clickstream epoch {epoch} delivered again, whole")
+
+    def _reopen_from(self, epoch: int) -> int:
+        """How far back upstream holds the clickstream again for the recovery of ``epoch``: as far
+        as the checkpoints before it roll back to once every scratch copy is lost (a worker lost
+        while the recovery runs), not just the window the first plan reads."""
+        store = _direct(self.soak.cluster)
+        readable = durable_only(StoreReadability(store), store.scratch_uri)
+        return inputs_to_reopen(Ledger(store).entries(self.dag_id), readable, epoch, GRAPH)["events"]
 
     def _start_replay(self, recovery: Recovery) -> None:
         recovery.attempts += 1

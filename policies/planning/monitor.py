@@ -139,3 +139,32 @@ def acknowledged_inputs(entries: Iterable[LedgerEntry], readable: Readable,
         if src in acks and b:
             acks[src] = max(min(acks[src], EPOCH.last_through(solved.bound(dst)) - b), 0)
     return acks
+
+
+def inputs_to_reopen(entries: Iterable[LedgerEntry], readable: Readable, bad_epoch: int,
+                     graph: TaskGraph | None = None) -> dict[str, int]:
+    """Per source task, the first epoch of external input its source must hold again while a
+    recovery of ``bad_epoch`` (an input found wrong, ``falkirk plan --bad-epoch``) runs.
+
+    Acknowledgements assume the inputs were right. A bad epoch's recovery rolls the tasks back
+    to before it, below the watermarks the source was acknowledged by, and a fault during that
+    recovery (a lost worker) can take every scratch copy with it: the recovery may then read
+    again anything the checkpoints older than ``bad_epoch`` alone could not acknowledge. Same
+    arguments as :func:`acknowledged_inputs`.
+
+    >>> from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
+    >>> def row(task, epoch, regime, inputs=(), state=None):
+    ...     return LedgerEntry("d", task, epoch, regime, f"epoch-{epoch}", 1, state_uri=state,
+    ...                        outputs=(OutputRef("output", f"/scratch/{task}", "scratch", epoch, 1),),
+    ...                        inputs=tuple(InputRef(t, "output", epoch) for t in inputs))
+    >>> rows = [row("src", e, "ephemeral") for e in range(1, 8)]
+    >>> rows += [row("agg", e, "lazy_checkpoint(every=3)", ["src"], "/durable/agg" if e % 3 == 0 else "/scratch/agg")
+    ...          for e in range(1, 8)]
+    >>> durable = lambda uri, key: not uri.startswith("/scratch")
+    >>> acknowledged_inputs(rows, durable)  # agg may roll back to 6
+    {'src': 6}
+    >>> inputs_to_reopen(rows, durable, bad_epoch=6)  # to 3, reading src from 4 again
+    {'src': 4}
+    """
+    before = [e for e in entries if e.epoch < bad_epoch]
+    return {task: acked + 1 for task, acked in acknowledged_inputs(before, readable, graph).items()}

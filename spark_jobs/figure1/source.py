@@ -15,9 +15,11 @@ Upstream gets things wrong too: a batch can land incomplete (a tenth of its even
 and be delivered again whole later, after the pipeline has read it and moved on. The upstream
 records both in a file of its own beside the acknowledgements (``*.deliveries.json``). A
 recovery of that epoch as a bad epoch (``falkirk plan --bad-epoch events:E``) reads it again,
-and the epochs after it (the stateful tasks roll back to before it) and the window before it
-(popularity's): a batch delivered again therefore re-opens the source from the start of that
-window, acknowledged or not, until upstream is told the recovery has read it.
+and the epochs after it (the stateful tasks roll back to before it) and some before it: the
+window popularity reads, and more if a worker lost during the recovery takes rank's newer
+states with it. A batch delivered again therefore re-opens the source, acknowledged or not, from
+the epoch :func:`falkirk.policies.planning.monitor.inputs_to_reopen` names for ``E``, until
+upstream is told the recovery has read it.
 
 >>> import tempfile
 >>> source = ClickstreamSource(tempfile.mkdtemp() + "/source.json")
