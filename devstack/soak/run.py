@@ -82,8 +82,8 @@ from falkirk.policies.store.control import Collections, PairLayouts
 from falkirk.policies.store.ledger import EXTERNAL_SCHEME, Ledger
 from falkirk.policies.store.readability import StoreReadability, durable_only
 from falkirk.policies.store.steps import StepLog
-from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 from falkirk.spark_jobs.figure1 import GRAPH
+from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
 from falkirk.spark_jobs.figure1.source import ClickstreamSource
 
