@@ -681,6 +681,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         worker=worker_name(),
         asset_inputs=tuple(ctx.asset_inputs),
         channels=_own_channels(ctx, result.channels),
+        partitions=args.partitions, replicas=args.replicas if args.partitions is not None else None,
     )
     entry = dataclasses.replace(entry, rollbacks_seen=_check_still_current(ctx, entry, appended=False))
     ctx.ledger.append(entry, snapshot=ctx.rows)  # through the handle the job read the ledger with

@@ -903,7 +903,9 @@ def delivered_as_drawn(cluster: Cluster, dag: SoakDag, through: int) -> list[str
             found.append(f"{dag.dag_id} epoch {epoch}: nothing in the SQL table")
         if delta.get(epoch) != sql.get(epoch):
             found.append(f"{dag.dag_id} epoch {epoch}: the Delta table has {len(delta.get(epoch, []))} rows, the SQL "
-                         f"table {len(sql.get(epoch, []))}")
+                         f"table {len(sql.get(epoch, []))}" + row_differences(
+                             [dict(zip(("epoch", "key", "value", "chunk"), r)) for r in delta.get(epoch, [])],
+                             [dict(zip(("epoch", "key", "value", "chunk"), r)) for r in sql.get(epoch, [])]))
         if epoch in logged and logged[epoch] != sql.get(epoch):
             found.append(f"{dag.dag_id} epoch {epoch}: draw logged {len(logged[epoch])} rows, the SQL table holds "
                          f"{len(sql.get(epoch, []))}" + row_differences(

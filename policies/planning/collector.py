@@ -57,11 +57,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from deltalake.exceptions import CommitFailedError
 
-from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back
+from falkirk.policies.planning.chains import DataEdge, TaskGraph, chains_from_ledger, current_rows, reads_back
 from falkirk.policies.planning.monitor import low_watermarks
 from falkirk.policies.epochs import epoch_ranges
 from falkirk.policies.faults import broken
-from falkirk.policies.partitions import split_processor
+from falkirk.policies.partitions import processors, split_processor, task_of
 from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.rollback.times import EPOCH
 from falkirk.policies.store import StoreConfig
@@ -161,6 +161,48 @@ def watermarks(entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Reada
     chains = chains_from_ledger(list(entries), graph, readable)
     solved = low_watermarks(graph.solver_graph(), chains)
     return {t: max(EPOCH.last_through(solved.bound(t)), 0) for t in graph.tasks}
+
+
+def with_partitions_yet_to_commit(graph: TaskGraph, entries: Iterable[LedgerEntry],
+                                  leave_out: Iterable[str] = ()) -> TaskGraph:
+    """``graph`` (the one the ledger shows) and every partition of a partitioned task that has
+    no row yet, reading every partition of each producer task its task's other partitions read.
+
+    A partition that has not committed yet (queued, or failed on its first epoch) will read
+    its inputs' epochs like the others; a graph without it would let a collection delete
+    them. Its rows would tell which producer partitions it reads; until it has some, it counts
+    as reading them all. The count comes from the task's latest row (``partitions``, and
+    ``replicas`` for process pairs); ``leave_out`` names processors never to add (replicas
+    their twins took over).
+
+    >>> from falkirk.policies.planning.chains import DataEdge
+    >>> from falkirk.policies.store.ledger import InputRef
+    >>> rows = [LedgerEntry("d", "sessions", 1, "batch", "epoch-1", 1, map_index=i, partitions=2) for i in (0, 1)]
+    >>> rows += [LedgerEntry("d", "stats", 1, "batch", "epoch-1", 1, map_index=1, partitions=2,
+    ...                      inputs=(InputRef("sessions", "output", 1, map_index=1),))]
+    >>> graph = with_partitions_yet_to_commit(TaskGraph.from_ledger(rows), rows)
+    >>> graph.tasks
+    ('sessions[0]', 'sessions[1]', 'stats[1]', 'stats[0]')
+    >>> [e.id for e in graph.edges if e.dst == "stats[0]"]
+    ['sessions[0].output->stats[0]', 'sessions[1].output->stats[0]']
+    """
+    latest: dict[str, LedgerEntry] = {}
+    committed: set[str] = set()
+    for e in entries:
+        committed.add(e.processor)
+        if e.partitions is not None and (e.task_id not in latest or e.epoch >= latest[e.task_id].epoch):
+            latest[e.task_id] = e
+    tasks, edges, skip = list(graph.tasks), list(graph.edges), set(leave_out)
+    for task, row in latest.items():
+        read = {(task_of(e.src), e.output) for e in graph.edges if task_of(e.dst) == task}
+        for processor in processors(task, row.partitions, row.replicas or 1):
+            if processor in committed or processor in skip:
+                continue
+            if processor not in tasks:  # a reader's row may name it already, as a producer it read
+                tasks.append(processor)
+            edges += [DataEdge(src, output, processor) for src in graph.tasks for t, output in sorted(read)
+                      if task_of(src) == t]
+    return TaskGraph(tuple(tasks), tuple(dict.fromkeys(edges)))
 
 
 def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGraph, readable: Readable,
@@ -272,8 +314,11 @@ def collect(store: StoreConfig, dag_id: str, graph: TaskGraph | None = None, *, 
     :meth:`falkirk.spark_jobs.inbox.Inbox.acknowledge`): it is called with the last epoch inside the
     source's low-watermark, after the ledger is marked, and never in a dry run.
 
-    ``graph`` is the DAG's; by default the one the ledger shows, which is right once every
-    task has committed an epoch (a consumer that never ran holds nothing back).
+    ``graph`` is the DAG's; by default the one the ledger shows, with the partitions of a
+    partitioned task that have not committed yet (:func:`with_partitions_yet_to_commit`). A
+    task none of whose partitions has committed yet is not in it: an output only it reads is
+    kept whole (read by no task), but one another task reads as well goes by that reader's
+    watermark.
     ``retain_hours``: a file a Delta version stopped referencing is deleted only after
     this many hours (a whole number: Delta's vacuum takes no fractions), so a job still
     reading the table, or one that has written its files and not yet committed them, never
@@ -342,7 +387,7 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
         if graph is not None:
             graph = TaskGraph(tuple(t for t in graph.tasks if t not in taken_over),
                               tuple(e for e in graph.edges if taken_over.isdisjoint((e.src, e.dst))))
-    graph = graph or TaskGraph.from_ledger(rows)
+    graph = graph or with_partitions_yet_to_commit(TaskGraph.from_ledger(rows), rows, taken_over)
     readable = durable_only(StoreReadability(store, rows), store.scratch_uri)
     plan = plan_collection(dag_id, rows, graph, readable, live or (lambda uri: live_partitions(store, uri)),
                            Collections(store).through(dag_id),

@@ -88,6 +88,10 @@ SCHEMA = pa.schema(
         # running beside it (scratch tables on ``worker``'s disk; null: none, or a row written
         # before channels were recorded).
         pa.field("channels", pa.string()),
+        # A partitioned task's partitions and the replicas of each (null: not partitioned, or a row
+        # written before they were recorded): the DAG's graph names its partitions yet to commit.
+        pa.field("partitions", pa.int32()),
+        pa.field("replicas", pa.int32()),
     ]
 )
 
@@ -208,6 +212,11 @@ class LedgerEntry:
     # ``worker``'s disk). No recovery reads them (a re-run reads the logged output); garbage
     # collection deletes an epoch from them once every reader has committed it.
     channels: tuple[str, ...] = ()
+    # A partitioned task's partition count and the replicas of each partition (process pairs:
+    # 2), so that a partition with no row yet is still known (garbage collection keeps what it
+    # will read); ``None`` for an unpartitioned task.
+    partitions: int | None = None
+    replicas: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("dag_id", "task_id", "run_id"):
