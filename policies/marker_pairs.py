@@ -174,16 +174,29 @@ class MarkerGate:
 
     def forget_after(self, origin: int) -> int:
         """Drop the buffered data derived after ``origin`` (a producer attempt died and its
-        successor sends that data anew, drawn again); returns how many were dropped. Covered
-        data is never dropped: an st vouched for it.
+        successor sends that data anew, drawn again), and the markers of those later origins:
+        a fast traveller in the slot for one of them vouches for nothing the successor sends.
+        Returns how many data messages were dropped. Covered data is never dropped: an st
+        vouched for it.
 
         >>> gate = MarkerGate(capacity=4)
         >>> _ = [gate.offer(Data(n, o)) for n, o in (("a", 1), ("b", 2), ("c", 2))]
         >>> gate.forget_after(1), list(gate.buffer)
         (2, [a])
+
+        A redo of the whole epoch keeps nothing; the first attempt's ft of origin 2 goes with it,
+        and the redo's data waits for its own markers:
+
+        >>> gate.fast(FastTraveller(2)); gate.forget_after(0), gate.slot
+        (1, None)
+        >>> gate.offer(Data("a'", 1)), gate.committable()
+        (True, [])
         """
         before = len(self.buffer)
         self.buffer = deque(m for m in self.buffer if not (isinstance(m, Data) and m.origin > origin))
+        if self.slot is not None and self.slot.marker > origin:
+            self.slot, self.enabled = None, False
+        self.last_st = min(self.last_st, origin)
         return before - len(self.buffer)
 
     def _cover_before_end(self) -> None:

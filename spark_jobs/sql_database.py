@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from falkirk.spark_jobs.figure1 import local_file
 
@@ -68,17 +69,28 @@ class SqlDatabase:
 
     def _run(self, statements: list[str | tuple[str, list[tuple]]]) -> None:
         """Run ``statements`` (SQL, or SQL with rows of parameters) in one transaction."""
+        with self._transaction() as cursor:
+            self._execute(cursor, statements)
+
+    @staticmethod
+    def _execute(cursor: Any, statements: list[str | tuple[str, list[tuple]]]) -> None:
+        for statement in statements:
+            sql, params = (statement, None) if isinstance(statement, str) else statement
+            if params is None:
+                cursor.execute(sql)
+            elif params:
+                cursor.executemany(sql, params)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """One transaction: a cursor, committed when the block ends and rolled back if it raises.
+        On SQLite it holds the file's write lock throughout (``BEGIN IMMEDIATE``)."""
         db = self._connect()
         try:
             cursor = db.cursor()
             if not self.postgres:
                 cursor.execute("BEGIN IMMEDIATE")
-            for statement in statements:
-                sql, params = (statement, None) if isinstance(statement, str) else statement
-                if params is None:
-                    cursor.execute(sql)
-                elif params:
-                    cursor.executemany(sql, params)
+            yield cursor
             db.commit() if self.postgres else cursor.execute("COMMIT")
         except BaseException:
             db.rollback() if self.postgres else db.execute("ROLLBACK")

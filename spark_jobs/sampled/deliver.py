@@ -63,7 +63,7 @@ def compute(ctx: EpochContext) -> EpochResult:
     for start in range(0, len(rest), limit):
         commit([rows[k] for k in rest[start:start + limit]])
     clear(edge_tables(ctx.store, a.dag_id), ctx.epoch)  # delivered (and those before); a re-run reads the log
-    dropped = targets.finish(ctx.epoch, set(delivered))
+    dropped = targets.finish(ctx.epoch, delivery, set(delivered))
     say(f"{a.processor} epoch {ctx.epoch}: {len(delivered)} rows delivered"
         + (f"; {dropped} rows of an earlier delivery dropped" if dropped else ""))
     totals = logged.agg(F.count("*").cast("long").alias("rows"), F.coalesce(F.sum("value"), F.lit(0)).cast("long")

@@ -11,7 +11,7 @@ import pytest
 
 from devstack.servers import PostgresServer
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
-from falkirk.spark_jobs.sampled.targets import SampleTable
+from falkirk.spark_jobs.sampled.targets import SampleTable, Superseded
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,9 @@ def test_sampled_rows_are_upserted_by_key_and_trimmed_to_the_latest_delivery_on_
         t.commit(1, "0.1", 1, [{"key": "1-1", "value": 1001, "chunk": 1}, {"key": "1-2", "value": 2002, "chunk": 1}], 10.0)
         t.commit(1, "0.1", 1, [{"key": "1-1", "value": 1001, "chunk": 1}, {"key": "1-2", "value": 2002, "chunk": 1}], 10.0)
         t.commit(1, "1.1", 1, [{"key": "1-2", "value": 2002, "chunk": 1}], 20.0)  # a re-delivery
-        assert t.keep_only(1, {"1-2"}) == 1
+        assert t.keep_only(1, {"1-2"}, "1.1") == 1
+        with pytest.raises(Superseded, match="delivery 0.1 of epoch 1 is refused: delivery 1.1"):
+            t.commit(1, "0.1", 2, [{"key": "1-1", "value": 1001, "chunk": 1}], 30.0)  # the first lives on
         results[name] = (t.rows(), t.transactions(), t.with_commit_times(1))
     assert results["sqlite"] == results["postgres"]
     assert results["postgres"] == ([(1, "1-2", 2002, 1)], [(1, "0.1", 1, 2, 10.0), (1, "1.1", 1, 1, 20.0)],

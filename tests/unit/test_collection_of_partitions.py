@@ -39,8 +39,9 @@ def behind(pipe: Pipeline, rows: list[LedgerEntry], processor: str, since: int) 
     for r in sorted(rows, key=lambda r: (r.epoch, pipe.tasks.index(r.task_id))):
         upstream = [p for s, d, *_ in pipe.edges if d == r.task_id for p in pipe.procs(s)]
         windows = [(s, x) for s, d, back in reads if d == r.processor for x in range(max(r.epoch - back, 1), r.epoch)]
-        if ((r.processor, r.epoch) in gone or any((u, r.epoch) in gone for u in upstream) or any(w in gone for w in windows)
-                or (pipe.regime(r.processor).keeps_state and any((q, r.epoch - 1) in gone for q in pipe.procs(r.task_id)))):
+        past = pipe.regime(r.processor).keeps_state and any((q, r.epoch - 1) in gone for q in pipe.procs(r.task_id))
+        if ((r.processor, r.epoch) in gone or any((u, r.epoch) in gone for u in upstream)
+                or any(w in gone for w in windows) or past):
             gone.add((r.processor, r.epoch))
             continue
         kept.append(r)

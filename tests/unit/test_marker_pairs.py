@@ -134,3 +134,37 @@ def test_clearing_a_delivered_epoch_also_clears_the_earlier_epochs_a_killed_atte
     clear(tables, 3)
     assert {r["epoch"] for r in channels.rows(tables.edge)} == {4}
     assert {r["epoch"] for r in channels.rows(tables.control)} == {4}
+
+
+def test_a_redo_of_an_epoch_sends_again_under_its_own_markers_not_the_first_drawings(tmp_path) -> None:
+    """draw's first incarnation sent and announced both chunks of epoch 7; the sink ran
+    elsewhere, so they stayed on this worker's edge. A recovery redoes the epoch (other rows):
+    its first attempt withdraws everything sent (a rewind keeping no chunk) and sends chunk 1
+    anew. The first incarnation's fast travellers are still out of band, and vouch for none of
+    the new rows: the sink commits chunk 1 only once the redo has saved and announced it."""
+    import threading
+    import time
+
+    from falkirk.spark_jobs.marker_edge import EdgeTables, MarkerEdge, receive
+
+    tables = EdgeTables.at(str(tmp_path))
+    first = MarkerEdge(tables, 7, chunks=2)
+    first.start([])
+    for chunk in (1, 2):
+        first.send(chunk, [{"key": f"7-{chunk}", "value": 100 + chunk}])
+        first.saved(chunk)
+    redo = MarkerEdge(tables, 7, chunks=2)
+    redo.start([])  # nothing of the redo is saved yet
+    redo.send(1, [{"key": "7-1", "value": 901}, {"key": "7-5", "value": 905}])
+    committed: list[list[tuple]] = []
+    sink = threading.Thread(daemon=True, target=receive, args=(tables, 7, 2, 4, lambda rows: committed.append(
+        [(r["key"], r["value"]) for r in rows])))
+    sink.start()
+    time.sleep(1.5)
+    assert committed == []  # chunk 1 of the redo is not saved: nothing vouches for it
+    redo.saved(1)
+    redo.send(2, [{"key": "7-2", "value": 902}])
+    redo.saved(2)
+    sink.join(30)
+    assert not sink.is_alive()
+    assert sorted(r for t in committed for r in t) == [("7-1", 901), ("7-2", 902), ("7-5", 905)]
