@@ -175,7 +175,6 @@ def with_partitions_yet_to_commit(graph: TaskGraph, entries: Iterable[LedgerEntr
     ``replicas`` for process pairs); ``leave_out`` names processors never to add (replicas
     their twins took over).
 
-    >>> from falkirk.policies.planning.chains import DataEdge
     >>> from falkirk.policies.store.ledger import InputRef
     >>> rows = [LedgerEntry("d", "sessions", 1, "batch", "epoch-1", 1, map_index=i, partitions=2) for i in (0, 1)]
     >>> rows += [LedgerEntry("d", "stats", 1, "batch", "epoch-1", 1, map_index=1, partitions=2,

@@ -80,7 +80,7 @@ class SampleTable(SqlDatabase):
             f"delivery TEXT NOT NULL, n {i} NOT NULL, rows {i} NOT NULL, committed_at DOUBLE PRECISION NOT NULL, "
             f"PRIMARY KEY (epoch, delivery, n))",
             f"CREATE TABLE IF NOT EXISTS {self._table('sample_deliveries')} (epoch {i} NOT NULL PRIMARY KEY, "
-            f"delivery TEXT NOT NULL, incarnation {i} NOT NULL, try_number {i} NOT NULL)",
+            f"incarnation {i} NOT NULL, try_number {i} NOT NULL)",
         ])
 
     @classmethod
@@ -97,16 +97,15 @@ class SampleTable(SqlDatabase):
         mine, m, fences = rank(delivery), self.mark, self._table("sample_deliveries")
         with self._transaction() as cursor:
             # Locks the row (PostgreSQL locks it even where the WHERE keeps a newer delivery's).
-            cursor.execute(f"INSERT INTO {fences} (epoch, delivery, incarnation, try_number) VALUES ({m}, {m}, {m}, "
-                           f"{m}) ON CONFLICT (epoch) DO UPDATE SET delivery = excluded.delivery, incarnation = "
-                           f"excluded.incarnation, try_number = excluded.try_number WHERE (sample_deliveries"
-                           f".incarnation, sample_deliveries.try_number) < (excluded.incarnation, excluded.try_number)",
-                           (epoch, delivery, *mine))
-            cursor.execute(f"SELECT delivery, incarnation, try_number FROM {fences} WHERE epoch = {m}", (epoch,))
-            newest, *ranked = cursor.fetchone()
-            if tuple(ranked) > mine:
-                raise Superseded(f"delivery {delivery} of epoch {epoch} is refused: delivery {newest} of that epoch "
-                                 f"has begun since (a retry, or a recovery's redo), and its rows stand")
+            cursor.execute(f"INSERT INTO {fences} (epoch, incarnation, try_number) VALUES ({m}, {m}, {m}) "
+                           f"ON CONFLICT (epoch) DO UPDATE SET incarnation = excluded.incarnation, try_number = "
+                           f"excluded.try_number WHERE (sample_deliveries.incarnation, sample_deliveries.try_number) "
+                           f"< (excluded.incarnation, excluded.try_number)", (epoch, *mine))
+            cursor.execute(f"SELECT incarnation, try_number FROM {fences} WHERE epoch = {m}", (epoch,))
+            newest = tuple(cursor.fetchone())
+            if newest > mine:
+                raise Superseded(f"delivery {delivery} of epoch {epoch} is refused: delivery {newest[0]}.{newest[1]} "
+                                 f"of that epoch has begun since (a retry, or a recovery's redo), and its rows stand")
             yield cursor
 
     def commit(self, epoch: int, delivery: str, n: int, rows: list[dict], at: float) -> None:
