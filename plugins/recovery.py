@@ -592,14 +592,20 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
     seen: dict[tuple[str, int], str | None] = {}
     settled: set[tuple[str, int]] = set()  # refused after their redo committed: settled once each
     deadline = time.monotonic() + timeout
-    changed = time.monotonic()
+    changed = looked = time.monotonic()
+    states: dict[tuple[str, int], str | None] = {}
     while True:
         client.on_poll()
         running.renew()
         blocked = _let_earlier_epochs_through(running, todo, progress)
         if blocked and time.monotonic() - changed > _stall_seconds():
             raise AirflowError(blocked + f"; resume with: falkirk replay {recovery.plan_id}")
-        states = {}
+        if time.monotonic() - max(changed, looked) > _QUIET_SECONDS:
+            looked = time.monotonic()
+            stuck = _queue_failed_runs(running, {k for k in todo if k in states and states[k] is None}, progress)
+            if stuck and time.monotonic() - changed > _stall_seconds():
+                raise AirflowError(stuck + f"; resume with: falkirk replay {recovery.plan_id}")
+        states.clear()
         for epoch in sorted({e for _, e in todo}):
             tis = client.task_instances(recovery.dag_id, runs[epoch])
             for task in sorted(t for t, e in todo if e == epoch):
@@ -624,6 +630,32 @@ def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress
             raise AirflowError(f"timed out after {timeout:.0f}s with {verdict.done}/{verdict.total} task instances "
                                f"done; resume with: falkirk replay {recovery.plan_id}")
         time.sleep(poll)
+
+
+_QUIET_SECONDS = 10.0
+"""How long a replay's task instances stay as they are before it looks at their DAG runs."""
+
+
+def _queue_failed_runs(running: RunningReplay, waiting: set[tuple[str, int]], progress: Progress) -> str | None:
+    """Queue again the failed DAG runs that hold instances this replay waits for, not started,
+    and nothing else not done (:func:`~falkirk.policies.planning.replay_decisions.runs_to_settle`).
+    Airflow clears the instances downstream of one the replay marks success (a refused re-run it
+    settles) but leaves their run failed if it already was, and the scheduler never starts an
+    instance of a failed run. Returns a diagnosis when a failed run holds them for another
+    reason (an instance of it failed that this replay does not re-run), else ``None``."""
+    if not waiting:
+        return None
+    dag_id = running.plan.dag_id
+    decided = runs_to_settle(failed_runs(running.client, dag_id, {running.runs[e] for _, e in waiting}))
+    for run in decided.requeue:
+        running.client.queue_run(dag_id, run, note=f"queued again by Falkirk plan {running.plan.plan_id}: the "
+                                                   f"instances it re-runs were cleared in a failed run")
+        progress(f"plan {running.plan.plan_id}: {run} was failed with instances this plan re-runs not started; "
+                 f"queued it again")
+    if not decided.left:
+        return None
+    return "the re-runs wait in failed DAG runs: " + "; ".join(
+        f"{run} ({why})" for run, why in sorted(decided.left.items())) + "; clear those instances or mark them success"
 
 
 def _settle_refused_redos(running: RunningReplay, failed: set[tuple[str, int]], settled: set[tuple[str, int]],

@@ -7,7 +7,9 @@ Each plan's re-run set is checked against the brute force of ``tests/unit/test_r
 from __future__ import annotations
 
 import json
+import re
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -203,20 +205,40 @@ def test_a_re_run_killed_after_its_commit_is_settled_without_running_it_again(dr
     """model's redo of epoch 6 commits and records its epoch completed, and its process is
     SIGKILLed before Airflow hears of it (as when the scheduler running it is killed): Airflow
     shows it failed. Running it again would be refused (the epoch is completed), so the replay
-    marks it success instead, naming why; sink's epoch 6 then runs, the replay finishes, and
-    model's epoch 6 ran exactly once."""
+    marks it success instead, naming why.
+
+    The replay is held, once it sees model failed, until Airflow has failed epoch 6's run too
+    (sink upstream_failed). Marking model success then makes Airflow clear sink and queue the
+    run; a scheduler that decided the run failed just before that writes its decision after it
+    (injected here by writing it to Airflow's database). Airflow never starts an instance of a
+    failed run, so the replay queues the run again. sink's epoch 6 then runs, the replay
+    finishes, and model's epoch 6 ran exactly once."""
     faults = drill.inbox.parent / "faults"
     base = tries(drill.client, A)
     p = plan(A, drill.store, drill.client, bad_epochs=[("model", 6)])
     assert sorted(p.rerun_set()) == [("model", 6), ("sink", 6)]
     faults.write_text(f"{A}/model:6:after-completion:once\n")
     said: list[str] = []
+
+    def progress(message: str) -> None:
+        said.append(message)
+        print(message)
+        if re.search(r"epoch 6\s+model\s+failed$", message):
+            deadline = time.monotonic() + 300
+            while drill.client.dag_run(A, run_id_of(6)).get("state") != "failed":
+                assert time.monotonic() < deadline, "Airflow did not fail epoch 6's run"
+                time.sleep(1)
+        if message.startswith(f"plan {p.plan_id}: model of epoch 6 failed after the redo had committed"):
+            _scheduler_writes_run_state(drill, A, run_id_of(6), "failed")
+
     try:
-        replay(p.plan_id, drill.store, drill.client, progress=lambda m: (said.append(m), print(m)))
+        replay(p.plan_id, drill.store, drill.client, progress=progress, timeout=600)
     finally:
         faults.write_text("")
     assert any(f"plan {p.plan_id}: model of epoch 6 failed after the redo had committed" in m and
                m.endswith("marked success") for m in said), said
+    assert f"plan {p.plan_id}: {run_id_of(6)} was failed with instances this plan re-runs not started; " \
+           f"queued it again" in said, said
     log = drill.client.task_log(A, run_id_of(6), "model", base[6, "model"][1] + 1)
     assert "injected crash: model epoch 6 at after-completion" in log, log[-3000:]
     after = tries(drill.client, A)
@@ -227,3 +249,18 @@ def test_a_re_run_killed_after_its_commit_is_settled_without_running_it_again(dr
     assert [e.incarnation for e in Ledger(drill.store).entries(A, "model") if e.epoch == 6] == [
         max(e.incarnation for e in Ledger(drill.store).entries(A, "model", include_invalidated=True) if e.epoch == 6)]
     assert_equals_reference(drill.store, A)
+
+
+def _scheduler_writes_run_state(drill: Drill, dag_id: str, run_id: str, state: str) -> None:
+    """A scheduler's decision on a DAG run landing after a change it did not see: written to
+    Airflow's database directly, as the scheduler writes it."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(drill.stack.database_url)
+    try:
+        with engine.begin() as conn:
+            changed = conn.execute(sqlalchemy.text("UPDATE dag_run SET state = :state WHERE dag_id = :dag AND "
+                                                   "run_id = :run"), {"state": state, "dag": dag_id, "run": run_id})
+            assert changed.rowcount == 1
+    finally:
+        engine.dispose()
