@@ -196,6 +196,7 @@ class RunningReplay:
     started: float
     store: StoreConfig | None = None
     marked: set[str] = field(default_factory=set)  # runs with instances the replay marked success
+    queued_again: set[str] = field(default_factory=set)  # runs the replay set back to queued
     # Replicas of process pairs that their twins took over (``task[i]``): they stay skipped.
     dead_replicas: frozenset[str] = frozenset()
 
@@ -210,6 +211,7 @@ class RunningReplay:
                 _wait(self, follow_on, progress, timeout, poll)
                 follow_on = _later_runs(self, progress)
             _settle_runs(self, progress)
+            _hand_back_slots(self, progress, timeout, poll)
         except BaseException as exc:
             self.fail(exc)
             raise
@@ -447,8 +449,8 @@ def _settle_runs(running: RunningReplay, progress: Progress) -> None:
         progress(f"plan {running.plan.plan_id}: set {len(decided.success)} DAG runs to success: "
                  f"{', '.join(decided.success)}")
     for run in decided.requeue:
-        running.client.queue_run(dag_id, run, note=f"Falkirk plan {running.plan.plan_id}: the rest of this epoch "
-                                                   f"runs (Airflow cleared it when the plan marked a task success)")
+        _queue_again(running, run, f"Falkirk plan {running.plan.plan_id}: the rest of this epoch runs (Airflow "
+                                   f"cleared it when the plan marked a task success)")
     if decided.requeue:
         progress(f"plan {running.plan.plan_id}: queued {len(decided.requeue)} DAG runs again to run the task "
                  f"instances Airflow cleared: {', '.join(decided.requeue)}")
@@ -648,8 +650,8 @@ def _queue_failed_runs(running: RunningReplay, waiting: set[tuple[str, int]], pr
     dag_id = running.plan.dag_id
     decided = runs_to_settle(failed_runs(running.client, dag_id, {running.runs[e] for _, e in waiting}))
     for run in decided.requeue:
-        running.client.queue_run(dag_id, run, note=f"queued again by Falkirk plan {running.plan.plan_id}: the "
-                                                   f"instances it re-runs were cleared in a failed run")
+        _queue_again(running, run, f"queued again by Falkirk plan {running.plan.plan_id}: the instances it "
+                                   f"re-runs were cleared in a failed run")
         progress(f"plan {running.plan.plan_id}: {run} was failed with instances this plan re-runs not started; "
                  f"queued it again")
     if not decided.left:
@@ -694,11 +696,51 @@ def _let_earlier_epochs_through(running: RunningReplay, todo: set[tuple[str, int
     limit = client.max_active_runs(dag_id) if contended else None
     slots = slots_to_free(active, waiting, limit)
     for run_id in slots.requeue:
-        client.queue_run(dag_id, run_id, note=f"queued again by Falkirk plan {running.plan.plan_id} so "
-                         f"that the earlier epochs it re-runs can start (max_active_runs={limit})")
+        _queue_again(running, run_id, f"queued again by Falkirk plan {running.plan.plan_id} so that the earlier "
+                                      f"epochs it re-runs can start (max_active_runs={limit})")
         progress(f"plan {running.plan.plan_id}: {run_id} held one of the DAG's max_active_runs={limit} "
                  f"slots while waiting (depends_on_past) for an earlier epoch this plan re-runs; queued it again")
     return slots.stuck
+
+
+def _queue_again(running: RunningReplay, run_id: str, note: str) -> None:
+    running.client.queue_run(running.plan.dag_id, run_id, note=note)
+    running.queued_again.add(run_id)
+
+
+def _hand_back_slots(running: RunningReplay, progress: Progress, timeout: float, poll: float) -> None:
+    """Wait until every DAG run the replay queued again has started again.
+
+    Airflow starts queued runs never looked at before the others, whatever their dates. A run
+    the replay queued again (to free a ``max_active_runs`` slot, or to resume a failed run) has
+    been looked at; an epoch triggered meanwhile has not, and takes the slot first: if its
+    stateful task waits (``depends_on_past``) on the run queued again, neither ever moves. So
+    until the runs queued again are running, the later runs that take their slots are queued
+    again too (:func:`~falkirk.policies.planning.replay_decisions.slots_to_free`)."""
+    client, dag_id = running.client, running.plan.dag_id
+    deadline = time.monotonic() + timeout
+    said = False
+    while True:
+        active = client.active_runs(dag_id)
+        waiting = {str(r["dag_run_id"]) for r in active if r["state"] == "queued"} & running.queued_again
+        if not waiting:
+            return
+        if not said:
+            progress(f"plan {running.plan.plan_id}: waiting for the runs it queued again to start: "
+                     f"{', '.join(sorted(waiting))}")
+            said = True
+        limit = client.max_active_runs(dag_id)
+        for run_id in slots_to_free(active, waiting, limit).requeue:
+            _queue_again(running, run_id, f"queued again by Falkirk plan {running.plan.plan_id} so that the "
+                                          f"earlier epochs it queued again start first (max_active_runs={limit})")
+            progress(f"plan {running.plan.plan_id}: {run_id} took a max_active_runs={limit} slot before the "
+                     f"earlier runs the plan queued again; queued it again")
+        if time.monotonic() > deadline:
+            raise AirflowError(f"timed out after {timeout:.0f}s waiting for {', '.join(sorted(waiting))} (queued "
+                               f"again by the replay) to start; is the DAG paused? resume with: falkirk replay "
+                               f"{running.plan.plan_id}")
+        running.renew()
+        time.sleep(poll)
 
 
 def _stall_seconds() -> float:

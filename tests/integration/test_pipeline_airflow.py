@@ -5,6 +5,7 @@ falkirk_maintenance DAG collects garbage on its schedule (last: it deletes what 
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import datetime, timezone
 
 import httpx
@@ -437,3 +438,43 @@ def test_dags_test_of_an_unpaused_dag_with_the_scheduler_running_leaves_its_epoc
     discard(DAG_ID, local_store, client, latest + 1, latest + 1, holder="admin", progress=print)
     assert [r for r in client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["dag_runs"]
             if r["triggered_by"] == "test"] == []
+
+
+def test_a_run_the_replay_queued_again_is_not_overtaken_by_an_epoch_triggered_meanwhile(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig) -> None:
+    """falkirk_orders allows one active run, and Airflow starts a queued run it never looked at
+    (a new one, or one cleared) before one it did. aggregate's epoch N fails; epoch N+1's run holds
+    the slot, its aggregate waiting on N. A plan up to epoch N re-runs N alone: the replay queues
+    N+1 again so that N runs, and epoch N+2 is triggered just then. When N is done, N+2 would take
+    the slot and wait on N+1 for ever: the replay queues N+2 again too, and finishes once N+1 has
+    started. Every epoch then completes."""
+    client = airflow_stack.client()
+    clock = dag_epoch_clock()
+    first = clock.epoch_of(client.latest_logical_date(DAG_ID)) + 1
+    (airflow_stack.home / "faults").write_text(f"{DAG_ID}/aggregate:{first}:before-commit\n")
+    for epoch in (first, first + 1):
+        client.trigger(DAG_ID, run_id_of(epoch), clock.logical_date(epoch))
+    assert client.wait_for_run(DAG_ID, run_id_of(first), progress=print) == "failed"
+    wait_until(f"epoch {first + 1}'s aggregate waiting on epoch {first} in a running run", lambda: (
+        client.dag_run(DAG_ID, run_id_of(first + 1))["state"] == "running"
+        and client.task_instances(DAG_ID, run_id_of(first + 1))["ingest"]["state"] == "success"), 300,
+        airflow_stack.services, interval=2)
+    (airflow_stack.home / "faults").write_text("")
+    p = plan(DAG_ID, local_store, client, failed_tasks=["aggregate"], last_epoch=first)
+    assert sorted(p.rerun_set()) == [("aggregate", first), ("publish", first)]
+
+    said: list[str] = []
+
+    def progress(message: str) -> None:
+        said.append(message)
+        print(message)
+        if f"{run_id_of(first + 1)} held one of the DAG's max_active_runs=1 slots" in message:
+            client.trigger(DAG_ID, run_id_of(first + 2), clock.logical_date(first + 2))
+
+    replay(p.plan_id, local_store, client, holder="admin", progress=progress, timeout=900)
+    assert any(f"{run_id_of(first + 1)} held one of the DAG's max_active_runs=1 slots" in m for m in said), said
+    assert f"plan {p.plan_id}: {run_id_of(first + 2)} took a max_active_runs=1 slot before the earlier runs the " \
+           f"plan queued again; queued it again" in said, said
+    for epoch in (first + 1, first + 2):
+        assert client.wait_for_run(DAG_ID, run_id_of(epoch), progress=print, timeout=300) == "success"
+    _assert_tables_equal_the_failure_free_run(local_store, list(range(1, first + 3)))
