@@ -112,6 +112,9 @@ class AirflowClient:
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
 
+    def is_paused(self, dag_id: str) -> bool:
+        return bool(self.request("GET", f"/api/v2/dags/{dag_id}").get("is_paused"))
+
     def trigger(self, dag_id: str, run_id: str, logical_date: datetime, attempts: int = 3,
                 conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Create the run, with ``conf`` as its params; safe to repeat, since the run id names it.

@@ -725,6 +725,10 @@ def _hand_back_slots(running: RunningReplay, progress: Progress, timeout: float,
         waiting = {str(r["dag_run_id"]) for r in active if r["state"] == "queued"} & running.queued_again
         if not waiting:
             return
+        if client.is_paused(dag_id):  # nothing starts: the order is decided once it is unpaused
+            progress(f"plan {running.plan.plan_id}: {dag_id} is paused; once unpaused, check that "
+                     f"{', '.join(sorted(waiting))} start before later epochs")
+            return
         if not said:
             progress(f"plan {running.plan.plan_id}: waiting for the runs it queued again to start: "
                      f"{', '.join(sorted(waiting))}")
