@@ -114,19 +114,21 @@ def plan(
     failures += [LostWorker(name) for name in lost_workers]
     failures += [BadEpoch(t, e) for t, e in bad_epochs]
     if stale_inputs:
-        failures += _stale_inputs(dag_id, store)
+        # Nothing stale is an error only when nothing else was named to plan from.
+        failures += _stale_inputs(dag_id, store, required=not failures)
     return compute_plan(dag_id, store, failures, regimes, last_epoch=last_epoch, record=record)
 
 
-def _stale_inputs(dag_id: str, store: StoreConfig) -> list[BadEpoch]:
-    """The DAG's checkpoints whose asset inputs their producers' ledgers no longer name, as bad epochs."""
+def _stale_inputs(dag_id: str, store: StoreConfig, required: bool = True) -> list[BadEpoch]:
+    """The DAG's checkpoints whose asset inputs their producers' ledgers no longer name, as bad
+    epochs; ``required``: none is an error (the plan has nothing else to start from)."""
     from falkirk.policies.planning.assets import stale_reads
 
     ledger = Ledger(store)
     rows = LedgerSnapshot(ledger, dag_id).entries()
     producers = sorted({read.dag_id for row in rows for read in row.asset_inputs})
     stale = stale_reads(rows, [e for dag in producers for e in LedgerSnapshot(ledger, dag).entries()])
-    if not stale:
+    if not stale and required:
         raise PlanError(f"--stale-inputs: no checkpoint of {dag_id} read an epoch of another DAG that a recovery "
                         f"there has redone or rolled back since" + ("" if producers else
                                                                      " (it reads no other DAG through an Asset)"))

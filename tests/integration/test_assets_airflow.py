@@ -36,7 +36,7 @@ from falkirk.plugins.asset_recovery import plan_across, replay_across
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.asset_events import CommittedEpoch, epoch_partition_key
 from falkirk.policies.planning.assets import asset_edges, stale_reads
-from falkirk.policies.planning.recovery import FailedTask
+from falkirk.policies.planning.recovery import BadEpoch, FailedTask, PlanError
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.ledger import AssetInput, Ledger
@@ -292,6 +292,11 @@ def test_a_producer_redo_leaves_the_consumer_visibly_stale_and_its_recovery_read
     assert [(r.epoch, r.incarnation, [(a.epoch, a.incarnation) for a in r.asset_inputs]) for r in rows] == [
         (e, int(e >= 3), [(e, int(e == 3))]) for e in EPOCHS]
     assert stale_reads(rows, publish) == []
+    # Nothing is stale any more: asked alone, that is an error; beside a failure, it adds nothing.
+    with pytest.raises(PlanError, match="--stale-inputs: no checkpoint of falkirk_orders_leaders read an epoch"):
+        plan(LEADERS, store, client, stale_inputs=True, record=False)
+    beside = plan(LEADERS, store, client, bad_epochs=[("leaders", 6)], stale_inputs=True, record=False)
+    assert (beside.failures, beside.rerun_set()) == ((BadEpoch("leaders", 6),), {("leaders", 6)})
     # The run Airflow started on the replacement's event, refused before this plan was made, is
     # marked success once the plan has redone its epoch in the run the ledger names, so the DAG
     # shows no failed run left over.
