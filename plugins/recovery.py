@@ -696,12 +696,21 @@ def _let_earlier_epochs_through(running: RunningReplay, todo: set[tuple[str, int
     contended = any(r["state"] == "running" for r in active) and any(
         r["state"] == "queued" and r["dag_run_id"] in waiting for r in active)
     limit = client.max_active_runs(dag_id) if contended else None
+    return _free_slots(running, active, waiting, limit, progress, so_that="the earlier epochs it re-runs can start",
+                       held=f"held one of the DAG's max_active_runs={limit} slots while waiting (depends_on_past) "
+                            f"for an earlier epoch this plan re-runs")
+
+
+def _free_slots(running: RunningReplay, active: Sequence[Mapping[str, Any]], waiting: set[str], limit: int | None,
+                progress: Progress, so_that: str, held: str) -> str | None:
+    """Queue again the later runs holding the slots ``waiting`` needs
+    (:func:`~falkirk.policies.planning.replay_decisions.slots_to_free`), each with a note ending
+    ``so_that`` and a progress line ``held``; returns the diagnosis when they cannot be freed."""
     slots = slots_to_free(active, waiting, limit)
     for run_id in slots.requeue:
-        _queue_again(running, run_id, f"queued again by Falkirk plan {running.plan.plan_id} so that the earlier "
-                                      f"epochs it re-runs can start (max_active_runs={limit})")
-        progress(f"plan {running.plan.plan_id}: {run_id} held one of the DAG's max_active_runs={limit} "
-                 f"slots while waiting (depends_on_past) for an earlier epoch this plan re-runs; queued it again")
+        _queue_again(running, run_id, f"queued again by Falkirk plan {running.plan.plan_id} so that {so_that} "
+                                      f"(max_active_runs={limit})")
+        progress(f"plan {running.plan.plan_id}: {run_id} {held}; queued it again")
     return slots.stuck
 
 
@@ -736,15 +745,11 @@ def _hand_back_slots(running: RunningReplay, progress: Progress, timeout: float,
                      f"{', '.join(sorted(waiting))}")
             said = True
         limit = client.max_active_runs(dag_id)
-        for run_id in slots_to_free(active, waiting, limit).requeue:
-            _queue_again(running, run_id, f"queued again by Falkirk plan {running.plan.plan_id} so that the "
-                                          f"earlier epochs it queued again start first (max_active_runs={limit})")
-            progress(f"plan {running.plan.plan_id}: {run_id} took a max_active_runs={limit} slot before the "
-                     f"earlier runs the plan queued again; queued it again")
+        _free_slots(running, active, waiting, limit, progress, so_that="the earlier epochs it queued again start "
+                    "first", held=f"took a max_active_runs={limit} slot before the earlier runs the plan queued again")
         if time.monotonic() > deadline:
             raise AirflowError(f"timed out after {timeout:.0f}s waiting for {', '.join(sorted(waiting))} (queued "
-                               f"again by the replay) to start; is the DAG paused? resume with: falkirk replay "
-                               f"{running.plan.plan_id}")
+                               f"again by the replay) to start; resume with: falkirk replay {running.plan.plan_id}")
         running.renew()
         time.sleep(poll)
 
