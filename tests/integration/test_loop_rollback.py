@@ -23,6 +23,7 @@ from devstack.spark import SparkConnectServer
 from tests.integration.job_processes import JobProcesses
 from falkirk.policies.rollback.scenario import load_scenario
 from falkirk.policies.store.commits import open_table, scan
+from falkirk.spark_jobs import channels
 from falkirk.spark_jobs.loops import cycle
 from falkirk.spark_jobs.loops.cycle import ITERATIONS, MODULUS, NODES, Layout
 
@@ -82,7 +83,9 @@ def loop(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectSe
     run.run("report", "--epoch", "0")
     assert y.wait(timeout=300) == -9, f"y was to be killed at (1, 5); logs in {logs}"
     deadline = time.monotonic() + 120
-    while (1, 5) not in rows_of(layout.table("state-q")):  # q consumes y's (1, 4) message and waits for (1, 5)
+    # q consumes y's (1, 4) message, sends (1, 5) and records that checkpoint, then waits for y's (1, 5).
+    # Its state row lands one commit before the record: only the record says the checkpoint is whole.
+    while channels.read(layout.table("records-q"), kind="checkpoint", epoch=1, iteration=5) is None:
         assert time.monotonic() < deadline and q.poll() is None, f"q never got to (1, 5); logs in {logs}"
         time.sleep(0.2)
     q.kill()  # the loop stops; q's latest checkpoint is its ⊤ (it checkpoints after every event)
