@@ -335,6 +335,28 @@ class AirflowClient:
         self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", json={"state": state, "note": note[:1000]},
                      idempotent=True)
 
+    def produced_assets(self, dag_id: str, task_id: str) -> list[dict[str, Any]]:
+        """The Assets ``task_id`` of ``dag_id`` names as outlets (each with ``id``, ``name``, ``uri``)."""
+        data = self.request("GET", "/api/v2/assets", params={"dag_ids": dag_id, "limit": 1000})
+        return [a for a in data["assets"] if any(p["dag_id"] == dag_id and p["task_id"] == task_id
+                                                 for p in a.get("producing_tasks", []))]
+
+    def asset_events(self, asset_id: int, since: datetime) -> list[dict[str, Any]]:
+        """The events of one Asset stamped at ``since`` or later, oldest first."""
+        data = self.request("GET", "/api/v2/assets/events",
+                            params={"asset_id": asset_id, "timestamp_gte": since.isoformat(), "order_by": "timestamp",
+                                    "limit": 1000})
+        return data["asset_events"]
+
+    def create_asset_event(self, asset_id: int, extra: Mapping[str, Any], partition_key: str | None = None
+                           ) -> dict[str, Any]:
+        """Emit an event of one Asset (Airflow adds ``"from_rest_api": true`` to its ``extra``) and
+        start the runs scheduled on it, as a task instance's outlet event does."""
+        body: dict[str, Any] = {"asset_id": asset_id, "extra": dict(extra)}
+        if partition_key is not None:
+            body["partition_key"] = partition_key
+        return self.request("POST", "/api/v2/assets/events", json=body)
+
     def dag_exists(self, dag_id: str) -> bool:
         return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
 

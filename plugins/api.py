@@ -68,7 +68,7 @@ from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
 # has imported the operator and the Spark provider when it starts: imported later, inside a
 # database transaction (creating a run's task instances), a cold import held SQLite's write lock
 # for a minute and stalled every component. The functions live in task_metadata.
-from falkirk.plugins.operators import epoch_clock_of, partitions_of, regime_of
+from falkirk.plugins.operators import epoch_clock_of, partition_outlets_of, partitions_of, regime_of
 from falkirk.plugins.discard import Discard, beyond_note, discard, plan_discard, rows_beyond
 from falkirk.plugins.grid_status import CheckpointGrid, current_epochs, grid_from_ledger, trimmed, unrecorded, with_runs
 from falkirk.plugins.asset_recovery import replay_across, with_consumers
@@ -267,7 +267,7 @@ def _dag_tasks(dag_id: str) -> list[DagTask]:
     for t in dag.tasks:
         regime, clock = regime_of(t), epoch_clock_of(t)
         tasks.append(DagTask(t.task_id, regime.spec() if regime else None, tuple(sorted(t.upstream_task_ids)),
-                             clock.spec() if clock else None, partitions_of(t)))
+                             clock.spec() if clock else None, partitions_of(t), partition_outlets_of(t)))
     return tasks
 
 
@@ -629,10 +629,10 @@ def dag_ledger(dag_id: str) -> dict[str, Any]:
 
 @app.get("/api/v1/dags/{dag_id}/regimes", dependencies=[ReadDag])
 def dag_regimes(dag_id: str) -> dict[str, Any]:
-    """Each task's fault-tolerance regime and epoch clock, read from the serialized DAG (no DAG
-    file is imported)."""
-    tasks = [{"task_id": t.task_id, "regime": t.regime, "epoch_clock": t.epoch_clock, "partitions": t.partitions}
-             for t in _dag_tasks(dag_id)]
+    """Each task's fault-tolerance regime, epoch clock, partition count and whether its asset
+    events carry partition keys, read from the serialized DAG (no DAG file is imported)."""
+    tasks = [{"task_id": t.task_id, "regime": t.regime, "epoch_clock": t.epoch_clock, "partitions": t.partitions,
+              "partition_outlets": t.partition_outlets} for t in _dag_tasks(dag_id)]
     return {"dag_id": dag_id, "tasks": sorted(tasks, key=lambda t: t["task_id"])}
 
 

@@ -70,8 +70,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from falkirk.plugins.dags_test import DAGS_TEST_STORE_ENV, dags_test_store, is_dags_test, run_key
 from falkirk.plugins.job_hook import FalkirkJobHook
 from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
-from falkirk.plugins.task_metadata import (concurrent_inputs_of, epoch_clock_of, partitions_of,  # noqa: F401
-                                           regime_of)  # (re-exported)
+from falkirk.plugins.task_metadata import (concurrent_inputs_of, epoch_clock_of, partition_outlets_of,  # noqa: F401
+                                           partitions_of, regime_of)  # (re-exported)
 from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent, epoch_partition_key, run_date
 from falkirk.policies.epochs import EpochClock
@@ -265,7 +265,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
         return frozenset(super().get_serialized_fields() | {"falkirk_regime", "falkirk_epoch_clock",
-                                                             "falkirk_concurrent_inputs"})
+                                                             "falkirk_concurrent_inputs", "partition_outlets"})
 
     def job_spec(self, context: Mapping[str, Any]) -> JobSpec:
         """The job's command line for this task instance."""

@@ -46,6 +46,7 @@ from falkirk.policies.planning.chains import TaskGraph, current_rows, state_avai
 from falkirk.plugins.dags_test import is_test_instance
 from falkirk.policies.planning.from_ledger import MAX_EPOCHS_AHEAD, compute_plan, taken_over_replicas  # noqa: F401
 from falkirk.plugins.discard import beyond_note, rows_beyond
+from falkirk.plugins.outlet_events import emit_missing_events
 from falkirk.policies.planning.recovery import (BadEpoch, DiscardedEpochs, FailedTask, Failure, LostScratch,
                                                 LostWorker, PlanError, RecoveryPlan, plan_recovery)
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
@@ -290,7 +291,7 @@ def start_replay(
         _settle_kept_instances(running, ledger, progress)
         _restore_lost_pairs(running, progress)
         # (after the restore: a partition that lost both replicas is active again, not taken over)
-        todo = _to_clear(running, ledger)
+        todo = _to_clear(running, ledger, progress)
         skipped = len(rerun) - len(todo)
         if skipped:
             progress(f"plan {plan_id}: {skipped} task instances already re-ran or are waiting to; not cleared again")
@@ -350,8 +351,8 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
     first = min((e for _, e in rerun), default=recovery.last_epoch + 1)
     rows = [e for e in ledger.entries(recovery.dag_id) if first <= e.epoch <= recovery.last_epoch
             and (e.processor, e.epoch) not in rerun and e.epoch in running.runs]
-    kept = {(e.processor, e.epoch) for e in (Completions(running.store).completed_among(rows)
-                                           if running.store is not None else [])}
+    kept = {(e.processor, e.epoch): e for e in (Completions(running.store).completed_among(rows)
+                                              if running.store is not None else [])}
     if not kept:
         return 0
     graph = TaskGraph.from_ledger(ledger.entries(recovery.dag_id, include_invalidated=True))
@@ -359,15 +360,15 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
         recovery.dag_id, running.runs[epoch]).items()} for epoch in sorted({e for _, e in kept})}
     marks = marks_in_order(kept, states, reach={t: len(graph.downstream(t)) for t in graph.tasks})
     for task, epoch in marks:
-        _mark_completed(running, task, epoch)
+        _mark_completed(running, kept[task, epoch], progress)
     marked = len(marks)
     if marked:
         progress(f"plan {recovery.plan_id}: marked {marked} refused re-runs of kept epochs success")
     return marked
 
 
-def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str, int]] | None = None
-              ) -> set[tuple[str, int]]:
+def _to_clear(running: RunningReplay, ledger: Ledger, progress: Progress,
+              wanted: Iterable[tuple[str, int]] | None = None) -> set[tuple[str, int]]:
     """Of ``wanted`` (the plan's re-run set), the task instances that still need a clear: not
     redone (no current ledger row) and settled in Airflow, or never run in a run that ended;
     and those redone but marked failed in Airflow (killed after their commit: the re-run finds
@@ -405,7 +406,7 @@ def _to_clear(running: RunningReplay, ledger: Ledger, wanted: Iterable[tuple[str
     wanted = {(t, e) for t, e in wanted if not (t in running.dead_replicas and runs[e].states.get(t) == "skipped")}
     decided = clears_needed(wanted, runs, set(rows), completed, lost)
     for task, epoch in decided.mark_success:
-        _mark_completed(running, task, epoch)
+        _mark_completed(running, rows[task, epoch], progress)
     return set(decided.clear)
 
 
@@ -460,7 +461,15 @@ def _settle_runs(running: RunningReplay, progress: Progress) -> None:
         progress(f"plan {running.plan.plan_id}: DAG run {run} stays failed: {why} (not a task this plan re-runs)")
 
 
-def _mark_completed(running: RunningReplay, task: str, epoch: int) -> None:
+def _mark_completed(running: RunningReplay, entry: LedgerEntry, progress: Progress) -> None:
+    """Mark success the task instance of ``entry``, a commit whose epoch completed, after
+    emitting the asset events its failed attempt did not (:mod:`falkirk.plugins.outlet_events`):
+    emitted first, so that a replay resumed after a crash between the two still emits them."""
+    task, epoch = entry.processor, entry.epoch
+    emitted = emit_missing_events(running.client, entry)
+    if emitted:
+        progress(f"plan {running.plan.plan_id}: emitted the asset events of {task} epoch {epoch} "
+                 f"(incarnation {entry.incarnation}) that its failed attempt did not: {', '.join(emitted)}")
     running.marked.add(running.runs[epoch])
     running.client.set_state(running.plan.dag_id, running.runs[epoch], task, "success",
                              note=f"Falkirk plan {running.plan.plan_id}: this epoch is committed and completed; "
@@ -534,7 +543,7 @@ def _later_runs(running: RunningReplay, progress: Progress) -> set[tuple[str, in
              and (e in with_rows or running.client.run_exists(recovery.dag_id, running.runs[e]))}
     affected = _affected_later(running, ledger)
     wanted = {(t, e) for e in later for t in affected}
-    todo = _to_clear(running, ledger, wanted)
+    todo = _to_clear(running, ledger, progress, wanted)
     if todo:
         progress(f"plan {recovery.plan_id}: later DAG runs arrived during the recovery; re-running "
                  + ", ".join(f"{t}@{e}" for t, e in sorted(todo, key=lambda x: (x[1], x[0]))))
@@ -677,7 +686,7 @@ def _settle_refused_redos(running: RunningReplay, failed: set[tuple[str, int]], 
     if not redone:
         return False
     settled |= redone
-    again = _to_clear(running, ledger, wanted=redone)
+    again = _to_clear(running, ledger, progress, wanted=redone)
     if again:
         _clear(running, again, progress)
     progress(f"plan {running.plan.plan_id}: {', '.join(f'{t} of epoch {e}' for t, e in sorted(redone))} failed after "

@@ -58,6 +58,20 @@ def concurrent_inputs_of(task: Any) -> tuple[str, ...]:
     return tuple(t for t in found.split(",") if t) if isinstance(found, str) else tuple(found)
 
 
+def partition_outlets_of(task: Any) -> bool:
+    """Whether ``task``'s asset events carry its epoch's partition key (its ``partition_outlets``;
+    live, mapped or deserialized).
+
+    >>> from types import SimpleNamespace
+    >>> partition_outlets_of(SimpleNamespace(partition_outlets=True)), partition_outlets_of(object())
+    (True, False)
+    """
+    found = getattr(task, "partition_outlets", None)
+    if found is None:
+        found = _mapped_argument(task, "partition_outlets")
+    return found is True
+
+
 def _mapped_argument(task: Any, name: str) -> Any:
     """An argument of a mapped task (``partial_kwargs``); ``None`` for any other task."""
     kwargs = getattr(task, "partial_kwargs", None)

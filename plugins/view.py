@@ -45,6 +45,8 @@ class DagTask:
     epoch_clock: str | None = None
     # A partitioned task's partition count (None: not partitioned).
     partitions: int | None = None
+    # Whether its asset events carry its epoch's partition key (the operator's partition_outlets).
+    partition_outlets: bool = False
 
     @property
     def replicas(self) -> int:

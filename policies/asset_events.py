@@ -104,6 +104,18 @@ class CommittedEpoch:
                    tuple(CommittedOutput(o.name, o.uri, o.version, o.rows) for o in entry.outputs
                          if not is_external(o.uri)))
 
+    def same_commit(self, other: "CommittedEpoch | None") -> bool:
+        """Whether ``other`` records the same commit: the same task instance, epoch and incarnation.
+
+        >>> redo = CommittedEpoch("d", "t", 2, incarnation=1)
+        >>> redo.same_commit(CommittedEpoch("d", "t", 2, 1)), redo.same_commit(CommittedEpoch("d", "t", 2))
+        (True, False)
+        >>> redo.same_commit(None)
+        False
+        """
+        return other is not None and (self.dag_id, self.task_id, self.map_index, self.epoch, self.incarnation) == (
+            other.dag_id, other.task_id, other.map_index, other.epoch, other.incarnation)
+
     def to_json(self) -> dict[str, Any]:
         """The record as JSON values (what goes under :data:`EXTRA_KEY`)."""
         record: dict[str, Any] = {"dag_id": self.dag_id, "task_id": self.task_id, "epoch": self.epoch,

@@ -33,6 +33,7 @@ from devstack.airflow import USERS, AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs, run_id_of
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.asset_recovery import plan_across, replay_across
+from falkirk.plugins.outlet_events import emit_missing_events
 from falkirk.plugins.recovery import plan, replay
 from falkirk.policies.asset_events import CommittedEpoch, epoch_partition_key
 from falkirk.policies.planning.assets import asset_edges, stale_reads
@@ -187,8 +188,10 @@ def joined(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
     lineage = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": True,
                                                               "log_file_path": str(root / LINEAGE_FILE)}),
                "AIRFLOW__OPENLINEAGE__NAMESPACE": LINEAGE_NAMESPACE}
-    stack = AirflowStack(home=root / "airflow", store=store, extra_env={**spark_connect.airflow_env(), **lineage},
-                         dags_folder=_dags_folder(root))
+    # crash points a test arms while Airflow runs: the file "faults" beside the Airflow home
+    faults = {"FALKIRK_CRASH_AT": f"@{root / 'faults'}"}
+    stack = AirflowStack(home=root / "airflow", store=store,
+                         extra_env={**spark_connect.airflow_env(), **lineage, **faults}, dags_folder=_dags_folder(root))
     stack.init()
     stack.start()
     try:
@@ -640,3 +643,53 @@ def test_lineage_shows_each_epoch_read_and_written_and_a_redo_as_a_new_run_of_th
     # publish is deterministic: both redone tables hold what the failure-free run committed
     durable = [f"{name} ({Tier.DURABLE.value})" for name in ("publish/output", "leaders/state", "leaders/output")]
     assert {k: _tables(store)[k] for k in durable} == {k: reference[k] for k in durable}
+
+
+def test_a_producer_killed_after_its_commit_is_marked_success_and_its_event_emitted_for_the_consumer(joined) -> None:
+    """publish's epoch 7 commits and records its epoch completed, and its process is SIGKILLed
+    before Airflow hears of it: Airflow shows it failed (retries=0) and emits no asset event, so
+    falkirk_orders_leaders gets no run of epoch 7. The plan for the failed instance redoes it,
+    and that redo is killed the same way. Its replay finds the redo committed and completed,
+    emits the event neither attempt did (the redo's commit record, the epoch's partition key)
+    and marks publish success. leaders then runs epoch 7, once, reading the redo."""
+    from devstack.processes import wait_until
+
+    stack, store, client, _ = joined
+    faults = Path(stack.home).parent / "faults"
+    key = epoch_partition_key(dag_epoch_clock().logical_date(7))
+    crash = f"{DAG_ID}/publish:7:after-completion:once\n"
+
+    def runs_of_7() -> list[dict]:
+        return [r for r in _leaders_runs(stack, 1) if r["partition_key"] == key]
+
+    faults.write_text(crash)
+    said: list[str] = []
+    try:
+        assert run_epochs(client, dag_epoch_clock(), [7], progress=print) == {7: "failed"}
+        assert [e.incarnation for e in Ledger(store).entries(DAG_ID, "publish") if e.epoch == 7] == [0]
+        assert runs_of_7() == []  # no event, no run
+        p = plan(DAG_ID, store, client, failed_tasks=["publish"])
+        assert p.rerun_set() == {("publish", 7)}
+        faults.write_text(crash)
+        replay(p.plan_id, store, client, progress=lambda m: (said.append(m), print(m)), timeout=600)
+    finally:
+        faults.write_text("")
+    [redo] = [e for e in Ledger(store).entries(DAG_ID, "publish") if e.epoch == 7]
+    assert redo.incarnation == 1
+    assert f"plan {p.plan_id}: emitted the asset events of publish epoch 7 (incarnation 1) that its failed " \
+           f"attempt did not: {ASSET}" in said, said
+    assert f"plan {p.plan_id}: publish of epoch 7 failed after the redo had committed (an attempt killed after " \
+           f"its commit, run again): marked success" in said, said
+    assert client.task_instances(DAG_ID, run_id_of(7))["publish"]["state"] == "success"
+
+    wait_until("leaders' run of epoch 7", lambda: len(runs_of_7()) == 1, timeout=300)
+    [run] = runs_of_7()
+    assert client.wait_for_run(LEADERS, run["dag_run_id"], timeout=600) == "success"
+    [row] = [e for e in Ledger(store).entries(LEADERS, "leaders") if e.epoch == 7]
+    assert (row.run_id, row.asset_inputs) == (run["dag_run_id"],
+                                              (AssetInput(ASSET, DAG_ID, "publish", "output", 7, 1),))
+    assert _state(store, 7) == _oracle(table_rows(store, "publish/output"), list(range(1, 8)))
+    # emitted once: a replay resumed after emitting them (or a refused re-run of an epoch whose
+    # first attempt succeeded) finds the commit's event and emits none again
+    assert emit_missing_events(client, redo) == []
+    assert len(runs_of_7()) == 1

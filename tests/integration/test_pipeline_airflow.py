@@ -156,9 +156,12 @@ def test_plugin_route_answers_through_the_api_server(three_epochs, airflow_stack
     regimes = airflow_stack.client("viewer").request("GET", f"/falkirk/api/v1/dags/{DAG_ID}/regimes")
     daily = "first=2026-01-01T00:00:00+00:00,period_seconds=86400,first_epoch=1"
     assert regimes["tasks"] == [
-        {"task_id": "aggregate", "regime": "eager_checkpoint", "epoch_clock": daily, "partitions": None},
-        {"task_id": "ingest", "regime": "ephemeral", "epoch_clock": daily, "partitions": None},
-        {"task_id": "publish", "regime": "batch(log_outputs=true)", "epoch_clock": daily, "partitions": None}]
+        {"task_id": "aggregate", "regime": "eager_checkpoint", "epoch_clock": daily, "partitions": None,
+         "partition_outlets": False},
+        {"task_id": "ingest", "regime": "ephemeral", "epoch_clock": daily, "partitions": None,
+         "partition_outlets": False},
+        {"task_id": "publish", "regime": "batch(log_outputs=true)", "epoch_clock": daily, "partitions": None,
+         "partition_outlets": True}]
     assert httpx.get(f"{airflow_stack.base_url}/falkirk/api/v1/dags/{DAG_ID}/regimes").status_code == 401
     health = airflow_stack.client().request("GET", "/falkirk/api/v1/health")
     assert health == {"status": "ok", "ledger": airflow_stack.store.ledger_uri, "user": "admin"}

@@ -446,9 +446,9 @@ def test_a_replay_leaves_skipped_a_replica_taken_over_while_it_runs(tmp_path) ->
     running = RunningReplay(SimpleNamespace(dag_id="d", failures=()), None, None, Airflow(), {8: "epoch-8"}, {}, 0,
                             0.0, store)
     wanted = {("stats[0]", 8), ("stats[1]", 8)}
-    assert _to_clear(running, Ledger(store), wanted) == wanted  # no replica taken over: both re-run
+    assert _to_clear(running, Ledger(store), print, wanted) == wanted  # no replica taken over: both re-run
     layouts.save("d", layout.fail("worker-a"), before=layout)  # stats[0] is partition 0's replica A
-    assert _to_clear(running, Ledger(store), wanted) == {("stats[1]", 8)}
+    assert _to_clear(running, Ledger(store), print, wanted) == {("stats[1]", 8)}
 
 
 def test_a_standby_with_no_epoch_left_to_replay_is_active_at_once(tmp_path) -> None:

@@ -633,7 +633,7 @@ def test_a_resumed_replay_never_clears_an_instance_that_commits_while_it_looks(s
     plan = SimpleNamespace(dag_id="d", failures=(), rerun_set=lambda: set(rerun))
     airflow = AirflowStatesDouble(ledger, {"model": "running", "sink": "failed", "stats": "running"}, model_2)
     running = RunningReplay(plan, None, None, airflow, {2: "epoch-2"}, {}, 0, 0.0, store)
-    assert _to_clear(running, ledger) == {("sink", 2)}
+    assert _to_clear(running, ledger, print) == {("sink", 2)}
     assert [(e.task_id, e.epoch) for e in ledger.entries("d")] == [("model", 2)]
 
 

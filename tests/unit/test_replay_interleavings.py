@@ -38,6 +38,11 @@ class Row:
 
     processor: str
     epoch: int
+    dag_id: str = DAG
+
+    @property
+    def task_id(self) -> str:
+        return self.processor
 
 
 class ReplayKilled(Exception):
@@ -100,6 +105,9 @@ class World(Scheduler):
             self.state[(task, epoch)] = None
         return []
 
+    def produced_assets(self, dag_id: str, task_id: str) -> list[dict]:
+        return []  # no task of this DAG names an Asset as an outlet
+
     def set_state(self, dag_id: str, run_id: str, task_id: str, state: str, note: str | None = None) -> None:
         self.advance()
         self.state[(task_id, int(run_id.split("-")[1]))] = state
@@ -143,7 +151,7 @@ def _replay(world: World, rerun: set[tuple[str, int]], monkeypatch: pytest.Monke
     resumes = 0
     while True:
         try:
-            _clear(running, _to_clear(running, world), progress=lambda *_: None)
+            _clear(running, _to_clear(running, world, lambda *_: None), progress=lambda *_: None)
         except ReplayKilled:
             world.clears_left = NEVER  # the executor that resumes is not killed
             world.advance(8)

@@ -61,6 +61,11 @@ class Row:
     rollbacks_seen: int
     correct: bool
     committed_at: datetime = STAMP
+    dag_id: str = DAG
+
+    @property
+    def task_id(self) -> str:
+        return self.processor
 
     @property
     def run_id(self) -> str:
@@ -184,6 +189,9 @@ class World(Scheduler):
             self.state[(task, epoch)] = None
         return []
 
+    def produced_assets(self, dag_id: str, task_id: str) -> list[dict]:
+        return []  # no task of this DAG names an Asset as an outlet
+
     def set_state(self, dag_id: str, run_id: str, task_id: str, state: str, note: str | None = None) -> None:
         self._write()
         self.state[(task_id, int(run_id.split("-")[1]))] = state
@@ -255,7 +263,7 @@ def _replay(world: World, rerun: set[tuple[str, int]], monkeypatch: pytest.Monke
                          {e: f"epoch-{e}" for e in range(1, LAST + 1)}, {}, 0, 0.0, store="store")
         try:
             _sweep_later_rows(running, world, progress=lambda *_: None)
-            _clear(running, _to_clear(running, world), progress=lambda *_: None)
+            _clear(running, _to_clear(running, world, lambda *_: None), progress=lambda *_: None)
             running.wait(progress=lambda *_: None, timeout=2, poll=0)
             return resumes
         except ReplayKilled:
