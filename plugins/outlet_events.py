@@ -16,7 +16,7 @@ Example::
 
     row = next(e for e in Ledger(store).entries("falkirk_orders") if (e.task_id, e.epoch) == ("publish", 15))
     emit_missing_events(client, row)
-    # ['orders.ranking']: falkirk_orders_leaders gets its run of 2026-01-15
+    # ['falkirk_orders.ranking']: falkirk_orders_leaders gets its run of 2026-01-15
 """
 
 from __future__ import annotations
