@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import httpx
 
+from falkirk.policies.asset_events import run_date
 from falkirk.policies.partitions import processor_id, split_processor
 
 TERMINAL_RUN_STATES = {"success", "failed"}
@@ -280,11 +281,19 @@ class AirflowClient:
         return data["task_instances"]
 
     def dag_runs_at(self, dag_id: str, logical_date: datetime) -> list[str]:
-        """The ids of ``dag_id``'s runs with exactly this logical date."""
+        """The ids of ``dag_id``'s runs at this date: those with exactly this logical date, else
+        the runs Airflow started on asset events (which have none) whose partition is at it
+        (:func:`falkirk.policies.asset_events.run_date`), among the newest 1,000."""
         stamp = logical_date.isoformat()
         data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
                             params={"logical_date_gte": stamp, "logical_date_lte": stamp, "limit": 10})
-        return [run["dag_run_id"] for run in data["dag_runs"]]
+        if data["dag_runs"]:
+            return [run["dag_run_id"] for run in data["dag_runs"]]
+        # No filter on the partition: the API filters runs by logical date only.
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
+                            params={"order_by": "-run_after", "limit": 1000})
+        return [run["dag_run_id"] for run in data["dag_runs"]
+                if not run.get("logical_date") and _partition_date(run) == logical_date]
 
     def latest_logical_date(self, dag_id: str) -> datetime | None:
         """The logical date of ``dag_id``'s latest run (``None``: no run has one); runs of
@@ -295,6 +304,13 @@ class AirflowClient:
 
         runs = [r for r in data["dag_runs"] if r.get("logical_date") and not is_test_run(r)]
         return datetime.fromisoformat(runs[0]["logical_date"].replace("Z", "+00:00")) if runs else None
+
+    def latest_partition_date(self, dag_id: str) -> datetime | None:
+        """The latest date of a partition among ``dag_id``'s newest 200 runs that Airflow started
+        on asset events, which have no logical date (``None``: none runs a dated partition)."""
+        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"order_by": "-run_after", "limit": 200})
+        return max((d for r in data["dag_runs"] if not r.get("logical_date") and (d := _partition_date(r))),
+                   default=None)
 
     def runs_between(self, dag_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
         """``dag_id``'s runs with a logical date from ``start`` to ``end`` (each with ``dag_run_id``,
@@ -359,6 +375,19 @@ class AirflowClient:
 
     def dag_exists(self, dag_id: str) -> bool:
         return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
+
+
+def _partition_date(run: Mapping[str, Any]) -> datetime | None:
+    """The date of the partition a run started on asset events runs (``None``: it has none).
+
+    >>> _partition_date({"partition_key": "2026-01-02T03:00:00"})
+    datetime.datetime(2026, 1, 2, 3, 0, tzinfo=datetime.timezone.utc)
+    >>> _partition_date({"partition_date": None, "partition_key": None}) is None
+    True
+    """
+    date = run.get("partition_date")
+    return run_date(None, datetime.fromisoformat(date.replace("Z", "+00:00")) if date else None,
+                    run.get("partition_key"))
 
 
 def _by_processor(task_instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

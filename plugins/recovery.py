@@ -140,8 +140,9 @@ def latest_run_epoch(dag_id: str, client: AirflowClient, clock: EpochClock) -> i
     """The epoch of the DAG's latest run (``airflow dags test`` runs left out): the last epoch a
     plan covers, which may be past the ledger's newest epoch (runs that committed nothing yet)
     or before it (rows of runs deleted since: see :func:`falkirk.plugins.discard.beyond_note`);
-    ``None`` when the DAG has no run on its epoch grid."""
-    latest = client.latest_logical_date(dag_id)
+    ``None`` when the DAG has no run on its epoch grid. A DAG scheduled on Assets has runs
+    without a logical date: the date of the latest partition they run counts then."""
+    latest = client.latest_logical_date(dag_id) or client.latest_partition_date(dag_id)
     if latest is None:
         return None
     try:
@@ -770,7 +771,8 @@ def _stall_seconds() -> float:
 
 def _run_ids(recovery: RecoveryPlan, entries: Iterable[LedgerEntry], client: AirflowClient) -> dict[int, str]:
     """The DAG run of each epoch the plan re-runs: from the ledger, or, for a run that
-    committed nothing, from Airflow by its logical date on the DAG's epoch clock."""
+    committed nothing, from Airflow by its date on the DAG's epoch clock (the logical date, or
+    for a run started on asset events the partition's)."""
     runs = {e.epoch: e.run_id for e in entries}
     missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
     if missing:

@@ -693,3 +693,37 @@ def test_a_producer_killed_after_its_commit_is_marked_success_and_its_event_emit
     # first attempt succeeded) finds the commit's event and emits none again
     assert emit_missing_events(client, redo) == []
     assert len(runs_of_7()) == 1
+
+
+def test_a_consumer_run_that_failed_before_its_first_commit_is_replayed_in_the_run_of_its_partition(joined) -> None:
+    """leaders' run of epoch 8 is SIGKILLed before its commit (retries=0): Airflow started the
+    run on publish's event, so it has no logical date, and no ledger row names it. The plan for
+    the failed instance re-runs leaders 8; its replay finds that run by its partition (the
+    epoch's date) and runs it again there: one run of epoch 8, its state equal to the oracle."""
+    from devstack.processes import wait_until
+
+    stack, store, client, _ = joined
+    faults = Path(stack.home).parent / "faults"
+    key = epoch_partition_key(dag_epoch_clock().logical_date(8))
+
+    def runs_of_8() -> list[dict]:
+        return [r for r in _leaders_runs(stack, 1) if r["partition_key"] == key]
+
+    faults.write_text(f"{LEADERS}/leaders:8:before-commit:once\n")
+    try:
+        assert run_epochs(client, dag_epoch_clock(), [8], progress=print) == {8: "success"}
+        wait_until("leaders' run of epoch 8", lambda: len(runs_of_8()) == 1, timeout=300)
+        [run] = runs_of_8()
+        assert client.wait_for_run(LEADERS, run["dag_run_id"], timeout=600) == "failed"
+    finally:
+        faults.write_text("")
+    assert (run["logical_date"], [e.epoch for e in Ledger(store).entries(LEADERS) if e.epoch == 8]) == (None, [])
+
+    p = plan(LEADERS, store, client, failed_instances=[("leaders", 8)])
+    assert p.rerun_set() == {("leaders", 8)}
+    replay(p.plan_id, store, client, progress=print, timeout=600)
+    assert client.task_instances(LEADERS, run["dag_run_id"])["leaders"]["state"] == "success"
+    [row] = [e for e in Ledger(store).entries(LEADERS, "leaders") if e.epoch == 8]
+    assert row.run_id == run["dag_run_id"]
+    assert [r["dag_run_id"] for r in runs_of_8()] == [run["dag_run_id"]]
+    assert _state(store, 8) == _oracle(table_rows(store, "publish/output"), list(range(1, 9)))
