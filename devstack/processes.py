@@ -36,11 +36,22 @@ class ServiceError(RuntimeError):
     """A service did not start or stopped early; the message carries the end of its log."""
 
 
+# Every port free_port has handed out in this process.
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that this process has not
+    handed out before. The OS may give a port just released again, and two services of one
+    stack given the same port cannot both start (an API server lost its port to the
+    scheduler's log server that way)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 class Service:
