@@ -293,7 +293,7 @@ class AirflowClient:
         data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
                             params={"order_by": "-run_after", "limit": 1000})
         return [run["dag_run_id"] for run in data["dag_runs"]
-                if not run.get("logical_date") and _partition_date(run) == logical_date]
+                if not run.get("logical_date") and partition_date_of(run) == logical_date]
 
     def latest_logical_date(self, dag_id: str) -> datetime | None:
         """The logical date of ``dag_id``'s latest run (``None``: no run has one); runs of
@@ -309,7 +309,7 @@ class AirflowClient:
         """The latest date of a partition among ``dag_id``'s newest 200 runs that Airflow started
         on asset events, which have no logical date (``None``: none runs a dated partition)."""
         data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"order_by": "-run_after", "limit": 200})
-        return max((d for r in data["dag_runs"] if not r.get("logical_date") and (d := _partition_date(r))),
+        return max((d for r in data["dag_runs"] if not r.get("logical_date") and (d := partition_date_of(r))),
                    default=None)
 
     def runs_between(self, dag_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
@@ -377,12 +377,12 @@ class AirflowClient:
         return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
 
 
-def _partition_date(run: Mapping[str, Any]) -> datetime | None:
+def partition_date_of(run: Mapping[str, Any]) -> datetime | None:
     """The date of the partition a run started on asset events runs (``None``: it has none).
 
-    >>> _partition_date({"partition_key": "2026-01-02T03:00:00"})
+    >>> partition_date_of({"partition_key": "2026-01-02T03:00:00"})
     datetime.datetime(2026, 1, 2, 3, 0, tzinfo=datetime.timezone.utc)
-    >>> _partition_date({"partition_date": None, "partition_key": None}) is None
+    >>> partition_date_of({"partition_date": None, "partition_key": None}) is None
     True
     """
     date = run.get("partition_date")

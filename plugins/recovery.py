@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, failed_runs
-from falkirk.policies.asset_events import run_date
+from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, failed_runs, partition_date_of
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
@@ -848,9 +847,7 @@ def _run_date(dag_id: str, client: AirflowClient, ti: Mapping[str, Any]) -> date
     epoch's key, see :func:`falkirk.policies.asset_events.run_date`)."""
     if ti.get("logical_date"):
         return datetime.fromisoformat(ti["logical_date"])
-    run = client.dag_run(dag_id, ti["dag_run_id"])
-    partition_date = datetime.fromisoformat(run["partition_date"]) if run.get("partition_date") else None
-    return run_date(None, partition_date, run.get("partition_key"))
+    return partition_date_of(client.dag_run(dag_id, ti["dag_run_id"]))
 
 
 def _regimes(dag_id: str, client: AirflowClient) -> tuple[dict[str, Regime], EpochClock | None]:
