@@ -35,7 +35,7 @@ from deltalake import DeltaTable
 from devstack.airflow import PROJECT_ROOT
 from devstack.cluster import Cluster, ClusterServers
 from devstack.processes import VENV_BIN
-from falkirk.plugins.airflow_rest import AirflowClient
+from falkirk.plugins.airflow_rest import AirflowClient, api_path
 from falkirk.policies import EpochClock
 from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.store import StoreConfig
@@ -250,10 +250,10 @@ def _epochs(first: int, last: int) -> str:
 def _wait_for_queue(client: AirflowClient, dag_id: str, task_id: str, queue: str, timeout: float = 180) -> None:
     """Ask the DAG processor to parse the DAG's file again (it would otherwise wait for its
     ``min_file_process_interval``) and wait until ``task_id`` asks for ``queue``."""
-    token = client.request("GET", f"/api/v2/dags/{dag_id}/details")["file_token"]
-    client.request("PUT", f"/api/v2/parseDagFile/{token}")
+    token = client.request("GET", api_path("dags", dag_id, "details"))["file_token"]
+    client.request("PUT", api_path("parseDagFile", token))
     deadline = time.monotonic() + timeout
-    while client.request("GET", f"/api/v2/dags/{dag_id}/tasks/{task_id}")["queue"] != queue:
+    while client.request("GET", api_path("dags", dag_id, "tasks", task_id))["queue"] != queue:
         if time.monotonic() > deadline:
             raise RuntimeError(f"the DAG processor did not parse {dag_id} with queue {queue} in {timeout:.0f}s")
         time.sleep(2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import quote
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
@@ -23,6 +24,7 @@ from falkirk.policies.asset_events import run_date
 from falkirk.policies.partitions import processor_id, split_processor
 
 TERMINAL_RUN_STATES = {"success", "failed"}
+FALKIRK_API = "/falkirk/api/v1"  # the plugin's own routes (falkirk.plugins.api)
 # How long a write (a clear, a state change) may take to answer: the API server holds it behind
 # the metadata database and the cluster policy's store reads.
 WRITE_TIMEOUT = 600.0
@@ -30,6 +32,34 @@ WRITE_TIMEOUT = 600.0
 
 class AirflowError(RuntimeError):
     """Airflow refused a request or did not reach the state waited for; the message says which."""
+
+
+def api_path(*segments: object, root: str = "/api/v2") -> str:
+    """The path under ``root`` (Airflow's REST API v2; :data:`FALKIRK_API` for the plugin's)
+    made of ``segments``, each quoted whole: an id holding ``/``, ``?``, ``%`` or a dot segment
+    stays one segment and never names another resource.
+
+    >>> api_path("dags", "falkirk_orders", "dagRuns", "manual__2026-01-03T00:00:00+00:00")
+    '/api/v2/dags/falkirk_orders/dagRuns/manual__2026-01-03T00%3A00%3A00%2B00%3A00'
+    >>> api_path("dags", "x/../orders"), api_path("dags", ".")
+    ('/api/v2/dags/x%2F..%2Forders', '/api/v2/dags/%2E')
+    """
+    return root + "/" + "/".join(_segment(s) for s in segments)
+
+
+def _segment(value: object) -> str:
+    text = str(value)
+    if not text:
+        raise AirflowError("an empty id cannot name an Airflow resource")
+    # quote() keeps dots: a segment of dots alone would be read as "this" or "the parent"
+    return text.replace(".", "%2E") if set(text) == {"."} else quote(text, safe="~")
+
+
+def _check_path(method: str, path: str) -> None:
+    """Refuse a path with a dot segment, which a client or server would resolve to another
+    resource (``/dags/x/../orders`` is ``/dags/orders``): build paths with :func:`api_path`."""
+    if any(part in (".", "..") for part in path.split("?", 1)[0].split("/")):
+        raise AirflowError(f"{method} {path[:200]}: a path segment is '.' or '..'; ids are quoted with api_path")
 
 
 def _wait_until(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.5) -> None:
@@ -79,6 +109,7 @@ class AirflowClient:
             kwargs.setdefault("timeout", httpx.Timeout(30, read=WRITE_TIMEOUT))
         for attempt in range(1, attempts + 1):
             retry = (method == "GET" or idempotent) and attempt < attempts
+            _check_path(method, path)
             try:
                 response = self.http.request(method, path, **kwargs)
             except httpx.TimeoutException as exc:
@@ -103,7 +134,7 @@ class AirflowClient:
         """Wait until the dag-processor has parsed ``dag_id`` (and report its import errors if any)."""
         def parsed() -> bool:
             self.on_poll()
-            return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
+            return self.http.get(api_path("dags", dag_id)).status_code == 200
         try:
             _wait_until(f"DAG {dag_id} to be parsed", parsed, timeout)
         except AirflowError:
@@ -111,10 +142,10 @@ class AirflowClient:
             raise AirflowError(f"DAG {dag_id} did not appear; import errors: {json.dumps(errors)[:3000]}") from None
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
-        self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": paused})
+        self.request("PATCH", api_path("dags", dag_id), json={"is_paused": paused})
 
     def is_paused(self, dag_id: str) -> bool:
-        return bool(self.request("GET", f"/api/v2/dags/{dag_id}").get("is_paused"))
+        return bool(self.request("GET", api_path("dags", dag_id)).get("is_paused"))
 
     def trigger(self, dag_id: str, run_id: str, logical_date: datetime, attempts: int = 3,
                 conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -128,7 +159,7 @@ class AirflowClient:
             body["conf"] = dict(conf)
         for attempt in range(1, attempts + 1):
             try:
-                response = self.http.post(f"/api/v2/dags/{dag_id}/dagRuns", json=body)
+                response = self.http.post(api_path("dags", dag_id, "dagRuns"), json=body)
             except httpx.TimeoutException:
                 if attempt == attempts:
                     raise
@@ -174,24 +205,24 @@ class AirflowClient:
                 active = [b for b in self.request("GET", "/api/v2/backfills", params={"dag_id": dag_id})["backfills"]
                           if b["completed_at"] is None]
                 _wait_until(f"the backfill {[b['id'] for b in active]} left by a refused creation to be withdrawn",
-                            lambda: all(self.request("GET", f"/api/v2/backfills/{b['id']}")["completed_at"]
+                            lambda: all(self.request("GET", api_path("backfills", b["id"]))["completed_at"]
                                         for b in active), max(deadline - time.monotonic(), 1), interval=3)
                 continue
             raise AirflowError(f"POST /api/v2/backfills -> {response.status_code}: {response.text[:2000]}")
 
     def run_exists(self, dag_id: str, run_id: str) -> bool:
-        response = self.http.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        response = self.http.get(api_path("dags", dag_id, "dagRuns", run_id))
         if response.status_code not in (200, 404):
             raise AirflowError(f"GET /api/v2/dags/{dag_id}/dagRuns/{run_id} -> {response.status_code}: "
                                f"{response.text[:2000]}")
         return response.status_code == 200
 
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        return self.request("GET", api_path("dags", dag_id, "dagRuns", run_id))
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         """The run's task instances by processor: ``task``, or ``task[i]`` for a mapped one."""
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances",
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances"),
                             params={"limit": 1000})
         return _by_processor(data["task_instances"])
 
@@ -202,7 +233,7 @@ class AirflowClient:
         by_run: dict[str, list[dict[str, Any]]] = {}
         offset = 0
         while True:
-            data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/~/taskInstances",
+            data = self.request("GET", api_path("dags", dag_id, "dagRuns", "~", "taskInstances"),
                                 params={"limit": 100, "offset": offset, "order_by": "id"})
             for ti in data["task_instances"]:
                 by_run.setdefault(ti["dag_run_id"], []).append(ti)
@@ -247,7 +278,7 @@ class AirflowClient:
             "dry_run": dry_run, "task_ids": markers, "dag_run_id": run_id, "only_failed": False,
             "include_downstream": False, "include_upstream": False, "reset_dag_runs": True,
         }
-        return self.request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body,
+        return self.request("POST", api_path("dags", dag_id, "clearTaskInstances"), json=body,
                             idempotent=True)["task_instances"]
 
     def set_state(self, dag_id: str, run_id: str, task_id: str, state: str, note: str | None = None) -> None:
@@ -256,13 +287,13 @@ class AirflowClient:
         if note:
             body["note"] = note[:1000]
         task, index = split_processor(task_id)
-        path = f"{task}/{index}" if index >= 0 else task
-        self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{path}", json=body,
-                     idempotent=True)
+        self.request("PATCH", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances", task,
+                                       *([index] if index >= 0 else [])), json=body, idempotent=True)
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
         """The log of one try of a task instance, as text (one line per log event)."""
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances", task_id, "logs",
+                                         try_number),
                             params={"full_content": "true"}, headers={"Accept": "application/json"})
         content = data.get("content", []) if isinstance(data, dict) else []
         lines = []
@@ -276,7 +307,7 @@ class AirflowClient:
 
     def failed_task_instances(self, dag_id: str) -> list[dict[str, Any]]:
         """Every task instance of ``dag_id`` in state ``failed``, across its runs."""
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/~/taskInstances",
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns", "~", "taskInstances"),
                             params={"state": "failed", "limit": 1000})
         return data["task_instances"]
 
@@ -285,12 +316,12 @@ class AirflowClient:
         the runs Airflow started on asset events (which have none) whose partition is at it
         (:func:`falkirk.policies.asset_events.run_date`), among the newest 1,000."""
         stamp = logical_date.isoformat()
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns"),
                             params={"logical_date_gte": stamp, "logical_date_lte": stamp, "limit": 10})
         if data["dag_runs"]:
             return [run["dag_run_id"] for run in data["dag_runs"]]
         # No filter on the partition: the API filters runs by logical date only.
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns"),
                             params={"order_by": "-run_after", "limit": 1000})
         return [run["dag_run_id"] for run in data["dag_runs"]
                 if not run.get("logical_date") and partition_date_of(run) == logical_date]
@@ -298,7 +329,7 @@ class AirflowClient:
     def latest_logical_date(self, dag_id: str) -> datetime | None:
         """The logical date of ``dag_id``'s latest run (``None``: no run has one); runs of
         ``airflow dags test`` do not count."""
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns"),
                             params={"order_by": "-logical_date", "limit": 50, "logical_date_gte": "1970-01-01T00:00:00Z"})
         from falkirk.plugins.dags_test import is_test_run
 
@@ -308,47 +339,53 @@ class AirflowClient:
     def latest_partition_date(self, dag_id: str) -> datetime | None:
         """The latest date of a partition among ``dag_id``'s newest 200 runs that Airflow started
         on asset events, which have no logical date (``None``: none runs a dated partition)."""
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"order_by": "-run_after", "limit": 200})
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns"), params={"order_by": "-run_after", "limit": 200})
         return max((d for r in data["dag_runs"] if not r.get("logical_date") and (d := partition_date_of(r))),
                    default=None)
 
     def runs_between(self, dag_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
-        """``dag_id``'s runs with a logical date from ``start`` to ``end`` (each with ``dag_run_id``,
-        ``state``, ``logical_date``, ``triggered_by``), oldest first."""
+        """``dag_id``'s runs at a date from ``start`` to ``end`` (each with ``dag_run_id``,
+        ``state``, ``logical_date``, ``triggered_by``), oldest first: those with a logical date
+        there, then the runs Airflow started on asset events (no logical date) whose partition is
+        there, among the newest 1,000."""
         found: list[dict[str, Any]] = []
         while True:
-            data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={
+            data = self.request("GET", api_path("dags", dag_id, "dagRuns"), params={
                 "logical_date_gte": start.isoformat(), "logical_date_lte": end.isoformat(),
                 "order_by": "logical_date", "limit": 100, "offset": len(found)})
             found += data["dag_runs"]
             if not data["dag_runs"] or len(found) >= data["total_entries"]:
-                return found
+                break
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns"),
+                            params={"order_by": "-run_after", "limit": 1000})
+        return found + [run for run in reversed(data["dag_runs"]) if not run.get("logical_date")
+                        and (date := partition_date_of(run)) is not None and start <= date <= end]
 
     def delete_run(self, dag_id: str, run_id: str) -> None:
         """Delete a DAG run and its task instances."""
-        response = self.http.delete(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        response = self.http.delete(api_path("dags", dag_id, "dagRuns", run_id))
         if response.status_code not in (204, 404):  # 404: already gone (a repeated discard)
             raise AirflowError(f"DELETE /api/v2/dags/{dag_id}/dagRuns/{run_id} -> {response.status_code}: "
                                f"{response.text[:2000]}")
 
     def active_runs(self, dag_id: str) -> list[dict[str, Any]]:
         """``dag_id``'s queued and running DAG runs (each with ``dag_run_id``, ``state``, ``logical_date``)."""
-        data = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns",
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns"),
                             params=[("state", "queued"), ("state", "running"), ("limit", "1000")])
         return data["dag_runs"]
 
     def max_active_runs(self, dag_id: str) -> int | None:
         """The DAG's ``max_active_runs`` (``None`` when it has no limit)."""
-        return self.request("GET", f"/api/v2/dags/{dag_id}").get("max_active_runs")
+        return self.request("GET", api_path("dags", dag_id)).get("max_active_runs")
 
     def queue_run(self, dag_id: str, run_id: str, note: str) -> None:
         """Set a running DAG run back to queued (its task instances keep their states)."""
-        self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", json={"state": "queued", "note": note[:1000]},
+        self.request("PATCH", api_path("dags", dag_id, "dagRuns", run_id), json={"state": "queued", "note": note[:1000]},
                      idempotent=True)
 
     def set_run_state(self, dag_id: str, run_id: str, state: str, note: str) -> None:
         """Set a DAG run's state (``success`` or ``failed``) with a note saying why."""
-        self.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", json={"state": state, "note": note[:1000]},
+        self.request("PATCH", api_path("dags", dag_id, "dagRuns", run_id), json={"state": state, "note": note[:1000]},
                      idempotent=True)
 
     def produced_assets(self, dag_id: str, task_id: str) -> list[dict[str, Any]]:
@@ -357,12 +394,20 @@ class AirflowClient:
         return [a for a in data["assets"] if any(p["dag_id"] == dag_id and p["task_id"] == task_id
                                                  for p in a.get("producing_tasks", []))]
 
-    def asset_events(self, asset_id: int, since: datetime) -> list[dict[str, Any]]:
-        """The events of one Asset stamped at ``since`` or later, oldest first."""
-        data = self.request("GET", "/api/v2/assets/events",
-                            params={"asset_id": asset_id, "timestamp_gte": since.isoformat(), "order_by": "timestamp",
-                                    "limit": 1000})
-        return data["asset_events"]
+    def asset_events(self, asset_id: int, since: datetime | None = None, newest: bool = False
+                     ) -> list[dict[str, Any]]:
+        """The events of one Asset stamped at ``since`` or later, oldest first; ``newest``: its
+        newest 1,000, newest first."""
+        params: dict[str, Any] = {"asset_id": asset_id, "order_by": "-timestamp" if newest else "timestamp",
+                                  "limit": 1000}
+        if since is not None:
+            params["timestamp_gte"] = since.isoformat()
+        return self.request("GET", "/api/v2/assets/events", params=params)["asset_events"]
+
+    def scheduling_assets(self, dag_id: str) -> list[dict[str, Any]]:
+        """The Assets ``dag_id`` is scheduled on (each with ``id``, ``name``, ``uri``)."""
+        data = self.request("GET", "/api/v2/assets", params={"dag_ids": dag_id, "limit": 1000})
+        return [a for a in data["assets"] if any(d["dag_id"] == dag_id for d in a.get("scheduled_dags", []))]
 
     def create_asset_event(self, asset_id: int, extra: Mapping[str, Any], partition_key: str | None = None
                            ) -> dict[str, Any]:
@@ -374,7 +419,7 @@ class AirflowClient:
         return self.request("POST", "/api/v2/assets/events", json=body)
 
     def dag_exists(self, dag_id: str) -> bool:
-        return self.http.get(f"/api/v2/dags/{dag_id}").status_code == 200
+        return self.http.get(api_path("dags", dag_id)).status_code == 200
 
 
 def partition_date_of(run: Mapping[str, Any]) -> datetime | None:

@@ -79,6 +79,7 @@ from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, r
 from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError,
                                                 RecoveryPlan)
 from falkirk.policies.epochs import EpochClock, EpochError
+from falkirk.policies.ids import IdError, check_dag_id, is_airflow_key
 from falkirk.policies.partitions import processor_id, processors
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
@@ -92,7 +93,20 @@ from falkirk.policies.store.steps import StepLog
 log = logging.getLogger(__name__)
 UI = Path(__file__).resolve().parent / "ui"
 
+def _valid_dag_id(request: Request) -> None:
+    """Every route's ``dag_id`` is an id Airflow accepts (:mod:`falkirk.policies.ids`), checked
+    before the route reads or writes anything: 422 naming the path parameter."""
+    dag_id = request.path_params.get("dag_id")
+    if dag_id is not None and not is_airflow_key(dag_id):
+        try:
+            check_dag_id(dag_id, "dag_id")
+        except IdError as exc:
+            raise HTTPException(status_code=422, detail=[{"loc": ["path", "dag_id"], "msg": str(exc),
+                                                          "type": "value_error"}]) from None
+
+
 app = FastAPI(
+    dependencies=[Depends(_valid_dag_id)],
     title="Falkirk",
     version="1",
     description="Checkpoints, rollback frontiers and replay for Airflow pipelines of Spark jobs. "
@@ -228,6 +242,8 @@ class DiscardRequest(BaseModel):
     last: StrictInt = Field(ge=1, le=MAX_EPOCH, examples=[329])
     ledger_version: StrictInt | None = Field(default=None, ge=0, description="for the discard itself: the DAG's "
                                              "ledger version its preview showed; refused (409) if it has changed")
+    consumers: bool = Field(default=False, description="withdraw too the epochs of other DAGs that read these "
+                            "through an Asset (without it such a discard is refused, 422)")
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -368,6 +384,13 @@ def _consumer_plans(dag_id: str, plan: RecoveryPlan, record: bool) -> list[Recov
 def _may_clear(dag_id: str, user: Any) -> bool:
     return get_auth_manager().is_authorized_dag(
         method="PUT", access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user)
+
+
+def _may_discard(dag_id: str, user: Any) -> bool:
+    """Whether ``user`` may do a discard's writes in ``dag_id``: delete its runs, change its task instances."""
+    manager = get_auth_manager()
+    return _may_clear(dag_id, user) and manager.is_authorized_dag(
+        method="DELETE", access_entity=DagAccessEntity.RUN, details=DagDetails(id=dag_id), user=user)
 
 
 def _caller_token(request: Request, bearer: HTTPAuthorizationCredentials | None) -> str:
@@ -563,8 +586,13 @@ def make_discard(dag_id: str, spec: DiscardRequest, request: Request, user: GetU
         raise HTTPException(status_code=409, detail=f"the DAG's ledger changed since the preview (version "
                                                     f"{spec.ledger_version} then, {found.plan.ledger_version} now); "
                                                     f"preview again")
+    refused = [d.plan.dag_id for d in found.consumers for d in d.every() if not _may_discard(d.plan.dag_id, user)]
+    if refused:
+        raise HTTPException(status_code=403, detail=f"the discard withdraws epochs of {', '.join(sorted(set(refused)))}"
+                                                    f", whose runs Airflow does not let this user delete or clear")
     try:
-        done = discard(dag_id, _store(), client, spec.first, spec.last, holder=user.get_name(), progress=log.info)
+        done = discard(dag_id, _store(), client, spec.first, spec.last, holder=user.get_name(), progress=log.info,
+                       consumers=spec.consumers)
     except (LeaseHeld, PlanError) as exc:
         raise HTTPException(status_code=409, detail=str(exc)) from exc
     return {**_discard_json(done), "by": user.get_name(), "status": "finished"}
@@ -574,7 +602,7 @@ def _discard_plan(dag_id: str, spec: DiscardRequest, client: AirflowClient) -> D
     if spec.last < spec.first:
         raise _invalid(["last"], f"{spec.last} is before first={spec.first}: give first <= last")
     try:
-        return plan_discard(dag_id, _store(), client, spec.first, spec.last)
+        return plan_discard(dag_id, _store(), client, spec.first, spec.last, consumers=spec.consumers)
     except PlanError as exc:
         raise _invalid([], str(exc)) from exc
 
@@ -582,7 +610,8 @@ def _discard_plan(dag_id: str, spec: DiscardRequest, client: AirflowClient) -> D
 def _discard_json(found: Discard) -> dict[str, Any]:
     return {"plan_id": found.plan.plan_id, "dag_id": found.plan.dag_id, "first": found.first, "last": found.last,
             "ledger_version": found.plan.ledger_version, "rows": len(found.rows), "runs": list(found.runs),
-            "summary": found.describe()}
+            "next_epoch": found.next_epoch, "summary": found.describe(),
+            "consumers": [_discard_json(c) for c in found.consumers]}
 
 
 @app.post("/api/v1/dags/{dag_id}/lease/release", dependencies=[EditTaskInstances, Depends(_not_cross_site)])

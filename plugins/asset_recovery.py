@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
-from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, api_path
 from falkirk.plugins.recovery import Progress, ReplayReport, _regimes, _run_ids, check_may_clear, plan, replay
 from falkirk.policies.asset_events import run_date
 from falkirk.policies.epochs import EpochClock, EpochError
@@ -172,7 +172,7 @@ def _second_runs(recovery: RecoveryPlan, epochs: set[int], since: datetime | Non
     than the ones its ledger rows name."""
     _, clock = _regimes(recovery.dag_id, client)
     named = {e.run_id for e in Ledger(store).entries(recovery.dag_id, include_invalidated=True)}
-    runs = client.request("GET", f"/api/v2/dags/{recovery.dag_id}/dagRuns",
+    runs = client.request("GET", api_path("dags", recovery.dag_id, "dagRuns"),
                           params={"order_by": "run_after", "limit": 1000})["dag_runs"]
     found = []
     for run in runs:

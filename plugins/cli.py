@@ -43,14 +43,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 import httpx
 from deltalake.exceptions import DeltaError
 
-from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, api_path
+from falkirk.policies.ids import check_task_id, is_airflow_key
 from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.rollback import cli as solver_cli
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable, plain_reason
@@ -90,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "  falkirk plan --dag falkirk_shards --bad-epoch 'events[1]:3'   # one partition\n"
                             "  falkirk plan --dag falkirk_orders --bad-epoch ingest:3 --consumers   # and the DAGs "
                             "reading it\n")
-    plan.add_argument("--dag", required=True)
+    plan.add_argument("--dag", required=True, type=_dag_arg)
     plan.add_argument("--failed-task", action="append", default=[], metavar="TASK[:EPOCH]",
                       help="a failed task, or one partition TASK[i] of a partitioned task; without an epoch, its "
                            "failed instances are read from Airflow")
@@ -122,41 +124,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc = sub.add_parser("gc", help="garbage-collect checkpoints, logs and scratch below the low-watermarks",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         epilog=STORE_VARIABLES + "\nexample:\n  falkirk gc --dag falkirk_clicks --dry-run\n")
-    gc.add_argument("--dag", required=True)
+    gc.add_argument("--dag", required=True, type=_dag_arg)
     gc.add_argument("--dry-run", action="store_true", help="print what would be reclaimed; change nothing")
     gc.add_argument("--retain-hours", type=int, default=1, metavar="HOURS",
                     help="keep files a table stopped referencing this many hours, for jobs still reading "
                          "(a whole number; default 1)")
     release = sub.add_parser("release", help="end a DAG's recovery lease by hand (its holder is dead)")
-    release.add_argument("--dag", required=True)
+    release.add_argument("--dag", required=True, type=_dag_arg)
     release.add_argument("--reason", required=True, help="why; recorded in the recovery log")
     delivered = sub.add_parser("delivered", help="record that an external system accepted a task's epochs")
-    delivered.add_argument("--dag", required=True)
-    delivered.add_argument("--task", required=True)
+    delivered.add_argument("--dag", required=True, type=_dag_arg)
+    delivered.add_argument("--task", required=True, type=_task_arg)
     delivered.add_argument("--through", type=int, required=True, metavar="EPOCH",
                            help="the last epoch whose records the system has accepted (all earlier ones too)")
     discard = sub.add_parser("discard", help="withdraw the newest epochs of a DAG, run by mistake (previews "
                                              "unless --yes)",
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=STORE_VARIABLES
                              + AIRFLOW_VARIABLES + "\nexamples:\n  falkirk discard --dag falkirk_orders --epochs 329\n"
-                             "  falkirk discard --dag falkirk_orders --epochs 15-329 --yes\n")
-    discard.add_argument("--dag", required=True)
+                             "  falkirk discard --dag falkirk_orders --epochs 15-329 --yes\n"
+                             "  falkirk discard --dag falkirk_orders --epochs 9 --consumers --yes   # and what "
+                             "falkirk_orders_leaders built on it\n")
+    discard.add_argument("--dag", required=True, type=_dag_arg)
     discard.add_argument("--epochs", required=True, type=_epochs_arg, metavar="FIRST[-LAST]",
                          help="the epochs to withdraw: the DAG's newest, up to its last ledger row and DAG run")
+    discard.add_argument("--consumers", action="store_true",
+                         help="withdraw too the epochs of other DAGs that read these through an Asset (from the "
+                              "first such epoch to each one's newest); without it such a discard is refused")
     discard.add_argument("--yes", action="store_true", help="do it (without: print what it would do, change nothing)")
     new_job = sub.add_parser("new-job", help="write a job and a DAG to start from (jobs/NAME.py, dags/NAME.py)",
                              formatter_class=argparse.RawDescriptionHelpFormatter,
                              epilog="example:\n  falkirk new-job word_count --project .\n")
     new_job.add_argument("name", metavar="NAME", help="the job's module name and DAG id, e.g. word_count")
-    new_job.add_argument("--project", default=".", metavar="DIR",
+    new_job.add_argument("--project", default=".", metavar="DIR", type=_project_arg,
                          help="your Airflow project: jobs/ and dags/ are written under it (default: .)")
-    new_job.add_argument("--first", default="2026-01-01", metavar="YYYY-MM-DD",
+    new_job.add_argument("--first", default="2026-01-01", metavar="YYYY-MM-DD", type=_date_arg,
                          help="the date of the DAG's first epoch (one epoch a day from it; default 2026-01-01)")
     trigger = sub.add_parser("trigger", help="trigger the DAG's next epoch (the one after its latest run)",
                              formatter_class=argparse.RawDescriptionHelpFormatter,
                              epilog=AIRFLOW_VARIABLES + "\nexamples:\n  falkirk trigger --dag word_count --wait\n"
                                                         "  falkirk trigger --dag word_count --epochs 3\n")
-    trigger.add_argument("--dag", required=True)
+    trigger.add_argument("--dag", required=True, type=_dag_arg)
     trigger.add_argument("--epochs", type=_epoch_arg, default=1, metavar="N",
                          help="how many epochs to trigger, one after the other (default 1)")
     trigger.add_argument("--wait", action="store_true",
@@ -170,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "  falkirk pairs --dag falkirk_pairs --fail-replica sessions[1].A\n"
                            "  falkirk pairs --dag falkirk_pairs --catch-up [--spare worker-4]\n"
                            "  falkirk pairs --dag falkirk_pairs --catch-up --spare worker-1 --replaced\n")
-    pairs.add_argument("--dag", required=True)
+    pairs.add_argument("--dag", required=True, type=_dag_arg)
     action = pairs.add_mutually_exclusive_group()
     action.add_argument("--fail-worker", metavar="WORKER", help="take over every replica on WORKER (it is lost)")
     action.add_argument("--fail-replica", metavar="TASK[P].R", help="take over one replica, e.g. sessions[1].A")
@@ -186,10 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                            epilog=AIRFLOW_VARIABLES + "\nA DAG opts in to replays without a person with the tag "
                            "falkirk:auto_recover.\nexample:\n  falkirk watch --dag falkirk_pairs --dag falkirk_shards "
                            "--timeout 30\n")
-    watch.add_argument("--dag", action="append", required=True, help="a DAG to respond for (repeatable)")
-    watch.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                       help="silence after which a worker is lost (default 30)")
-    watch.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help="time between pings (default 5)")
+    watch.add_argument("--dag", action="append", required=True, type=_dag_arg,
+                       help="a DAG to respond for (repeatable)")
+    watch.add_argument("--timeout", type=_seconds_arg(WATCH_TIMEOUT), default=30.0, metavar="SECONDS",
+                       help=f"silence after which a worker is lost ({WATCH_TIMEOUT[0]:g} to {WATCH_TIMEOUT[1]:g}; "
+                            f"default 30)")
+    watch.add_argument("--poll", type=_seconds_arg(WATCH_POLL), default=5.0, metavar="SECONDS",
+                       help=f"time between pings ({WATCH_POLL[0]:g} to {WATCH_POLL[1]:g}; default 5)")
     for p in (plan, replay, discard, trigger, pairs, watch):
         p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
@@ -198,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return {"plan": _plan, "replay": _replay, "gc": _gc, "delivered": _delivered,
                 "release": _release, "discard": _discard, "new-job": _new_job,
                 "trigger": _trigger, "pairs": _pairs, "watch": _watch}[args.command](args)
-    except (PlanError, AirflowError, ValueError) as exc:  # ScaffoldError is a ValueError
+    except (PlanError, AirflowError, ValueError) as exc:  # ScaffoldError and IdError are ValueErrors
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except (UnreadableTable, StoreUnreachable) as exc:
@@ -253,8 +263,17 @@ def _watch(args: argparse.Namespace) -> int:
     workers = configured_workers(os.environ)
     if not workers:
         raise PlanError("FALKIRK_WORKERS: name the workers to watch (comma-separated), as the scheduler has them")
+    if args.poll > args.timeout:
+        raise PlanError(f"--poll {args.poll:g}: a worker is pinged less often than --timeout {args.timeout:g} lets "
+                        f"it be silent, so every worker would seem lost; give a --poll below --timeout")
+    client = _client(args.airflow_url, required=True)
+    unknown = [dag for dag in args.dag if not client.dag_exists(dag)]
+    if unknown:
+        raise PlanError(f"--dag {unknown[0]}: Airflow has no DAG {unknown[0]!r}; name a DAG it lists "
+                        f"(airflow dags list)")
+    store = _store()
     try:
-        watch(args.dag, _store(), _client(args.airflow_url, required=True), workers, timeout=args.timeout,
+        watch(args.dag, store, client, workers, timeout=args.timeout,
               poll=args.poll, progress=lambda m: print(m, flush=True))
     except KeyboardInterrupt:
         return 0
@@ -270,7 +289,7 @@ def _trigger(args: argparse.Namespace) -> int:
     _, clock = _regimes(args.dag, client)
     if clock is None:
         raise PlanError(f"--dag {args.dag}: it has no Falkirk task, so it has no epochs; trigger it as usual")
-    if args.wait and client.request("GET", f"/api/v2/dags/{args.dag}").get("is_paused"):
+    if args.wait and client.request("GET", api_path("dags", args.dag)).get("is_paused"):
         raise PlanError(f"--wait: DAG {args.dag} is paused, so its runs would wait for ever; unpause it first "
                         f"(airflow dags unpause {args.dag}, or the toggle in the UI)")
     latest = latest_run_epoch(args.dag, client, clock)
@@ -329,14 +348,99 @@ def _discard(args: argparse.Namespace) -> int:
 
     client = _client(args.airflow_url, required=True)
     first, last = args.epochs
+    also = " --consumers" if args.consumers else ""
     if not args.yes:
-        print(plan_discard(args.dag, _store(), client, first, last).describe())
-        print(f"nothing was changed; do it with: falkirk discard --dag {args.dag} --epochs {first}-{last} --yes")
+        print(plan_discard(args.dag, _store(), client, first, last, consumers=args.consumers).describe())
+        print(f"nothing was changed; do it with: falkirk discard --dag {args.dag} --epochs {first}-{last}{also} --yes")
         return 0
     done = discard(args.dag, _store(), client, first, last, holder=_airflow_user(client),
-                   progress=lambda m: print(m, flush=True))
-    print(f"discarded epochs {first}..{last} of {args.dag}; its next epoch is {done.first}")
+                   progress=lambda m: print(m, flush=True), consumers=args.consumers)
+    for each in done.every():
+        print(f"discarded epochs {each.first}..{each.last} of {each.plan.dag_id}; its next epoch is {each.next_epoch}")
     return 0
+
+
+WATCH_TIMEOUT = (1.0, 86_400.0)  # seconds of silence before a worker is lost
+WATCH_POLL = (0.1, 3_600.0)  # seconds between two pings
+
+
+def _seconds_arg(bounds: tuple[float, float]) -> Callable[[str], float]:
+    """An argparse type: a number of seconds within ``bounds`` (not inf, nan or negative).
+
+    >>> _seconds_arg((1, 60))("2.5")
+    2.5
+    >>> _seconds_arg((1, 60))("inf")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 'inf': give a number of seconds from 1 to 60
+    """
+    low, high = bounds
+
+    def seconds(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not low <= number <= high:  # False for nan
+            raise argparse.ArgumentTypeError(f"{value[:40]!r}: give a number of seconds from {low:g} to {high:g}")
+        return number
+    return seconds
+
+
+def _dag_arg(value: str) -> str:
+    """An argparse type: a DAG id Airflow accepts (:func:`falkirk.policies.ids.check_dag_id`)."""
+    if not is_airflow_key(value):
+        raise argparse.ArgumentTypeError(f"{value[:80]!r}: not an Airflow DAG id: use letters, digits, _, . and - "
+                                         f"(at most 250 characters, no '..'), e.g. falkirk_orders")
+    return value
+
+
+def _task_arg(value: str) -> str:
+    """An argparse type: a task id Airflow accepts."""
+    if not is_airflow_key(value):
+        raise argparse.ArgumentTypeError(f"{value[:80]!r}: not an Airflow task id: use letters, digits, _, . and - "
+                                         f"(at most 250 characters, no '..'), e.g. aggregate")
+    return value
+
+
+def _date_arg(value: str) -> str:
+    """An argparse type: a calendar date written YYYY-MM-DD.
+
+    >>> _date_arg("2026-02-28")
+    '2026-02-28'
+    >>> _date_arg("2026-13-01")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '2026-13-01': give the first epoch's date as YYYY-MM-DD, a day of the calendar (e.g. 2026-01-01)
+    """
+    from datetime import date
+
+    try:
+        if len(value) != 10:
+            raise ValueError(value)
+        date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}: give the first epoch's date as YYYY-MM-DD, a day of the "
+                                         f"calendar (e.g. 2026-01-01)") from None
+    return value
+
+
+def _project_arg(value: str) -> str:
+    """An argparse type: a directory to write ``jobs/`` and ``dags/`` under (it may not exist yet)."""
+    from pathlib import Path
+
+    path = Path(value)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if not value or (path.exists() and not path.is_dir()):
+        raise argparse.ArgumentTypeError(f"{value[:80]!r}: not a directory; give your Airflow project's directory "
+                                         f"(jobs/ and dags/ are written under it)")
+    if existing is not None and not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{value[:80]!r}: {existing} is a file, so no directory can be made under "
+                                         f"it; give your Airflow project's directory")
+    if existing is not None and not os.access(existing, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{value[:80]!r}: {existing} is not writable by this user; give a "
+                                         f"directory you may write to")
+    return value
 
 
 def _epoch_arg(value: str) -> int:
@@ -378,7 +482,7 @@ def _plan(args: argparse.Namespace) -> int:
         if ":" in value:
             instances.append(_task_epoch("--failed-task", value))
         else:
-            tasks.append(value)
+            tasks.append(value if value == "*" else _processor("--failed-task", value))
     failures = dict(failed_tasks=tasks, failed_instances=instances, lost_scratch=args.lost_scratch,
                     lost_workers=args.lost_worker, bad_epochs=[_task_epoch("--bad-epoch", v) for v in args.bad_epoch],
                     stale_inputs=args.stale_inputs, last_epoch=args.last_epoch)
@@ -491,7 +595,15 @@ def _task_epoch(flag: str, value: str) -> tuple[str, int]:
             or not 1 <= int(epoch) <= MAX_EPOCH:
         raise ValueError(f"{flag} {value!r:.80}: write it as TASK:EPOCH with an epoch from 1 to {MAX_EPOCH}, "
                          f"e.g. aggregate:4")
-    return task, int(epoch)
+    return _processor(flag, task), int(epoch)
+
+
+def _processor(flag: str, value: str) -> str:
+    """``value``, a task or one partition of it (``task[i]``), whose task id Airflow accepts."""
+    from falkirk.policies.partitions import task_of
+
+    check_task_id(task_of(value), flag)
+    return value
 
 
 if __name__ == "__main__":

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import getpass
 from dataclasses import dataclass
-from typing import Callable
+from datetime import datetime
+from typing import Any, Callable, Mapping, Sequence
 
 from falkirk.plugins.airflow_rest import AirflowClient
+from falkirk.policies.epochs import EpochClock
+from falkirk.policies.ids import check_dag_id
 from falkirk.policies.planning.recovery import DiscardedEpochs, PlanError, RecoveryPlan
 from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.policies.store import StoreConfig
@@ -41,11 +44,15 @@ ACTIVE = ("queued", "running")
 @dataclass(frozen=True)
 class Discard:
     """What a discard withdraws: ``rows`` (the current ledger rows of its epochs) and ``runs``
-    (their DAG runs' ids); ``plan`` is its record in the recovery log."""
+    (their DAG runs' ids); ``plan`` is its record in the recovery log; ``next_epoch``: the epoch
+    the DAG's next trigger makes once it is done. ``consumers``: the discards of the epochs other
+    DAGs built, through an Asset, on the rows withdrawn (each with its own consumers)."""
 
     plan: RecoveryPlan
     rows: tuple[LedgerEntry, ...]
     runs: tuple[str, ...]
+    next_epoch: int
+    consumers: tuple["Discard", ...] = ()
 
     @property
     def first(self) -> int:
@@ -55,26 +62,38 @@ class Discard:
     def last(self) -> int:
         return self.plan.failures[0].last  # type: ignore[union-attr]
 
+    def every(self) -> tuple["Discard", ...]:
+        """This discard and its consumers', consumers first (the order they are made in)."""
+        return (*(d for c in self.consumers for d in c.every()), self)
+
     def describe(self) -> str:
-        """One line per task with rows withdrawn, then the runs deleted."""
+        """One line per task with rows withdrawn, then the runs deleted; then each consumer's."""
         by_task: dict[str, list[int]] = {}
         for e in self.rows:
             by_task.setdefault(e.processor, []).append(e.epoch)
         lines = [f"discard {self.plan.plan_id} of {self.plan.dag_id}: epochs {self.first}..{self.last}"]
-        lines += [f"  {task}: rolls back {len(epochs)} ledger rows (epochs {_span(sorted(epochs))})"
+        lines += [f"  {task}: rolls back {_count(len(epochs), 'ledger row')} (epochs {_span(sorted(epochs))})"
                   for task, epochs in sorted(by_task.items())]
-        lines.append(f"  deletes {len(self.runs)} DAG runs" + (f": {', '.join(self.runs[:5])}"
-                                                                 + (", ..." if len(self.runs) > 5 else "")
-                                                                 if self.runs else ""))
-        lines.append(f"the DAG's next epoch is then {self.first}")
+        shown = f": {', '.join(self.runs[:5])}" + (", ..." if len(self.runs) > 5 else "") if self.runs else ""
+        lines.append(f"  deletes {_count(len(self.runs), 'DAG run')}{shown}")
+        lines.append(f"the DAG's next epoch is then {self.next_epoch}")
+        for consumer in self.consumers:
+            lines += ["", f"{consumer.plan.dag_id} read these epochs through an Asset:", consumer.describe()]
         return "\n".join(lines)
 
 
-def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int) -> Discard:
+def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int,
+                 consumers: bool = False) -> Discard:
     """What discarding epochs ``first..last`` of ``dag_id`` withdraws; changes nothing.
-    Raises :class:`PlanError`, naming the fix, when the discard would leave the DAG inconsistent."""
+    Raises :class:`PlanError`, naming the fix, when the discard would leave the DAG inconsistent.
+
+    Epochs of other DAGs that read the rows withdrawn through an Asset would stay current, built
+    on rows no longer there: with ``consumers`` they are withdrawn too (from the first of them to
+    the consumer's newest, a stateful task builds each epoch on the one before); without, the
+    discard is refused, naming the ``--consumers`` form."""
     from falkirk.plugins.recovery import _regimes, latest_run_epoch
 
+    check_dag_id(dag_id)
     if not 1 <= first <= last:
         raise PlanError(f"--epochs {first}-{last}: give FIRST-LAST with 1 <= FIRST <= LAST")
     if not client.dag_exists(dag_id):
@@ -110,19 +129,81 @@ def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: 
         task, epoch = sorted(collected.items())[0]
         raise PlanError(f"--epochs {first}-{last}: garbage collection already released {task}'s epochs up to "
                         f"{epoch}, which the DAG would restart from; discard from epoch {epoch + 1} at the earliest")
+    readers = _consumer_epochs(store, dag_id, rows)
+    if readers and not consumers:
+        named = "; ".join(f"{dag} epochs {_span(epochs)}" for dag, epochs in sorted(readers.items()))
+        raise PlanError(f"--epochs {first}-{last}: other DAGs read these epochs through an Asset ({named}), and "
+                        f"would keep results built on the rows withdrawn; withdraw those too: falkirk discard "
+                        f"--dag {dag_id} --epochs {first}-{last} --consumers (preview it first)")
+    downstream = tuple(_consumer_discard(store, client, dag, min(epochs)) for dag, epochs in sorted(readers.items()))
     if not rows and not runs:
         raise PlanError(f"--epochs {first}-{last}: DAG {dag_id} has no ledger row and no DAG run in these epochs; "
                         f"nothing to discard")
     run_ids = tuple(r["dag_run_id"] for r in runs)
+    kept = max((e.epoch for e in current if e.epoch < first), default=0)
     record = RecoveryPlan(dag_id, (DiscardedEpochs(first, last, run_ids),), first - 1, snapshot.dag_version, ())
-    return Discard(record, rows, run_ids)
+    return Discard(record, rows, run_ids, _next_epoch(client, dag_id, clock, first, kept), downstream)
+
+
+def _consumer_epochs(store: StoreConfig, producer: str, rows: Sequence[LedgerEntry]) -> dict[str, list[int]]:
+    """The epochs of other DAGs whose current ledger rows read one of ``rows`` through an Asset,
+    by DAG."""
+    withdrawn = {(e.task_id, e.map_index, e.epoch, e.incarnation) for e in rows}
+    ledger = Ledger(store)
+    readers: dict[str, set[int]] = {}
+    for dag in sorted({r.dag_id for r in ledger.asset_reads() if r.dag_id != producer}):
+        for row in LedgerSnapshot(ledger, dag).entries():
+            if any(read.dag_id == producer and (read.task_id, read.map_index, read.epoch, read.incarnation) in withdrawn
+                   for read in row.asset_inputs):
+                readers.setdefault(dag, set()).add(row.epoch)
+    return {dag: sorted(epochs) for dag, epochs in readers.items()}
+
+
+def _consumer_discard(store: StoreConfig, client: AirflowClient, dag_id: str, first: int) -> Discard:
+    """The discard of ``dag_id``'s epochs from ``first`` to its newest (ledger row or run)."""
+    from falkirk.plugins.recovery import _regimes, latest_run_epoch
+
+    _, clock = _regimes(dag_id, client)
+    newest = max((e.epoch for e in Ledger(store).entries(dag_id)), default=first)
+    latest = latest_run_epoch(dag_id, client, clock) if clock is not None else None
+    return plan_discard(dag_id, store, client, first, max(newest, latest or first), consumers=True)
+
+
+def _next_epoch(client: AirflowClient, dag_id: str, clock: EpochClock, first: int, kept: int) -> int:
+    """The epoch the DAG's next trigger makes once epochs ``first..`` are discarded: the one after
+    its newest run or ledger row before ``first``."""
+    earlier = client.runs_between(dag_id, clock.logical_date(clock.first_epoch), clock.logical_date(first - 1)) \
+        if first > clock.first_epoch else []
+    epochs = [kept] + [e for r in earlier if (e := _epoch_of_run(clock, r)) is not None]
+    return max(max(epochs) + 1, clock.first_epoch)
+
+
+def _epoch_of_run(clock: EpochClock, run: Mapping[str, Any]) -> int | None:
+    from falkirk.plugins.airflow_rest import partition_date_of
+    from falkirk.policies.epochs import EpochError
+
+    date = run.get("logical_date")
+    when = datetime.fromisoformat(date.replace("Z", "+00:00")) if date else partition_date_of(run)
+    try:
+        return clock.epoch_of(when) if when is not None else None
+    except EpochError:
+        return None
 
 
 def discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int,
-            holder: str | None = None, progress: Callable[[str], None] = print) -> Discard:
-    """Discard epochs ``first..last`` of ``dag_id`` (see the module docstring): check, record,
+            holder: str | None = None, progress: Callable[[str], None] = print, consumers: bool = False) -> Discard:
+    """Discard epochs ``first..last`` of ``dag_id`` (see the module docstring), and with
+    ``consumers`` the epochs other DAGs built on them, consumers first: for each, check, record,
     take the lease, roll the rows back, delete the runs, give the lease back."""
-    planned = plan_discard(dag_id, store, client, first, last)
+    planned = plan_discard(dag_id, store, client, first, last, consumers=consumers)
+    for each in planned.every():
+        _withdraw(each, store, client, holder, progress)
+    return planned
+
+
+def _withdraw(planned: Discard, store: StoreConfig, client: AirflowClient, holder: str | None,
+              progress: Callable[[str], None]) -> None:
+    dag_id, first, last = planned.plan.dag_id, planned.first, planned.last
     log, ledger = RecoveryLog(store), Ledger(store)
     log.record(planned.plan)
     lease = log.begin(planned.plan, holder or getpass.getuser())
@@ -131,16 +212,25 @@ def discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, 
             raise PlanError(f"the ledger of {dag_id} changed while the discard was checked (a task committed); "
                             f"run it again")
         rolled = ledger.invalidations.record(planned.rows, planned.plan.plan_id)
-        progress(f"discard {planned.plan.plan_id}: rolled back {rolled} ledger rows of epochs {first}..{last}")
+        progress(f"discard {planned.plan.plan_id}: rolled back {_count(rolled, 'ledger row')} of {dag_id} epochs "
+                 f"{first}..{last}")
         for run in planned.runs:
             client.delete_run(dag_id, run)
-        progress(f"discard {planned.plan.plan_id}: deleted {len(planned.runs)} DAG runs")
+        progress(f"discard {planned.plan.plan_id}: deleted {_count(len(planned.runs), 'DAG run')} of {dag_id}")
     except BaseException as exc:
         log.end(lease, "failed", f"{type(exc).__name__}: {exc}"[:2000])
         raise
-    log.end(lease, "finished", f"discarded epochs {first}..{last}: {len(planned.rows)} ledger rows rolled back, "
-                               f"{len(planned.runs)} DAG runs deleted")
-    return planned
+    log.end(lease, "finished", f"discarded epochs {first}..{last}: {_count(len(planned.rows), 'ledger row')} rolled "
+                               f"back, {_count(len(planned.runs), 'DAG run')} deleted")
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1.
+
+    >>> _count(1, "DAG run"), _count(3, "ledger row")
+    ('1 DAG run', '3 ledger rows')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def rows_beyond(entries: list[LedgerEntry], last_epoch: int) -> tuple[int, int] | None:

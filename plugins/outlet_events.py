@@ -22,8 +22,9 @@ Example::
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Callable
 
-from falkirk.plugins.airflow_rest import AirflowClient
+from falkirk.plugins.airflow_rest import FALKIRK_API, AirflowClient, api_path
 from falkirk.policies.asset_events import AssetEventError, CommittedEpoch, epoch_partition_key
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.store.ledger import LedgerEntry
@@ -51,10 +52,30 @@ def emit_missing_events(client: AirflowClient, entry: LedgerEntry) -> list[str]:
     return emitted
 
 
+def redeliver_events(client: AirflowClient, dag_id: str, partition_key: str,
+                     current: Callable[[CommittedEpoch], LedgerEntry | None]) -> list[str]:
+    """Emit again, for ``dag_id`` (a DAG scheduled on Assets), the newest event of each Asset it
+    is scheduled on that carries ``partition_key``: Airflow starts no run of a DAG that is paused
+    when an event arrives, and starts none later, so that DAG never runs the partition. Each
+    event is emitted with the commit the producer's ledger names now (``current``: the current
+    row of the commit an event records, ``None`` once it is rolled back: not emitted). Returns
+    the names of the Assets emitted; Airflow then starts the run as for the producer's own event."""
+    emitted = []
+    for asset in client.scheduling_assets(dag_id):
+        keyed = [e for e in client.asset_events(asset["id"], newest=True) if e.get("partition_key") == partition_key]
+        record = next((r for e in keyed if (r := _record(e)) is not None), None)
+        row = current(record) if record is not None else None
+        if row is None:
+            continue
+        client.create_asset_event(asset["id"], CommittedEpoch.from_entry(row).extra(), partition_key=partition_key)
+        emitted.append(asset["name"])
+    return emitted
+
+
 def _partition_key(client: AirflowClient, entry: LedgerEntry) -> str | None:
     """The partition key the task's events carry (``partition_outlets=True``), as the Falkirk API
     reads the task from the serialized DAG; ``None`` for a task whose events carry none."""
-    tasks = client.request("GET", f"/falkirk/api/v1/dags/{entry.dag_id}/regimes")["tasks"]
+    tasks = client.request("GET", api_path("dags", entry.dag_id, "regimes", root=FALKIRK_API))["tasks"]
     task = next((t for t in tasks if t["task_id"] == entry.task_id), {})
     if not task.get("partition_outlets") or not task.get("epoch_clock"):
         return None

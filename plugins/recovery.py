@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, failed_runs, partition_date_of
+from falkirk.plugins.airflow_rest import (FALKIRK_API, AirflowClient, AirflowError, api_path, failed_runs,
+                                          partition_date_of)
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
@@ -268,7 +269,7 @@ def start_replay(
     check_not_finished(events, plan_id)
     resuming = any(r["plan_id"] == plan_id and r["event"] in ("started", "resumed") for r in events)
     _validate(recovery, store, resuming)  # refuse early, before anything is written
-    runs = _run_ids(recovery, ledger.entries(recovery.dag_id, include_invalidated=True), client)
+    runs = _run_ids(recovery, ledger.entries(recovery.dag_id, include_invalidated=True), client, store, progress)
     _check_no_rows_without_runs(recovery, ledger, client)
     rerun = recovery.rerun_set()
     # Airflow checks the caller's rights (changing nothing) before the lease is taken: a caller it
@@ -768,24 +769,75 @@ def _stall_seconds() -> float:
     return float(os.environ.get("FALKIRK_REPLAY_STALL_SECONDS", "600"))
 
 
-def _run_ids(recovery: RecoveryPlan, entries: Iterable[LedgerEntry], client: AirflowClient) -> dict[int, str]:
+def _run_ids(recovery: RecoveryPlan, entries: Iterable[LedgerEntry], client: AirflowClient,
+             store: StoreConfig | None = None, progress: Progress = print) -> dict[int, str]:
     """The DAG run of each epoch the plan re-runs: from the ledger, or, for a run that
     committed nothing, from Airflow by its date on the DAG's epoch clock (the logical date, or
-    for a run started on asset events the partition's)."""
+    for a run started on asset events the partition's). With ``store``, an epoch of a DAG
+    scheduled on Assets that has no run at all (the DAG was paused when its producer's event
+    arrived, so Airflow started none) gets one: the event is emitted again
+    (:func:`falkirk.plugins.outlet_events.redeliver_events`) and the run it starts is waited for."""
     runs = {e.epoch: e.run_id for e in entries}
     missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
-    if missing:
-        _, clock = _regimes(recovery.dag_id, client)
-        if clock is not None:
-            for epoch in missing:
-                found = client.dag_runs_at(recovery.dag_id, clock.logical_date(epoch))
-                if len(found) == 1:
-                    runs[epoch] = found[0]
+    clock = _regimes(recovery.dag_id, client)[1] if missing else None
+    if clock is not None:
+        runs.update(_runs_at_dates(recovery.dag_id, client, clock, missing))
+        missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
+        if missing and store is not None:
+            runs.update(_start_missing_runs(recovery, client, store, clock, missing, progress))
             missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
     if missing:
-        raise PlanError(f"epochs {missing} have no ledger row from any task, so their DAG runs are unknown; "
-                        f"plan with --last-epoch {min(missing) - 1}")
+        raise PlanError(f"epochs {missing} have no ledger row from any task and no DAG run in Airflow, so the "
+                        f"replay has nothing to run them in: trigger them (falkirk trigger --dag {recovery.dag_id}), "
+                        f"or plan with --last-epoch {min(missing) - 1}")
     return runs
+
+
+def _runs_at_dates(dag_id: str, client: AirflowClient, clock: EpochClock, epochs: Sequence[int]) -> dict[int, str]:
+    """The one run of each of ``epochs`` that Airflow has at its date (none where it has two)."""
+    found = {epoch: client.dag_runs_at(dag_id, clock.logical_date(epoch)) for epoch in epochs}
+    return {epoch: runs[0] for epoch, runs in found.items() if len(runs) == 1}
+
+
+# How long a replay waits for the run Airflow starts on an event it emitted again.
+REDELIVERED_RUN_SECONDS = 120.0
+
+
+def _start_missing_runs(recovery: RecoveryPlan, client: AirflowClient, store: StoreConfig, clock: EpochClock,
+                        epochs: Sequence[int], progress: Progress) -> dict[int, str]:
+    """Start the runs of ``epochs`` of a DAG scheduled on Assets that Airflow never started, by
+    emitting their partitions' events again; returns those that started (by epoch)."""
+    from falkirk.plugins.outlet_events import redeliver_events
+    from falkirk.policies.asset_events import epoch_partition_key
+
+    dag_id = recovery.dag_id
+    if not client.scheduling_assets(dag_id):
+        return {}
+    if client.is_paused(dag_id):
+        raise PlanError(f"epochs {list(epochs)} of {dag_id} have no DAG run: {dag_id} is paused, and Airflow starts "
+                        f"no run of a paused DAG on an asset event; unpause it (airflow dags unpause {dag_id}), then "
+                        f"replay again: falkirk replay {recovery.plan_id}")
+    ledger = Ledger(store)
+
+    def current(record: Any) -> LedgerEntry | None:
+        return ledger.find(record.dag_id, record.task_id, record.epoch, record.map_index)
+
+    sent = {}
+    for epoch in epochs:
+        assets = redeliver_events(client, dag_id, epoch_partition_key(clock.logical_date(epoch)), current)
+        if assets:
+            sent[epoch] = assets
+            progress(f"plan {recovery.plan_id}: {dag_id} has no run of epoch {epoch} (it was paused when the event "
+                     f"arrived, or the event was dropped); emitted again: {', '.join(assets)}")
+    started: dict[int, str] = {}
+    deadline = time.monotonic() + REDELIVERED_RUN_SECONDS
+    while sent and set(started) != set(sent) and time.monotonic() < deadline:
+        started.update(_runs_at_dates(dag_id, client, clock, sorted(set(sent) - set(started))))
+        if set(started) != set(sent):
+            time.sleep(1.0)
+    for epoch, run in sorted(started.items()):
+        progress(f"plan {recovery.plan_id}: Airflow started {run} for epoch {epoch} of {dag_id}")
+    return started
 
 
 def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequence[LedgerEntry],
@@ -854,7 +906,7 @@ def _regimes(dag_id: str, client: AirflowClient) -> tuple[dict[str, Regime], Epo
     """The regimes of the DAG's tasks and its epoch clock, as the plugin reads them from the
     serialized DAG."""
     try:
-        body = client.request("GET", f"/falkirk/api/v1/dags/{dag_id}/regimes")
+        body = client.request("GET", api_path("dags", dag_id, "regimes", root=FALKIRK_API))
     except AirflowError as exc:  # planning without the regimes would leave out tasks with no ledger row
         raise PlanError(f"the Falkirk API of Airflow at {client.base_url} did not give the regimes of {dag_id!r} "
                         f"({exc}); is falkirk-airflow installed where Airflow's API server runs?") from None

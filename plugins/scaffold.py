@@ -21,8 +21,11 @@ first run needs no data): replace ``lines_of`` with your own source.
 
 from __future__ import annotations
 
+import importlib.util
 import keyword
 import re
+import sys
+from datetime import date
 from pathlib import Path
 
 JOB = '''"""{name}: one epoch of a Falkirk task, as a Spark job.
@@ -109,25 +112,72 @@ class ScaffoldError(ValueError):
 
 
 def new_job(name: str, project: Path | str = ".", first: str = "2026-01-01") -> list[Path]:
-    """Write ``jobs/NAME.py`` and ``dags/NAME.py`` under ``project``; returns their paths."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name) or keyword.iskeyword(name):
-        raise ScaffoldError(f"NAME {name!r:.80}: use lower-case letters, digits and _ (a Python module and DAG id), "
-                            f"e.g. word_count")
-    match = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", first)
-    if match is None:
-        raise ScaffoldError(f"--first {first!r:.40}: give the first epoch's date as YYYY-MM-DD")
+    """Write ``jobs/NAME.py`` and ``dags/NAME.py`` under ``project``; returns their paths.
+    Every argument is checked before anything is written (:class:`ScaffoldError` names it)."""
+    check_name(name)
+    day = _first_day(first)
     root = Path(project)
     files = {root / "jobs" / f"{name}.py": JOB.format(name=name),
-             root / "dags" / f"{name}.py": DAG_FILE.format(name=name, first=first, year=int(match[1]),
-                                                           month=int(match[2]), day=int(match[3]))}
+             root / "dags" / f"{name}.py": DAG_FILE.format(name=name, first=first, year=day.year,
+                                                           month=day.month, day=day.day)}
     existing = [str(p) for p in files if p.exists()]
     if existing:
         raise ScaffoldError(f"{', '.join(existing)} already exists; choose another NAME or move it away "
                             f"(nothing was written)")
+    blocked = next((p for p in (root, *root.parents) if p.exists()), None)
+    if blocked is not None and not blocked.is_dir():
+        raise ScaffoldError(f"--project {str(project)!r:.80}: {blocked} is not a directory; give your Airflow "
+                            f"project's directory (nothing was written)")
+    try:
+        for path in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScaffoldError(f"--project {str(project)!r:.80}: cannot make {exc.filename}: {exc.strerror}; give a "
+                            f"directory you may write to (nothing was written)") from None
     for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return list(files)
 
 
-__all__ = ["ScaffoldError", "new_job"]
+def check_name(name: str) -> str:
+    """``name`` if it can be the job's module and the DAG's id: lower-case, not a Python keyword,
+    and not the name of a module the job or the DAG imports (or any other importable one): a file
+    ``jobs/json.py`` is found before the standard library's ``json`` by the job run as a script,
+    and ``dags/airflow.py`` before Airflow by the dag-processor.
+
+    >>> check_name("word_count")
+    'word_count'
+    >>> check_name("json")
+    Traceback (most recent call last):
+    ...
+    falkirk.plugins.scaffold.ScaffoldError: NAME 'json': a module of that name is importable here (the standard library's), and jobs/json.py and dags/json.py would hide it from the job and the DAG; choose another name, e.g. json_job
+    """
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name) or keyword.iskeyword(name):
+        raise ScaffoldError(f"NAME {name!r:.80}: use lower-case letters, digits and _ (a Python module and DAG id), "
+                            f"e.g. word_count")
+    if name in sys.stdlib_module_names or importlib.util.find_spec(name) is not None:
+        whose = "the standard library's" if name in sys.stdlib_module_names else "an installed package's"
+        raise ScaffoldError(f"NAME {name!r}: a module of that name is importable here ({whose}), and jobs/{name}.py "
+                            f"and dags/{name}.py would hide it from the job and the DAG; choose another name, "
+                            f"e.g. {name}_job")
+    return name
+
+
+def _first_day(first: str) -> date:
+    """The first epoch's date, written ``YYYY-MM-DD``.
+
+    >>> _first_day("2026-13-01")
+    Traceback (most recent call last):
+    ...
+    falkirk.plugins.scaffold.ScaffoldError: --first '2026-13-01': give the first epoch's date as YYYY-MM-DD, a day of the calendar (e.g. 2026-01-01)
+    """
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", first):
+            raise ValueError(first)
+        return date.fromisoformat(first)
+    except ValueError:
+        raise ScaffoldError(f"--first {first!r:.40}: give the first epoch's date as YYYY-MM-DD, a day of the "
+                            f"calendar (e.g. 2026-01-01)") from None
+
+
+__all__ = ["ScaffoldError", "check_name", "new_job"]

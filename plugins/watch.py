@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
+from falkirk.plugins.airflow_rest import api_path
 from falkirk.policies.liveness import Heartbeats
 
 AUTO_RECOVER_TAG = "falkirk:auto_recover"
@@ -115,7 +116,7 @@ def respond(dag_id: str, worker: str, store: Any, client: Any, progress: Callabl
         raise
     if not recovery.rerun_set():
         return recovery.plan_id if replay else None
-    if AUTO_RECOVER_TAG in {t.get("name") for t in client.request("GET", f"/api/v2/dags/{dag_id}").get("tags", [])}:
+    if AUTO_RECOVER_TAG in {t.get("name") for t in client.request("GET", api_path("dags", dag_id)).get("tags", [])}:
         progress(f"{dag_id}: replaying plan {recovery.plan_id} for the lost worker {worker} ({AUTO_RECOVER_TAG})")
         if not replay:
             return recovery.plan_id

@@ -29,7 +29,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,8 +37,8 @@ from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from falkirk.policies.store.commits import (EPOCH, TABLE_PROPERTIES, CommitKey, CommitResult, EpochTableError,
-                                            already_committed, commit_once, count_epoch, missing_commit, open_table,
-                                            scan)
+                                            already_committed, commit_once, count_epoch, filesystem, lost_files,
+                                            missing_commit, open_table, scan)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -183,6 +182,9 @@ def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None
     epoch = key.epoch
     table = open_table(uri, storage_options)
     why = missing_commit(table, uri, key, rows)
+    if why is None and (gone := lost_files(table, epoch, storage_options)):
+        why = (f"{uri} epoch {epoch}: its log names {len(gone)} data files that are gone (e.g. {gone[0]}): the "
+               f"table's files were lost while its _delta_log was kept")
     if why is not None:
         raise EpochTableError(why)
     schema = pa.schema([f for f in pa.schema(table.schema().to_arrow()) if f.name != EPOCH])
@@ -210,7 +212,7 @@ def _file_reader(uri: str, schema: pa.Schema, storage_options: dict[str, str] | 
     """The function each executor runs over its share of an epoch's file paths."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fs, _ = _filesystem(uri, storage_options)
+        fs, _ = filesystem(uri, storage_options)
         for batch in batches:
             for path in batch.column(0).to_pylist():
                 located = path[len("s3://"):] if path.startswith("s3://") else path.removeprefix("file://")
@@ -233,7 +235,7 @@ def _file_writer(uri: str, epoch: int, schema: pa.Schema, storage_options: dict[
 
     def write(batches: Iterator[pa.RecordBatch], partition: int) -> Iterator[pa.RecordBatch]:
         relative = f"{EPOCH}={epoch}/part-{attempt}-{partition:05d}.parquet"
-        fs, root = _filesystem(uri, storage_options)
+        fs, root = filesystem(uri, storage_options)
         writer = None
         rows = 0
         for batch in batches:
@@ -255,20 +257,3 @@ def _file_writer(uri: str, epoch: int, schema: pa.Schema, storage_options: dict[
     return write
 
 
-def _filesystem(uri: str, storage_options: dict[str, str] | None):
-    """A pyarrow filesystem and the table's root path in it (local, or S3-compatible)."""
-    from pyarrow import fs
-
-    if not uri.startswith("s3://"):
-        return fs.LocalFileSystem(), uri
-    opts = storage_options or {}
-    endpoint = opts.get("AWS_ENDPOINT_URL")
-    parsed = urlparse(endpoint) if endpoint else None
-    s3 = fs.S3FileSystem(
-        access_key=opts.get("AWS_ACCESS_KEY_ID"),
-        secret_key=opts.get("AWS_SECRET_ACCESS_KEY"),
-        region=opts.get("AWS_REGION", "us-east-1"),
-        endpoint_override=parsed.netloc if parsed else None,
-        scheme=parsed.scheme if parsed else "https",
-    )
-    return s3, uri[len("s3://"):]

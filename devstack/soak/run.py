@@ -70,6 +70,7 @@ from devstack.soak.pipelines import AUTO_RECOVER_ENV, DAGS_ENV, SOAK_DAGS, SoakD
 from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
 from falkirk.policies import EpochClock, faults
 from falkirk.policies.asset_events import EPOCH_KEY_FORMAT
+from falkirk.plugins.airflow_rest import api_path
 from falkirk.plugins.cli import EXIT_STORE
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
 from falkirk.policies.pairs import Layout, Status
@@ -308,7 +309,7 @@ class DagUnderSoak:
     def runs(self) -> list[dict[str, Any]]:
         runs: list[dict[str, Any]] = []
         while True:
-            page = self.client.request("GET", f"/api/v2/dags/{self.dag_id}/dagRuns",
+            page = self.client.request("GET", api_path("dags", self.dag_id, "dagRuns"),
                                        params={"limit": 100, "offset": len(runs), "order_by": "run_after"})
             runs += page["dag_runs"]
             if not page["dag_runs"] or len(runs) >= page["total_entries"]:
@@ -603,7 +604,7 @@ class DagUnderSoak:
         return stranded
 
     def _failed_task_instances(self) -> list[dict[str, Any]]:
-        data = self.client.request("GET", f"/api/v2/dags/{self.dag_id}/dagRuns/~/taskInstances",
+        data = self.client.request("GET", api_path("dags", self.dag_id, "dagRuns", "~", "taskInstances"),
                                    params={"state": "failed", "limit": 100})
         return data["task_instances"]
 

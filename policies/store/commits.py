@@ -38,7 +38,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +46,9 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, w
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from falkirk.policies.store.config import STORE_RETRY_ENV, store_retry_seconds  # noqa: F401 - part of this module's API
+
+if TYPE_CHECKING:
+    from pyarrow import fs as pafs
 
 EPOCH = "epoch"
 
@@ -249,6 +252,81 @@ def missing_commit(table: DeltaTable | None, uri: str, key: CommitKey, rows: int
             return (f"{uri} epoch {key.epoch} holds {found} rows where its commit wrote {rows} "
                     f"(deleted since, e.g. by garbage collection)")
     return None
+
+
+def filesystem(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple["pafs.FileSystem", str]:
+    """A pyarrow filesystem and the table's root path in it (local, or S3-compatible).
+
+    >>> fs, root = filesystem("/data/falkirk/orders/ingest/output")
+    >>> type(fs).__name__, root
+    ('LocalFileSystem', '/data/falkirk/orders/ingest/output')
+    """
+    from urllib.parse import urlparse
+
+    from pyarrow import fs
+
+    if not uri.startswith("s3://"):
+        return fs.LocalFileSystem(), uri.removeprefix("file://")
+    opts = storage_options or {}
+    endpoint = opts.get("AWS_ENDPOINT_URL")
+    parsed = urlparse(endpoint) if endpoint else None
+    s3 = fs.S3FileSystem(
+        access_key=opts.get("AWS_ACCESS_KEY_ID"),
+        secret_key=opts.get("AWS_SECRET_ACCESS_KEY"),
+        region=opts.get("AWS_REGION", "us-east-1"),
+        endpoint_override=parsed.netloc if parsed else None,
+        scheme=parsed.scheme if parsed else "https",
+    )
+    return s3, uri[len("s3://"):]
+
+
+def lost_files(table: DeltaTable, epoch: int, storage_options: Mapping[str, str] | None = None,
+               present: Callable[[], set[str]] | None = None) -> list[str]:
+    """The data files of ``epoch`` that the table's log names and its storage no longer holds:
+    a disk wiped in part (the data files gone, ``_delta_log`` kept) leaves a table that opens,
+    counts its rows from the log, and fails only when read.
+
+    >>> import os, tempfile, pyarrow as pa
+    >>> uri = tempfile.mkdtemp() + "/t"
+    >>> _ = commit_epoch(uri, pa.table({"epoch": [1], "x": [10]}), CommitKey("d", "t", epoch=1))
+    >>> lost_files(open_table(uri), 1)
+    []
+    >>> for f in open_table(uri).file_uris():
+    ...     os.remove(f)
+    >>> len(lost_files(open_table(uri), 1))
+    1
+    """
+    from pyarrow.fs import FileType
+
+    files = table.file_uris(file_pruning_predicate=[(EPOCH, "=", str(int(epoch)))])
+    if not files:
+        return []
+    located = [_located(f) for f in files]
+    if present is not None:  # the caller listed the table's files once (one listing for many epochs)
+        held = present()
+        return [f for f, path in zip(files, located) if path not in held]
+    fs, _ = filesystem(table.table_uri, storage_options)
+    return [f for f, info in zip(files, fs.get_file_info(located)) if info.type == FileType.NotFound]
+
+
+def table_files(uri: str, storage_options: Mapping[str, str] | None = None) -> set[str]:
+    """Every file under the table at ``uri``, as :func:`lost_files` compares them: one listing.
+
+    >>> table_files("/nonexistent/table")
+    set()
+    """
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, root = filesystem(uri, storage_options)
+    try:
+        infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+    except OSError:
+        return set()
+    return {i.path for i in infos if i.type == FileType.File}
+
+
+def _located(file_uri: str) -> str:
+    return file_uri[len("s3://"):] if file_uri.startswith("s3://") else file_uri.removeprefix("file://")
 
 
 def commit_epoch(

@@ -2,7 +2,8 @@
 
 A commit is readable when :func:`falkirk.policies.store.commits.missing_commit` finds
 nothing missing (the table opens, records that (task, epoch) at this incarnation or a later
-one, and its epoch still holds the rows the ledger recorded) and no control table says
+one, its epoch still holds the rows the ledger recorded, and the data files its log names are
+there: :func:`~falkirk.policies.store.commits.lost_files`) and no control table says
 otherwise: a state table at an epoch garbage collection marked is gone, and an external
 destination holds an epoch once the ledger's deliveries say so. :func:`without` takes
 locations away (a lost scratch directory, or the whole scratch tier for the monitor, which
@@ -25,7 +26,7 @@ from typing import Callable, Iterable
 
 from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Tier
-from falkirk.policies.store.commits import CommitKey, epoch_rows, missing_commit, open_table
+from falkirk.policies.store.commits import CommitKey, epoch_rows, lost_files, missing_commit, open_table, table_files
 from falkirk.policies.store.config import StoreConfig
 from falkirk.policies.store.control import Collections, Deliveries
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, is_external
@@ -51,6 +52,7 @@ class StoreReadability:
         self._tables: dict[str, object] = {}
         self._exists: dict[str, bool] = {}
         self._epoch_rows: dict[str, dict[int, int]] = {}
+        self._listed: dict[str, set[str]] = {}
         self._collected: dict[str, dict[str, int]] = {}
         self._delivered: dict[str, dict[str, int]] = {}
         self._rows: dict[str, dict[tuple[str, str, int], int]] = {}
@@ -79,8 +81,16 @@ class StoreReadability:
         if uri not in self._tables:
             self._tables[uri] = open_table(uri, self.store.options_for(uri))
         table = self._tables[uri]
-        return missing_commit(table, uri, key, self._expected_rows(uri, key),  # type: ignore[arg-type]
-                              held=lambda: self._held(uri)) is None
+        if missing_commit(table, uri, key, self._expected_rows(uri, key),  # type: ignore[arg-type]
+                          held=lambda: self._held(uri)) is not None:
+            return False
+        # a table whose log names data files that are gone (a disk wiped in part) is lost as well
+        return not lost_files(table, key.epoch, present=lambda: self._files(uri))  # type: ignore[arg-type]
+
+    def _files(self, uri: str) -> set[str]:
+        if uri not in self._listed:
+            self._listed[uri] = table_files(uri, self.store.options_for(uri))
+        return self._listed[uri]
 
     def _expected_rows(self, uri: str, key: CommitKey) -> int | None:
         if callable(self._given):

@@ -365,10 +365,11 @@ def test_a_far_ahead_epoch_left_by_a_deleted_run_is_discarded_and_plans_stop_at_
     before = snapshot(local_store), ledger.dag_version(DAG_ID)
     assert main(["discard", "--dag", DAG_ID, "--epochs", "329", "--airflow-url", url]) == 0
     out = capsys.readouterr().out
-    assert "  ingest: rolls back 1 ledger rows (epochs 329)" in out and "deletes 0 DAG runs" in out, out
+    assert "  ingest: rolls back 1 ledger row (epochs 329)" in out and "deletes 0 DAG runs" in out, out
+    assert f"the DAG's next epoch is then {latest + 1}" in out, out
     assert (snapshot(local_store), ledger.dag_version(DAG_ID)) == before  # a preview changes nothing
     assert main(["discard", "--dag", DAG_ID, "--epochs", "329", "--yes", "--airflow-url", url]) == 0
-    assert f"discarded epochs 329..329 of {DAG_ID}; its next epoch is 329" in capsys.readouterr().out
+    assert f"discarded epochs 329..329 of {DAG_ID}; its next epoch is {latest + 1}" in capsys.readouterr().out
     assert max(e.epoch for e in ledger.entries(DAG_ID)) == latest
     events = [r for r in RecoveryLog(local_store).events(DAG_ID) if r["event"] in ("started", "finished")]
     assert events[-1]["event"] == "finished" and "discarded epochs 329..329: 3 ledger rows rolled back" in \
