@@ -57,9 +57,18 @@ def _segment(value: object) -> str:
 
 def _check_path(method: str, path: str) -> None:
     """Refuse a path with a dot segment, which a client or server would resolve to another
-    resource (``/dags/x/../orders`` is ``/dags/orders``): build paths with :func:`api_path`."""
-    if any(part in (".", "..") for part in path.split("?", 1)[0].split("/")):
-        raise AirflowError(f"{method} {path[:200]}: a path segment is '.' or '..'; ids are quoted with api_path")
+    resource (``/dags/x/../orders`` is ``/dags/orders``), or with a query or fragment in it
+    (``/dags/orders?x/dagRuns/r`` is ``/dags/orders``): build paths with :func:`api_path`.
+
+    >>> _check_path("DELETE", "/api/v2/dags/orders%3Fx/dagRuns/r")
+    >>> _check_path("DELETE", "/api/v2/dags/orders?x/dagRuns/r")
+    Traceback (most recent call last):
+    ...
+    falkirk.plugins.airflow_rest.AirflowError: DELETE /api/v2/dags/orders?x/dagRuns/r: a path segment is '.' or '..', or it holds '?' or '#' (queries go in params); build the path with api_path, which quotes each id
+    """
+    if "?" in path or "#" in path or any(part in (".", "..") for part in path.split("/")):
+        raise AirflowError(f"{method} {path[:200]}: a path segment is '.' or '..', or it holds '?' or '#' (queries "
+                           f"go in params); build the path with api_path, which quotes each id")
 
 
 def _wait_until(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.5) -> None:

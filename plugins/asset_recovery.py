@@ -119,22 +119,27 @@ def replay_across(plan_ids: Sequence[str], store: StoreConfig, client: AirflowCl
         upstream = {p.dag_id: p for p in plans[:i]}
         feeding = [e for e in edges if e.consumer_dag == recovery.dag_id and e.producer_dag in upstream]
         redone = _redone_reads(feeding, upstream, recovery)
-        consumer = any(e.consumer_dag == recovery.dag_id for e in edges)
         try:
             check_not_finished(log.events(recovery.dag_id), recovery.plan_id)
         except AlreadyReplayed:
-            redone, consumer = set(), False  # replayed by an earlier call, which settled its second runs
+            redone = set()  # replayed by an earlier call, which settled its second runs
         if redone:
             _await_second_runs(recovery, redone, since, store, client, progress, second_runs_timeout, poll)
+        # The replay ends by settling the consumer's refused second runs (settle_second_runs).
         reports.append(replay(recovery.plan_id, store, client, holder=holder, progress=progress, timeout=timeout,
                               poll=poll))
-        if consumer:
-            # Every refused run of an epoch the plan redid, also those Airflow started before
-            # this call: on a producer's recovery replayed earlier, or by a replay across both
-            # DAGs that stopped after the producer's redo (then the consumer is planned alone,
-            # with --stale-inputs).
-            _settle_second_runs(recovery, {e for _, e in recovery.rerun_set()}, store, client, progress)
     return reports
+
+
+def settle_second_runs(recovery: RecoveryPlan, store: StoreConfig, client: AirflowClient,
+                       progress: Progress = print) -> None:
+    """Once ``recovery`` (of a DAG that reads another through an Asset) has redone its epochs,
+    mark success every refused run of those epochs that Airflow started on a redone producer
+    epoch's event, also those started before this replay: on a producer's recovery replayed
+    earlier, or by a replay across both DAGs that stopped after the producer's redo (then the
+    consumer is planned alone, with --stale-inputs). Every replay calls it as it finishes."""
+    if any(e.consumer_dag == recovery.dag_id for e in consumer_edges(store)):
+        _settle_second_runs(recovery, {e for _, e in recovery.rerun_set()}, store, client, progress)
 
 
 def _check_may_clear(plans: Sequence[RecoveryPlan], log: RecoveryLog, store: StoreConfig,
@@ -146,6 +151,7 @@ def _check_may_clear(plans: Sequence[RecoveryPlan], log: RecoveryLog, store: Sto
             check_not_finished(log.events(recovery.dag_id), recovery.plan_id)
         except AlreadyReplayed:
             continue
+        # epochs with no run yet (a consumer paused when its event came) get theirs in the replay
         runs = _run_ids(recovery, Ledger(store).entries(recovery.dag_id, include_invalidated=True), client)
         try:
             check_may_clear(recovery, runs, client)
@@ -237,4 +243,4 @@ def _span(epochs: Sequence[int] | set[int]) -> str:
     return ", ".join(str(e) for e in sorted(set(epochs)))
 
 
-__all__ = ["SecondRun", "consumer_edges", "plan_across", "replay_across", "with_consumers"]
+__all__ = ["SecondRun", "consumer_edges", "plan_across", "replay_across", "settle_second_runs", "with_consumers"]

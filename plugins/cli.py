@@ -332,6 +332,15 @@ def _new_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1.
+
+    >>> _count(1, "DAG"), _count(13, "task instance")
+    ('1 DAG', '13 task instances')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _epochs_arg(value: str) -> tuple[int, int]:
     first, _, last = value.partition("-")
     try:
@@ -496,7 +505,7 @@ def _plan(args: argparse.Namespace) -> int:
             sys.stdout.write("\n")
         else:
             print(across.table())
-            print(f"re-runs {len(across.rerun_set())} task instances in {len(across.plans)} DAGs "
+            print(f"re-runs {_count(len(across.rerun_set()), 'task instance')} in {_count(len(across.plans), 'DAG')} "
                   f"({', '.join(across.dags())})")
             print(f"execute it with: falkirk replay {' '.join(p.plan_id for p in across.plans)}")
         return 0

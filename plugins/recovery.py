@@ -216,6 +216,8 @@ class RunningReplay:
                 follow_on = _later_runs(self, progress)
             _settle_runs(self, progress)
             _hand_back_slots(self, progress, timeout, poll)
+            if self.store is not None:
+                _settle_second_runs(self, progress)
         except BaseException as exc:
             self.fail(exc)
             raise
@@ -269,12 +271,14 @@ def start_replay(
     check_not_finished(events, plan_id)
     resuming = any(r["plan_id"] == plan_id and r["event"] in ("started", "resumed") for r in events)
     _validate(recovery, store, resuming)  # refuse early, before anything is written
-    runs = _run_ids(recovery, ledger.entries(recovery.dag_id, include_invalidated=True), client, store, progress)
+    entries = ledger.entries(recovery.dag_id, include_invalidated=True)
     _check_no_rows_without_runs(recovery, ledger, client)
     rerun = recovery.rerun_set()
     # Airflow checks the caller's rights (changing nothing) before the lease is taken: a caller it
     # refuses leaves no "started" record behind, which would let the next replay resume the plan
     # without checking that it is still current.
+    runs = _run_ids(recovery, entries, client)
+    _check_missing_runs(recovery, runs, client)
     check_may_clear(recovery, runs, client)
     lease = log.begin(recovery, holder)
     running = RunningReplay(recovery, log, lease, client, runs, {}, 0, started, store)
@@ -288,6 +292,9 @@ def start_replay(
         running.invalidated = ledger.invalidations.record(doomed, plan_id)
         progress(f"plan {plan_id}: invalidated {running.invalidated} ledger rows past the frontiers")
         crash_point("replay", 0, "after-invalidations", dag_id=recovery.dag_id)
+        # Only now the epochs with no run get theirs (their runs commit as soon as they start,
+        # which the checks and the invalidations above must not see).
+        _start_missing_runs(recovery, running.runs, client, store, progress)
         _sweep_later_rows(running, ledger, progress)
         _settle_kept_instances(running, ledger, progress)
         _restore_lost_pairs(running, progress)
@@ -307,7 +314,7 @@ def check_may_clear(recovery: RecoveryPlan, runs: Mapping[int, str], client: Air
     """Ask Airflow to clear the plan's re-run set as a dry run, one call per DAG run (``runs``:
     epoch -> run id): it raises :class:`AirflowError` if the caller may not, and changes nothing."""
     rerun = recovery.rerun_set()
-    for epoch in sorted({e for _, e in rerun}):
+    for epoch in sorted({e for _, e in rerun} & set(runs)):
         client.clear(recovery.dag_id, runs[epoch], sorted(t for t, e in rerun if e == epoch), dry_run=True)
 
 
@@ -460,6 +467,14 @@ def _settle_runs(running: RunningReplay, progress: Progress) -> None:
                  f"instances Airflow cleared: {', '.join(decided.requeue)}")
     for run, why in decided.left.items():
         progress(f"plan {running.plan.plan_id}: DAG run {run} stays failed: {why} (not a task this plan re-runs)")
+
+
+def _settle_second_runs(running: RunningReplay, progress: Progress) -> None:
+    """Mark success the consumer's refused second runs of the epochs the plan redid
+    (:func:`falkirk.plugins.asset_recovery.settle_second_runs`)."""
+    from falkirk.plugins.asset_recovery import settle_second_runs
+
+    settle_second_runs(running.plan, running.store, running.client, progress)  # type: ignore[arg-type]
 
 
 def _mark_completed(running: RunningReplay, entry: LedgerEntry, progress: Progress) -> None:
@@ -769,28 +784,35 @@ def _stall_seconds() -> float:
     return float(os.environ.get("FALKIRK_REPLAY_STALL_SECONDS", "600"))
 
 
-def _run_ids(recovery: RecoveryPlan, entries: Iterable[LedgerEntry], client: AirflowClient,
-             store: StoreConfig | None = None, progress: Progress = print) -> dict[int, str]:
-    """The DAG run of each epoch the plan re-runs: from the ledger, or, for a run that
-    committed nothing, from Airflow by its date on the DAG's epoch clock (the logical date, or
-    for a run started on asset events the partition's). With ``store``, an epoch of a DAG
-    scheduled on Assets that has no run at all (the DAG was paused when its producer's event
-    arrived, so Airflow started none) gets one: the event is emitted again
-    (:func:`falkirk.plugins.outlet_events.redeliver_events`) and the run it starts is waited for."""
+def _run_ids(recovery: RecoveryPlan, entries: Iterable[LedgerEntry], client: AirflowClient) -> dict[int, str]:
+    """The DAG run of each epoch the plan re-runs that has one: from the ledger, or, for a run
+    that committed nothing, from Airflow by its date on the DAG's epoch clock (the logical date,
+    or for a run started on asset events the partition's). See :func:`_check_missing_runs` for
+    the epochs without."""
     runs = {e.epoch: e.run_id for e in entries}
     missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
     clock = _regimes(recovery.dag_id, client)[1] if missing else None
     if clock is not None:
         runs.update(_runs_at_dates(recovery.dag_id, client, clock, missing))
-        missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
-        if missing and store is not None:
-            runs.update(_start_missing_runs(recovery, client, store, clock, missing, progress))
-            missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
-    if missing:
-        raise PlanError(f"epochs {missing} have no ledger row from any task and no DAG run in Airflow, so the "
-                        f"replay has nothing to run them in: trigger them (falkirk trigger --dag {recovery.dag_id}), "
-                        f"or plan with --last-epoch {min(missing) - 1}")
     return runs
+
+
+def _check_missing_runs(recovery: RecoveryPlan, runs: Mapping[int, str], client: AirflowClient) -> None:
+    """Refuse a plan with epochs that have no DAG run, changing nothing, unless the replay can get
+    them one: a DAG scheduled on Assets whose run of an epoch Airflow never started (it was
+    paused when the event arrived) gets it from the event emitted again (:func:`_start_missing_runs`)."""
+    missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
+    if not missing:
+        return
+    dag_id = recovery.dag_id
+    if not client.scheduling_assets(dag_id):
+        raise PlanError(f"epochs {missing} have no ledger row from any task and no DAG run in Airflow, so the "
+                        f"replay has nothing to run them in: trigger them (falkirk trigger --dag {dag_id}), or plan "
+                        f"with --last-epoch {min(missing) - 1}")
+    if client.is_paused(dag_id):
+        raise PlanError(f"epochs {missing} of {dag_id} have no DAG run: {dag_id} is paused, and Airflow starts no "
+                        f"run of a paused DAG on an asset event; unpause it (airflow dags unpause {dag_id}), then "
+                        f"replay again: falkirk replay {recovery.plan_id}")
 
 
 def _runs_at_dates(dag_id: str, client: AirflowClient, clock: EpochClock, epochs: Sequence[int]) -> dict[int, str]:
@@ -803,41 +825,56 @@ def _runs_at_dates(dag_id: str, client: AirflowClient, clock: EpochClock, epochs
 REDELIVERED_RUN_SECONDS = 120.0
 
 
-def _start_missing_runs(recovery: RecoveryPlan, client: AirflowClient, store: StoreConfig, clock: EpochClock,
-                        epochs: Sequence[int], progress: Progress) -> dict[int, str]:
-    """Start the runs of ``epochs`` of a DAG scheduled on Assets that Airflow never started, by
-    emitting their partitions' events again; returns those that started (by epoch)."""
+def _start_missing_runs(recovery: RecoveryPlan, runs: dict[int, str], client: AirflowClient, store: StoreConfig,
+                        progress: Progress) -> None:
+    """Start the runs of the plan's epochs of a DAG scheduled on Assets that Airflow never started,
+    by emitting their partitions' events again, and add them to ``runs``; raises
+    :class:`PlanError` when one does not start."""
     from falkirk.plugins.outlet_events import redeliver_events
     from falkirk.policies.asset_events import epoch_partition_key
 
     dag_id = recovery.dag_id
-    if not client.scheduling_assets(dag_id):
-        return {}
-    if client.is_paused(dag_id):
-        raise PlanError(f"epochs {list(epochs)} of {dag_id} have no DAG run: {dag_id} is paused, and Airflow starts "
-                        f"no run of a paused DAG on an asset event; unpause it (airflow dags unpause {dag_id}), then "
-                        f"replay again: falkirk replay {recovery.plan_id}")
+    missing = sorted({e for _, e in recovery.rerun_set()} - set(runs))
+    if not missing:
+        return
+    clock = _regimes(dag_id, client)[1]
     ledger = Ledger(store)
 
     def current(record: Any) -> LedgerEntry | None:
         return ledger.find(record.dag_id, record.task_id, record.epoch, record.map_index)
 
-    sent = {}
-    for epoch in epochs:
+    sent = set()
+    for epoch in missing if clock is not None else ():
         assets = redeliver_events(client, dag_id, epoch_partition_key(clock.logical_date(epoch)), current)
         if assets:
-            sent[epoch] = assets
+            sent.add(epoch)
             progress(f"plan {recovery.plan_id}: {dag_id} has no run of epoch {epoch} (it was paused when the event "
                      f"arrived, or the event was dropped); emitted again: {', '.join(assets)}")
     started: dict[int, str] = {}
     deadline = time.monotonic() + REDELIVERED_RUN_SECONDS
-    while sent and set(started) != set(sent) and time.monotonic() < deadline:
-        started.update(_runs_at_dates(dag_id, client, clock, sorted(set(sent) - set(started))))
-        if set(started) != set(sent):
+    while clock is not None and sent - set(started) and time.monotonic() < deadline:
+        started.update(_runs_at_dates(dag_id, client, clock, sorted(sent - set(started))))
+        if sent - set(started):
             time.sleep(1.0)
     for epoch, run in sorted(started.items()):
         progress(f"plan {recovery.plan_id}: Airflow started {run} for epoch {epoch} of {dag_id}")
-    return started
+    # Running before anything is cleared: a run cleared later waits behind it for a slot, so the
+    # epochs run in order (a run started on asset events has no logical date for depends_on_past).
+    _wait_until_started(client, dag_id, set(started.values()), deadline)
+    runs.update(started)
+    left = [e for e in missing if e not in started]
+    if left:
+        raise PlanError(f"epochs {left} of {dag_id} have no DAG run, and no event of their partitions could be "
+                        f"emitted again (the producer has no current commit of them) or Airflow started none in "
+                        f"{REDELIVERED_RUN_SECONDS:.0f}s; recover the producer's epochs first, or resume with: "
+                        f"falkirk replay {recovery.plan_id}")
+
+
+def _wait_until_started(client: AirflowClient, dag_id: str, runs: set[str], deadline: float) -> None:
+    while runs and time.monotonic() < deadline:
+        runs = {r for r in runs if client.dag_run(dag_id, r).get("state") == "queued"}
+        if runs:
+            time.sleep(1.0)
 
 
 def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequence[LedgerEntry],
@@ -868,8 +905,13 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
     ledger row at all gets its epoch from its logical date and the DAG's epoch clock."""
     epoch_of = {e.run_id: e.epoch for e in entries}
     found = [f for f in unrecorded if "*" in tasks or f.task_id in tasks or task_of(f.task_id) in tasks]
-    for ti in client.failed_task_instances(dag_id):
-        if is_test_instance(ti):  # an `airflow dags test` run: its epochs are not the DAG's
+    failed = [ti for ti in client.failed_task_instances(dag_id) if not is_test_instance(ti)]
+    # A run a recovery settled (a second run of a redone epoch, refused, then set to success
+    # naming the plan that redid it) keeps its refused instance failed: that is no failure.
+    settled = {run for run in {ti["dag_run_id"] for ti in failed}
+               if client.dag_run(dag_id, run).get("state") == "success"}
+    for ti in failed:
+        if ti["dag_run_id"] in settled:
             continue
         name = processor_id(ti["task_id"], ti.get("map_index", -1))
         if "*" in tasks or ti["task_id"] in tasks or name in tasks:

@@ -37,8 +37,8 @@ from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from falkirk.policies.store.commits import (EPOCH, TABLE_PROPERTIES, CommitKey, CommitResult, EpochTableError,
-                                            already_committed, commit_once, count_epoch, filesystem, lost_files,
-                                            missing_commit, open_table, scan)
+                                            FilesLost, already_committed, commit_once, count_epoch, filesystem,
+                                            lost_files, missing_commit, open_table, scan)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -182,11 +182,12 @@ def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None
     epoch = key.epoch
     table = open_table(uri, storage_options)
     why = missing_commit(table, uri, key, rows)
-    if why is None and (gone := lost_files(table, epoch, storage_options)):
-        why = (f"{uri} epoch {epoch}: its log names {len(gone)} data files that are gone (e.g. {gone[0]}): the "
-               f"table's files were lost while its _delta_log was kept")
     if why is not None:
         raise EpochTableError(why)
+    gone = lost_files(table, epoch, storage_options)
+    if gone:
+        raise FilesLost(f"{uri} epoch {epoch}: its log names {len(gone)} data files that are gone (e.g. {gone[0]}): "
+                        f"the table's files were lost while its _delta_log was kept")
     schema = pa.schema([f for f in pa.schema(table.schema().to_arrow()) if f.name != EPOCH])
     spark_schema = from_arrow_schema(schema)
     files = table.file_uris(file_pruning_predicate=[(EPOCH, "=", str(int(epoch)))])

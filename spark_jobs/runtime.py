@@ -46,8 +46,8 @@ from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import BadEpoch, Failure, LostScratch, LostWorker
 from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.commits import (CommitKey, CommitResult, EpochTableError, computed_from_other_inputs,
-                                            count_epoch, inputs_fingerprint)
+from falkirk.policies.store.commits import (CommitKey, CommitResult, EpochTableError, FilesLost,
+                                            computed_from_other_inputs, count_epoch, inputs_fingerprint)
 from falkirk.policies.store.control import Completions, Deliveries, Invalidations
 from falkirk.policies.store.ledger import (EXTERNAL_TIER, AssetInput, InputRef, Ledger, LedgerEntry, LedgerSnapshot,
                                            OutputRef, external_uri)
@@ -323,8 +323,11 @@ class EpochContext:
                                                  f"failed incarnation (log_durability=volatile)")
             try:
                 return self._restore(entry, advise=False)
-            except StateLost:
-                return sender_logs.rebuild_state(self, entry, f"its state of epoch {entry.epoch} is not in scratch here")
+            except StateLost as lost:
+                # gone, on another worker's disk, or its data files gone with its log kept
+                return sender_logs.rebuild_state(self, entry, f"its state of epoch {entry.epoch} " + (
+                    f"cannot be read: {lost.__cause__}" if isinstance(lost.__cause__, FilesLost)
+                    else "is not in scratch here"))
         return self._restore(entry)
 
     def _restore(self, entry: LedgerEntry, advise: bool = True) -> "DataFrame":

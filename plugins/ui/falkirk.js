@@ -946,10 +946,11 @@ function DiscardPanel({ view, dagId, onDone }) {
   const beyond = view.beyond ? view.beyond.match(/epochs (\d+)\.\.(\d+)/) : null;
   const [first, setFirst] = useState(beyond ? beyond[1] : String(view.last_epoch));
   const [last, setLast] = useState(beyond ? beyond[2] : String(view.last_epoch));
+  const [consumers, setConsumers] = useState(false);
   const [preview, setPreview] = useState(null);
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
-  const body = (extra) => JSON.stringify({ first: Number(first), last: Number(last), ...extra });
+  const body = (extra) => JSON.stringify({ first: Number(first), last: Number(last), consumers, ...extra });
   const look = async () => {
     setError(null); setPreview(null); setBusy(true);
     try {
@@ -972,6 +973,9 @@ function DiscardPanel({ view, dagId, onDone }) {
       "Withdraw the DAG's newest epochs when their runs were made by mistake: their ledger rows are rolled back, " +
       "their DAG runs deleted, and the discard recorded in the history."),
     h("label", null, "epochs ", input(first, setFirst, "discard-first")), h("label", null, "to ", input(last, setLast, "discard-last")),
+    h("label", { style: { marginRight: 8 } }, h("input", { type: "checkbox", checked: consumers, "data-testid": "discard-consumers",
+      onChange: (e) => { setConsumers(e.target.checked); setPreview(null); } }),
+      " and what other DAGs read from them"),
     h(Button, { onClick: look, disabled: busy, testid: "discard-preview" }, "Preview"),
     preview ? h("pre", { "data-testid": "discard-summary", style: { whiteSpace: "pre-wrap", margin: "8px 0" } }, preview.summary) : null,
     preview ? h(Button, { primary: true, onClick: confirm, disabled: busy, testid: "discard-confirm" },

@@ -57,6 +57,11 @@ class EpochTableError(ValueError):
     """Rows that cannot be committed as one epoch; the message names the column and the fix."""
 
 
+class FilesLost(EpochTableError):
+    """A table whose log names data files of an epoch that its storage no longer holds (a disk
+    wiped in part): the epoch is lost, as if the table were gone."""
+
+
 def plain_reason(cause: BaseException) -> str:
     """``cause``'s message on one line, without the terminal colours delta-rs puts in its errors.
 

@@ -25,6 +25,7 @@ plain Airflow tasks, where clearing the producer's bad epoch leaves the consumer
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -290,7 +291,7 @@ def test_a_producer_redo_leaves_the_consumer_visibly_stale_and_its_recovery_read
     fix = plan(LEADERS, store, client, stale_inputs=True)
     assert fix.failures == plan(LEADERS, store, client, bad_epochs=[("leaders", 3)], record=False).failures
     assert {(t, e) for t, e in fix.rerun_set()} == {("leaders", e) for e in range(3, 7)}
-    replay_across([fix.plan_id], store, client, holder="admin", timeout=900)  # as `falkirk replay` does
+    replay(fix.plan_id, store, client, holder="admin", timeout=900)  # as `falkirk replay` does
     rows = Ledger(store).entries(LEADERS, "leaders")
     assert [(r.epoch, r.incarnation, [(a.epoch, a.incarnation) for a in r.asset_inputs]) for r in rows] == [
         (e, int(e >= 3), [(e, int(e == 3))]) for e in EPOCHS]
@@ -727,3 +728,192 @@ def test_a_consumer_run_that_failed_before_its_first_commit_is_replayed_in_the_r
     assert row.run_id == run["dag_run_id"]
     assert [r["dag_run_id"] for r in runs_of_8()] == [run["dag_run_id"]]
     assert _state(store, 8) == _oracle(table_rows(store, "publish/output"), list(range(1, 9)))
+
+
+# -- the edges: a paused consumer, ids that traverse paths, a discard under a consumer ----------
+
+def _runs_at(stack: AirflowStack, epoch: int) -> list[dict]:
+    """leaders' runs of ``epoch`` (its partition key), oldest first."""
+    key = epoch_partition_key(dag_epoch_clock().logical_date(epoch))
+    return [r for r in _leaders_runs(stack, 1) if r["partition_key"] == key]
+
+
+def _every_run_green_and_every_row_run(store: StoreConfig, client) -> None:
+    """Every run of both DAGs succeeded, and every current ledger row names a run Airflow has."""
+    for dag in (DAG_ID, LEADERS):
+        runs = client.request("GET", f"/api/v2/dags/{dag}/dagRuns", params={"limit": 1000})["dag_runs"]
+        assert {r["dag_run_id"]: r["state"] for r in runs} == {r["dag_run_id"]: "success" for r in runs}, dag
+        rows = Ledger(store).entries(dag)
+        assert {e.run_id for e in rows} <= {r["dag_run_id"] for r in runs}, dag
+
+
+def _as_in_the_failure_free_run(store: StoreConfig, reference: dict[str, list[tuple]]) -> None:
+    """Every table of both DAGs as in the failure-free run (epochs 1-6), the scratch tables as far
+    as they are left after the lost scratch tier (epochs 5 and 6, which its recovery redid)."""
+    now, kept = _tables(store), _tables(store, range(5, 7))
+    for name, rows in reference.items():
+        if "(scratch)" in name:
+            assert kept[name] == [r for r in rows if dict(r)["epoch"] in (5, 6)], name
+        else:
+            assert now[name] == rows, name
+
+
+def _leaders_follow_the_ranking(store: StoreConfig, epochs: range) -> None:
+    """leaders' state of each epoch is the Python oracle's over publish's current rows."""
+    ranking = table_rows(store, "publish/output")
+    for e in epochs:
+        assert _state(store, e) == _oracle(ranking, list(range(1, e + 1))), f"leaders' state of epoch {e}"
+        assert _state(store, e, "output") == _state(store, e), f"leaders' output of epoch {e}"
+
+
+def test_a_consumer_paused_while_its_producer_publishes_is_recovered_by_the_plan_its_refusal_names(joined) -> None:
+    """leaders is paused while falkirk_orders publishes epoch 9: Airflow starts no run of it, then
+    or after leaders is unpaused. Epoch 10's run is refused ("the previous epoch 9 has no
+    checkpoint"), naming a plan; that plan's replay emits epoch 9's event again, so Airflow
+    starts leaders' run of 9, then runs 10 again: one run of each, green, leaders' state equal to
+    the oracle's."""
+    from devstack.processes import wait_until
+
+    stack, store, client, reference = joined
+    client.set_paused(LEADERS, True)
+    try:
+        assert run_epochs(client, dag_epoch_clock(), [9], progress=print) == {9: "success"}
+        time.sleep(5)  # the scheduler would have queued leaders' run by now
+    finally:
+        client.set_paused(LEADERS, False)
+    assert _runs_at(stack, 9) == []
+    assert run_epochs(client, dag_epoch_clock(), [10], progress=print) == {10: "success"}
+    wait_until("leaders' run of epoch 10", lambda: len(_runs_at(stack, 10)) == 1, timeout=300)
+    [ten] = _runs_at(stack, 10)
+    assert client.wait_for_run(LEADERS, ten["dag_run_id"], timeout=600) == "failed"
+    log = client.task_log(LEADERS, ten["dag_run_id"], "leaders", 1)
+    assert "leaders epoch 10: the previous epoch 9 has no checkpoint" in log, log[-2000:]
+    advice = f"falkirk plan --dag {LEADERS} --failed-task leaders:9"
+    assert advice in log, log[-2000:]
+
+    # the plan the refusal names, as the CLI makes it from those words
+    p = plan(LEADERS, store, client, failed_instances=[("leaders", 9)])
+    assert p.rerun_set() == {("leaders", 9), ("leaders", 10)}
+    said: list[str] = []
+    replay(p.plan_id, store, client, progress=lambda m: (said.append(m), print(m)), timeout=900)
+    assert any(f"{LEADERS} has no run of epoch 9" in m and ASSET in m for m in said), said
+    [nine] = _runs_at(stack, 9)
+    assert [r["dag_run_id"] for r in _runs_at(stack, 10)] == [ten["dag_run_id"]]
+    assert client.wait_for_run(LEADERS, nine["dag_run_id"], timeout=60) == "success"
+    assert client.dag_run(LEADERS, ten["dag_run_id"])["state"] == "success"
+    rows = {e.epoch: e for e in Ledger(store).entries(LEADERS, "leaders")}
+    publish = {e.epoch: e.incarnation for e in Ledger(store).entries(DAG_ID, "publish")}
+    assert [(rows[e].run_id, rows[e].asset_inputs) for e in (9, 10)] == [
+        (run["dag_run_id"], (AssetInput(ASSET, DAG_ID, "publish", "output", e, publish[e]),))
+        for e, run in ((9, nine), (10, ten))]
+    _leaders_follow_the_ranking(store, range(1, 11))
+    _as_in_the_failure_free_run(store, reference)
+    _every_run_green_and_every_row_run(store, client)
+
+
+@pytest.mark.parametrize("dag", [f"x/../{DAG_ID}", f"./{DAG_ID}", f"{LEADERS}/../{DAG_ID}", f"{DAG_ID}/.", "..",
+                                 f"{DAG_ID}?x=1", "orders and more"])
+def test_a_dag_id_that_traverses_a_path_is_refused_before_anything_is_read_or_written(
+        joined, dag, monkeypatch, capsys) -> None:
+    """A DAG id Airflow would refuse (a path through another DAG's, a query, a space) is refused
+    by every command and route with the rule it breaks; nothing is read or written: falkirk_orders'
+    run of epoch 10 and its ledger rows stay as they are."""
+    from falkirk.plugins.cli import main
+
+    stack, store, client, reference = joined
+    for k, v in {**store.env(), "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+        monkeypatch.setenv(k, v)
+    before = Ledger(store).dag_version(DAG_ID), Ledger(store).entries(DAG_ID), client.dag_run(DAG_ID, run_id_of(10))
+    for argv in (["discard", "--dag", dag, "--epochs", "10", "--yes"], ["plan", "--dag", dag, "--failed-task", "*"],
+                 ["trigger", "--dag", dag], ["gc", "--dag", dag]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --dag: " in err and "not an Airflow DAG id: use letters, digits, _, . and -" in err, err
+    assert (Ledger(store).dag_version(DAG_ID), Ledger(store).entries(DAG_ID), client.dag_run(DAG_ID, run_id_of(10))
+            ) == before
+    # the library refuses it too, before any request; and a path built from it stays one segment
+    from falkirk.plugins.airflow_rest import AirflowError, api_path
+    from falkirk.plugins.discard import plan_discard
+    from falkirk.policies.ids import IdError
+
+    with pytest.raises(IdError, match="not an Airflow DAG id"):
+        plan_discard(dag, store, client, 10, 10)
+    assert client.http.get(api_path("dags", dag)).status_code == 404
+    if "/" in dag or "?" in dag or set(dag) == {"."}:  # a path put together by hand: refused, never sent
+        with pytest.raises(AirflowError, match="a path segment is '.' or '..', or it holds '\\?' or '#'"):
+            client.request("DELETE", f"/api/v2/dags/{dag}/dagRuns/{run_id_of(10)}")
+    # the Falkirk API: 422 naming the path parameter (or no route at all, for an id with a slash)
+    answer = client.http.get(api_path("dags", dag, "view", root="/falkirk/api/v1"))
+    assert answer.status_code in (404, 422), answer.text
+    if "/" not in dag:
+        assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["path", "dag_id"], answer.text
+    assert client.dag_run(DAG_ID, run_id_of(10)) == before[2]
+
+
+def test_a_discard_of_a_producer_epoch_withdraws_the_consumer_epoch_that_read_it(joined, monkeypatch, capsys) -> None:
+    """falkirk_orders' epoch 10 is discarded after leaders read it. Alone, the discard is refused,
+    naming leaders' epoch and the --consumers form; with it, the preview names both DAGs' rows and
+    runs (nothing changes), and the discard withdraws both. Epoch 10 then runs again: its event
+    starts a new run of leaders' epoch 10, which runs (nothing refused), and every table of both
+    DAGs is as before, every run green, no row without its run."""
+    from falkirk.plugins.cli import main
+
+    stack, store, client, reference = joined
+    for k, v in {**store.env(), "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+        monkeypatch.setenv(k, v)
+    before = {e: _state(store, e) for e in range(1, 11)}
+    ranking = [r for r in table_rows(store, "publish/output") if r["epoch"] == 10]
+    versions = Ledger(store).dag_version(DAG_ID), Ledger(store).dag_version(LEADERS)
+    [old] = _runs_at(stack, 10)
+
+    assert main(["discard", "--dag", DAG_ID, "--epochs", "10", "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert f"other DAGs read these epochs through an Asset ({LEADERS} epochs 10)" in err, err
+    assert f"falkirk discard --dag {DAG_ID} --epochs 10-10 --consumers" in err, err
+    assert main(["discard", "--dag", DAG_ID, "--epochs", "10", "--consumers"]) == 0
+    out = capsys.readouterr().out
+    assert "  publish: rolls back 1 ledger row (epochs 10)" in out and f"deletes 1 DAG run: {run_id_of(10)}" in out, out
+    assert f"{LEADERS} read these epochs through an Asset:" in out and "  leaders: rolls back 1 ledger row (epochs " \
+        "10)" in out and f"deletes 1 DAG run: {old['dag_run_id']}" in out, out
+    assert out.count("the DAG's next epoch is then 10") == 2, out
+    assert (Ledger(store).dag_version(DAG_ID), Ledger(store).dag_version(LEADERS)) == versions  # a preview
+    assert main(["discard", "--dag", DAG_ID, "--epochs", "10", "--consumers", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert f"discarded epochs 10..10 of {LEADERS}; its next epoch is 10" in out, out
+    assert f"discarded epochs 10..10 of {DAG_ID}; its next epoch is 10" in out, out
+    assert max(e.epoch for e in Ledger(store).entries(LEADERS)) == max(e.epoch for e in Ledger(store).entries(DAG_ID)) \
+        == 9
+    assert not client.run_exists(LEADERS, old["dag_run_id"]) and not client.run_exists(DAG_ID, run_id_of(10))
+    _every_run_green_and_every_row_run(store, client)
+
+    # epoch 10 again: a new run of leaders' epoch 10, on the new event, runs and reads the redo
+    assert run_epochs(client, dag_epoch_clock(), [10], progress=print) == {10: "success"}
+    from devstack.processes import wait_until
+
+    wait_until("leaders' new run of epoch 10", lambda: len(_runs_at(stack, 10)) == 1, timeout=300)
+    [new] = _runs_at(stack, 10)
+    assert client.wait_for_run(LEADERS, new["dag_run_id"], timeout=600) == "success"
+    [row] = [e for e in Ledger(store).entries(LEADERS, "leaders") if e.epoch == 10]
+    [redo] = [e for e in Ledger(store).entries(DAG_ID, "publish") if e.epoch == 10]
+    assert (row.run_id, row.asset_inputs) == (new["dag_run_id"], (
+        AssetInput(ASSET, DAG_ID, "publish", "output", 10, redo.incarnation),))
+    assert [r for r in table_rows(store, "publish/output") if r["epoch"] == 10] == ranking
+    assert {e: _state(store, e) for e in range(1, 11)} == before
+    _leaders_follow_the_ranking(store, range(1, 11))
+    _as_in_the_failure_free_run(store, reference)
+    _every_run_green_and_every_row_run(store, client)
+
+    # Nothing failed is left: the refused second runs that recoveries settled (their runs green,
+    # their refused instances kept failed) are no failures to plan.
+    with pytest.raises(PlanError, match=f"Airflow reports no failed instance of 'leaders' in '{LEADERS}'"):
+        plan(LEADERS, store, client, failed_tasks=["leaders"], record=False)
+    assert main(["plan", "--dag", LEADERS, "--bad-epoch", "leaders:10", "--consumers"]) == 0
+    assert f"re-runs 1 task instance in 1 DAG ({LEADERS})" in capsys.readouterr().out
+    # the watch refuses a DAG Airflow does not have, before it pings
+    monkeypatch.setenv("FALKIRK_WORKERS", "worker-a")
+    assert main(["watch", "--dag", "no_such_dag"]) == 2
+    assert "--dag no_such_dag: Airflow has no DAG 'no_such_dag'" in capsys.readouterr().err

@@ -64,9 +64,12 @@ DAG_PATH = ROOT / "dags" / "falkirk_regions.py"
 COLOURS_PATH = ROOT / "dags" / "falkirk_colours.py"
 PALETTE_PATH = ROOT / "dags" / "falkirk_palette.py"
 A, NEG, VOL, REF = "regions_a", "regions_neg", "regions_vol", "regions_ref"
+# regions_wipe: before epoch LOST_AT, total's scratch state loses its data files and keeps its _delta_log
+# (a disk wiped in part): the table opens and its log counts the rows, but they cannot be read
+WIPE = "regions_wipe"
 COLOURS, COLOURS_REF = "colours_a", "colours_ref"
 PALETTE, PALETTE_REF = "palette_a", "palette_ref"
-DAGS = (A, NEG, VOL, COLOURS, PALETTE)
+DAGS = (A, NEG, VOL, COLOURS, PALETTE, WIPE)
 END = 6
 COLOURS_END = 7  # falkirk_colours: d3's last block
 PALETTE_END = 4
@@ -108,6 +111,7 @@ _spec = importlib.util.spec_from_file_location("falkirk_regions_dag", {path!r})
 _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)
 regions_a = _module.build_dag("regions_a", end={end})
+regions_wipe = _module.build_dag("regions_wipe", end={end})
 regions_neg = _module.build_dag("regions_neg", end={end}, overrides={{"total": SenderLog(release={{"join": "immediate"}}, stateful=True)}})
 _cspec = importlib.util.spec_from_file_location("falkirk_colours_dag", {colours!r})
 _colours = importlib.util.module_from_spec(_cspec)
@@ -169,12 +173,16 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
             client.set_paused(dag_id, False)
         states: dict[tuple[str, int], str] = {}
         retention: dict[str, dict[int, dict]] = {d: {} for d in DAGS}
-        ends = {A: END, NEG: END, VOL: END, COLOURS: COLOURS_END, PALETTE: PALETTE_END}
+        ends = {A: END, NEG: END, VOL: END, COLOURS: COLOURS_END, PALETTE: PALETTE_END, WIPE: END}
         for epoch in range(1, max(ends.values()) + 1):
             running = [d for d in DAGS if epoch <= ends[d]]
             for task in LOST_SCRATCH.get(epoch, ()):  # the scratch tier's copy of the task's state is lost
                 for dag_id in (A, NEG):
                     shutil.rmtree(Path(store.scratch_uri) / dag_id / task)
+            if epoch == LOST_AT:
+                wiped = Path(store.table_uri(Tier.SCRATCH, WIPE, "total", "state"))
+                for data in [f for f in wiped.rglob("*") if f.is_file() and "_delta_log" not in f.parts]:
+                    data.unlink()
             faults.write_text("".join(f"{d}/{task}:{epoch}:{point}:once\n" for d, kills in (
                 (A, KILLS), (VOL, KILLS_VOL), (COLOURS, KILLS_COLOURS), (PALETTE, KILLS_PALETTE)) for task, point in kills.get(epoch, ())))
             for dag_id in running:
@@ -185,7 +193,7 @@ def regions(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnec
                 retention[dag_id][epoch] = retained(store, dag_id)
         tis = {(d, e): client.task_instances(d, run_id_of(e)) for d in DAGS for e in range(1, ends[d] + 1)}
         logs = {(d, t, e, n): client.task_log(d, run_id_of(e), t, n) for (d, e), ti in tis.items() for t in ti
-                for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or (d in (A, NEG, VOL) and e in (LOST_AT, END))}
+                for n in range(1, ti[t]["try_number"] + 1) if ti[t]["try_number"] > 1 or (d in (A, NEG, VOL, WIPE) and e in (LOST_AT, END))}
         retention[REF] = {e: {(u, v): held[u] for u, v in EDGES}
                           for e, held in retained_per_epoch(reference.result(timeout=1800)).items()}
         colours_reference.result(timeout=1800)
@@ -288,6 +296,29 @@ def test_every_table_equals_the_failure_free_run_row_for_row(regions) -> None:
         assert table(store, A, task) == ref, task
     totals = [dict(r) for r in table(store, A, "report") if dict(r)["epoch"] == END]
     print("report at epoch", END, sorted((r["rank"], r["region"], r["orders"], r["amount"]) for r in totals))
+
+
+def test_a_state_whose_data_files_are_gone_and_log_kept_is_rebuilt_as_a_lost_one(regions) -> None:
+    """regions_wipe: total's scratch state kept its _delta_log and lost its data files before
+    epoch 5. Its job finds the files gone (not a raw Parquet error) and rebuilds the state of
+    epoch 4 from join's retained blocks, as for a state that is gone: every run green at the first
+    try, every table equal to the failure-free run's, every ledger row naming its run."""
+    store = regions.store
+    assert {e: regions.states[WIPE, e] for e in range(1, END + 1)} == {e: "success" for e in range(1, END + 1)}
+    assert {(e, t): ti["try_number"] for (d, e), tis in regions.tis.items() if d == WIPE
+            for t, ti in tis.items() if ti["try_number"] != 1} == {}
+    log = regions.logs[WIPE, "total", LOST_AT, 1]
+    assert "data files that are gone" in log and "Parquet error" not in log, log[-3000:]
+    assert (f"rebuilding the state of epoch {LOST_AT - 1} with no checkpoint, by replaying the blocks its "
+            f"producers retain: join 1-{LOST_AT - 1}") in log, log[-3000:]
+    assert f"state rebuilt from {LOST_AT - 1} blocks (" in log, log[-3000:]
+    assert table(store, WIPE, "report") == [r for r in table(store, REF, "report") if dict(r)["epoch"] <= END] != []
+    for task in TASKS[:-1]:
+        held = set(live_partitions(store, store.table_uri(Tier.DURABLE, WIPE, task, "output")))
+        assert table(store, WIPE, task) == [r for r in table(store, REF, task) if dict(r)["epoch"] in held], task
+    rows = Ledger(store).entries(WIPE)
+    assert sorted((r.task_id, r.epoch, r.run_id) for r in rows) == sorted(
+        (t, e, run_id_of(e)) for t in TASKS for e in range(1, END + 1))
 
 
 @pytest.mark.parametrize("dag_id, end", [(A, END), (REF, REF_END)])

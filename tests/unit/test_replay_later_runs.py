@@ -252,6 +252,7 @@ def _replay(world: World, rerun: set[tuple[str, int]], monkeypatch: pytest.Monke
     monkeypatch.setattr(recovery, "_affected_later", lambda running, ledger: affected_later(DOWNSTREAM, redone,
                                                                                              STATEFUL))
     monkeypatch.setattr(recovery, "_upstream", lambda running, ledger: UPSTREAM)
+    monkeypatch.setattr(recovery, "_settle_second_runs", lambda running, progress: None)  # no Assets here
     plan = SimpleNamespace(dag_id=DAG, plan_id=PLAN, failures=(), last_epoch=LAST, rerun_set=lambda: set(rerun))
     log = SimpleNamespace(end=lambda *a, **k: None)
     # The plan's rollback, recorded once before anything is cleared.
