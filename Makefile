@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # not a failure; a `-m` in PYTEST_ARGS replaces the passes' own.
 TEST_WORKERS ?= 2
 
-.PHONY: demo cluster-demo soak docs test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -56,6 +56,18 @@ docs: install
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 	$(PY) -m sphinx -W --keep-going -q -b linkcheck docs docs/_build/linkcheck
 	@echo "docs: docs/_build/html/index.html"
+
+## lint: ruff (pyflakes, import order, pyupgrade) and mypy on the package and devstack/; CI runs it
+## before the tests. mypy reads the packages as they are installed (falkirk.policies, ...): a tree of
+## links under build/typecheck lays them out so.
+LINTED := policies plugins spark_jobs devstack
+lint: install
+	$(VENV)/bin/ruff check $(LINTED)
+	@mkdir -p build/typecheck/falkirk
+	@for d in policies plugins spark_jobs; do ln -sfn ../../../$$d build/typecheck/falkirk/$$d; done
+	@ln -sfn ../../devstack build/typecheck/devstack
+	cd build/typecheck && $(abspath $(VENV))/bin/mypy --config-file ../../pyproject.toml \
+	  --python-executable $(abspath $(PY)) -p falkirk.policies -p falkirk.plugins -p falkirk.spark_jobs -p devstack
 
 ## test-faults: the fault drills of the recovery itself (a replay killed and resumed, a collection
 ## between plan and replay) through real Airflow, Spark and Delta

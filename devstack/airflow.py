@@ -25,19 +25,18 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-import time
+from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING
 
 import httpx
 
 from devstack.processes import VENV_BIN, Service, ServiceError, free_port, local_spark_env, stop_all, wait_until
 from falkirk.plugins.airflow_rest import AirflowClient
-from falkirk.policies.store import StoreConfig
 from falkirk.policies.job_host import hosts_dir, stop_hosts
+from falkirk.policies.store import StoreConfig
 
 if TYPE_CHECKING:
     from devstack.servers import PostgresServer
@@ -92,7 +91,7 @@ _MIGRATED_URLS: dict[str, tuple[Path, Path]] = {}  # a copy's URL -> the airflow
 SCHEMA_DATABASE = "airflow_schema"
 
 
-def migrated_database(server: "PostgresServer", name: str | None = None, venv_bin: Path = VENV_BIN) -> str | None:
+def migrated_database(server: PostgresServer, name: str | None = None, venv_bin: Path = VENV_BIN) -> str | None:
     """A new database ``name`` on ``server`` that already holds Airflow's schema, and its URL:
     the first call on a server migrates a template database (``airflow db migrate``), every
     call copies it. An :class:`AirflowStack` on that URL skips the migration. Without ``name``,
@@ -288,7 +287,7 @@ class AirflowStack:
             raise ServiceError(f"airflow {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc
 
-    def start(self, timeout: float = 120) -> "AirflowStack":
+    def start(self, timeout: float = 120) -> AirflowStack:
         """Start the components and wait until the API server and the scheduler are healthy."""
         env = self.env()
         for name in self.components():
@@ -349,10 +348,10 @@ class AirflowStack:
         for service in self.services:
             service.check_alive()
 
-    def client(self, user: str = "admin") -> "AirflowClient":
+    def client(self, user: str = "admin") -> AirflowClient:
         return AirflowClient(self.base_url, user, USERS[user][1], on_poll=self.check_alive)
 
-    def __enter__(self) -> "AirflowStack":
+    def __enter__(self) -> AirflowStack:
         self.init()
         return self.start()
 

@@ -30,10 +30,10 @@ Example::
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Mapping
 
 from devstack.airflow import PROJECT_ROOT, AirflowStack, Worker, migrated_database
 from devstack.s3 import MotoS3
@@ -72,7 +72,7 @@ class ClusterServers:
         """The directory the Spark workers cannot see: every shape's worker disks are in it."""
         return self._dir("scratch")
 
-    def start(self) -> "ClusterServers":
+    def start(self) -> ClusterServers:
         try:
             self.postgres = self._given_postgres or PostgresServer(self.root / "postgres")
             self.redis = RedisServer(self.root / "redis")
@@ -108,7 +108,7 @@ class ClusterServers:
     def stop(self) -> None:
         self._stack.close()
 
-    def __enter__(self) -> "ClusterServers":
+    def __enter__(self) -> ClusterServers:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -141,7 +141,7 @@ class Cluster:
         """``worker``'s local disk: its scratch tier."""
         return Path(self.store.worker_scratch(worker))
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         try:
             if self._own:
                 self._stack.enter_context(self.servers)
@@ -189,7 +189,7 @@ class Cluster:
     def stop(self) -> None:
         self._stack.close()
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

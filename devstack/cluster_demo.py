@@ -26,9 +26,10 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from deltalake import DeltaTable
 
@@ -38,10 +39,10 @@ from devstack.processes import VENV_BIN
 from falkirk.plugins.airflow_rest import AirflowClient, api_path
 from falkirk.policies import EpochClock
 from falkirk.policies.planning.recovery import RecoveryPlan
+from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import scan
 from falkirk.policies.store.ledger import Ledger, LedgerEntry
-from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.spark_jobs.figure1 import REGIMES
 from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 from falkirk.spark_jobs.figure1.query_store import QueryStatsStore
@@ -238,6 +239,7 @@ def compare_with_reference(store: StoreConfig, plan: RecoveryPlan, query_db: str
 def _clock() -> EpochClock:
     """The application's epoch clock, from its DAG file."""
     spec = importlib.util.spec_from_file_location("falkirk_figure1_dag", PROJECT_ROOT / "dags" / "falkirk_figure1.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.EPOCHS

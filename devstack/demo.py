@@ -12,8 +12,8 @@ import importlib.util
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from devstack.airflow import PROJECT_ROOT, AirflowClient, AirflowStack
 from devstack.report import epoch_table

@@ -28,10 +28,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from devstack.airflow import PROJECT_ROOT, AirflowStack
 from devstack.figure1_report import Strategy, strategies_png, timeline_png, write_report
@@ -137,7 +138,7 @@ def compare_tables(store: StoreConfig, lost: str) -> list[tuple[str, bool, str]]
     """Every table the reference wrote against the recovered run's, row for row. A table in the
     lost scratch directory holds only the epochs written since the loss: those are compared."""
     checks = []
-    uris = set()
+    uris: set[str] = set()
     for e in Ledger(store).entries(REFERENCE):
         uris.update(o.uri for o in e.outputs)
         if e.state_uri:
@@ -220,10 +221,11 @@ def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DE
             # rank fails on its lost state; what reads it fails upstream, and later epochs of the
             # tasks that depend on their past never start.
             blocked = _downstream(dag.EDGES, "rank")
-            expected = {(t, e): ({"failed"} if t == "rank" and e == lose_at else
-                                 {"upstream_failed"} if t in blocked and e == lose_at else
-                                 {None} if t == "rank" or t in blocked else {"success"})
-                        for t in tasks for e in after}
+            expected: dict[tuple[str, int], set[str | None]] = {
+                (t, e): ({"failed"} if t == "rank" and e == lose_at else
+                         {"upstream_failed"} if t in blocked and e == lose_at else
+                         {None} if t == "rank" or t in blocked else {"success"})
+                for t in tasks for e in after}
             first = wait_for(client, after, tasks, expected, progress=progress)
             snapshot = {**normal, **first}
 
@@ -261,7 +263,7 @@ def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DE
 
     timeline = {}
     for k in final:
-        was = {"success": "ran", "failed": "failed"}.get(snapshot.get(k, {}).get("state"), "blocked")
+        was = {"success": "ran", "failed": "failed"}.get(str(snapshot.get(k, {}).get("state")), "blocked")
         timeline[k] = "rerun" if k in reran and was == "ran" else was
     out = root / "report"
     out.mkdir()

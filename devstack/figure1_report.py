@@ -11,9 +11,9 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 # Cell kinds of the timeline, in legend order.
 KINDS = {"ran": ("ran once", "#38a169"), "failed": ("failed, then re-run by the recovery", "#e53e3e"),

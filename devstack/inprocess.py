@@ -14,9 +14,9 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Collection, Iterator, Mapping, Sequence
 
 from devstack.spark import SMALL_EPOCHS_SQL_CONF
 from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent

@@ -8,8 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import httpx
 
@@ -66,7 +66,7 @@ class Service:
         self.proc: subprocess.Popen[bytes] | None = None
         self.killed = False  # on purpose (a fault drill): not a service that died
 
-    def start(self) -> "Service":
+    def start(self) -> Service:
         self.killed = False
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
@@ -104,7 +104,7 @@ class Service:
         stop_all([self], timeout)
 
 
-def stop_all(services: Sequence["Service"], timeout: float = 20.0) -> None:
+def stop_all(services: Sequence[Service], timeout: float = 20.0) -> None:
     """Stop ``services`` together: SIGTERM to each at once, then wait for them all within one
     ``timeout``, then SIGKILL what is left. Stopping them one by one would add their shutdowns up."""
     running = [s for s in services if s.proc is not None and s.proc.poll() is None]

@@ -37,7 +37,7 @@ class MotoS3:
             env={"PATH": str(VENV_BIN)}, log_path=work_dir / "moto_server.log", cwd=ROOT,
         )
 
-    def start(self) -> "MotoS3":
+    def start(self) -> MotoS3:
         self.service.start()
         wait_until("moto_server", lambda: httpx.get(f"{self.endpoint}/moto-api/", timeout=2).status_code == 200,
                     timeout=30, services=[self.service])
@@ -60,7 +60,7 @@ class MotoS3:
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
 
-    def __enter__(self) -> "MotoS3":
+    def __enter__(self) -> MotoS3:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

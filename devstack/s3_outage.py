@@ -59,7 +59,7 @@ class S3Outage:
                           "--control-port", self.control.rsplit(":", 1)[1]],
             env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])}, log_path=work_dir / "s3_outage.log")
 
-    def start(self) -> "S3Outage":
+    def start(self) -> S3Outage:
         self.service.start()
         wait_until("the S3 front", lambda: httpx.get(f"{self.control}/state", timeout=2).status_code == 200,
                    timeout=30, services=[self.service])
@@ -109,7 +109,7 @@ class S3Outage:
     def _post(self, what: str, body: dict) -> None:
         httpx.post(f"{self.control}/{what}", json=body, timeout=30).raise_for_status()
 
-    def __enter__(self) -> "S3Outage":
+    def __enter__(self) -> S3Outage:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -147,7 +147,10 @@ class _Front:
             server, self.server = self.server, None
         if server is not None:
             # shutdown() waits for serve_forever, so never on a request's thread; up() waits for it.
-            self.stopping = threading.Thread(target=lambda: (server.shutdown(), server.server_close()), daemon=True)
+            def close() -> None:
+                server.shutdown()
+                server.server_close()
+            self.stopping = threading.Thread(target=close, daemon=True)
             self.stopping.start()
 
     def arm(self, method: str, contains: str, applied: bool, hang: bool = False) -> None:
@@ -230,7 +233,7 @@ class _Forward(BaseHTTPRequestHandler):
             return self._hang()
         if trip is not None and not trip["applied"]:
             return self._went_down()
-        conn = http.client.HTTPConnection(front.target.hostname, front.target.port, timeout=60)
+        conn = http.client.HTTPConnection(front.target.hostname or "127.0.0.1", front.target.port, timeout=60)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
             headers["Content-Length"] = str(len(body))

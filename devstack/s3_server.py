@@ -114,10 +114,10 @@ def _backend_for_host_once(self: werkzeug_app.DomainDispatcherApplication, host:
 
 def install() -> None:
     """Apply both changes to moto in this process (before its server starts)."""
-    models._VersionedKeyStore = IndexedKeys  # what FakeBucket makes its keys from
-    models.S3Backend.list_objects = _list_objects_under
+    models._VersionedKeyStore = IndexedKeys  # type: ignore[misc]  # what FakeBucket makes its keys from
+    models.S3Backend.list_objects = _list_objects_under  # type: ignore[method-assign]
     backends.list_of_moto_modules = lambda: iter(_MODULES)
-    werkzeug_app.DomainDispatcherApplication.get_backend_for_host = _backend_for_host_once
+    werkzeug_app.DomainDispatcherApplication.get_backend_for_host = _backend_for_host_once  # type: ignore[method-assign]
 
 
 def main() -> None:

@@ -66,7 +66,7 @@ class PostgresServer:
         """The command prefix that runs a server program as a user PostgreSQL accepts."""
         return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         self.home.mkdir(parents=True, exist_ok=True)
         if not (self.data / "PG_VERSION").exists():
             pwfile = self.home / "pwfile"
@@ -110,7 +110,7 @@ class PostgresServer:
         if self.home != self.root:
             shutil.rmtree(self.home, ignore_errors=True)
 
-    def __enter__(self) -> "PostgresServer":
+    def __enter__(self) -> PostgresServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -136,7 +136,7 @@ class RedisServer:
             raise ValueError(f"number={number}: Redis here has databases 0-{REDIS_DATABASES - 1}")
         return f"redis://127.0.0.1:{self.port}/{number}"
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise ServiceError("redis-server is not installed: run `make cluster-tools` (Debian's redis-server)")
@@ -153,7 +153,7 @@ class RedisServer:
         if self.service is not None:
             self.service.stop()
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

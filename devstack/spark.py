@@ -82,7 +82,7 @@ class StandaloneSpark:
     def completed_apps(self) -> list[str]:
         return [app["name"] for app in self.status().get("completedapps", [])]
 
-    def start(self, timeout: float = 90) -> "StandaloneSpark":
+    def start(self, timeout: float = 90) -> StandaloneSpark:
         self.master.start()
         wait_until("the Spark master", lambda: self.status().get("status") == "ALIVE", timeout, [self.master])
         for worker in self.workers:
@@ -96,7 +96,7 @@ class StandaloneSpark:
             worker.stop()
         self.master.stop()
 
-    def __enter__(self) -> "StandaloneSpark":
+    def __enter__(self) -> StandaloneSpark:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -109,7 +109,7 @@ def spark_submit(
     env: dict[str, str],
     master: str = "local[2]",
     timeout: float = 300,
-) -> "subprocess.CompletedProcess[str]":
+) -> subprocess.CompletedProcess[str]:
     """Run one job with the venv's ``spark-submit``, as the operator would; its output (the
     JVM's and the Python driver's, interleaved) is in the result's ``stdout``."""
     import subprocess
@@ -176,7 +176,7 @@ class SparkConnectServer:
                                                          "port": self.port})}
 
     def submit(self, application: Path, args: list[str], env: dict[str, str],
-               timeout: float = 300) -> "subprocess.CompletedProcess[str]":
+               timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run one job as a client of this server, as the operator does on a ``spark_connect``
         connection; its output is in the result's ``stdout``."""
         import subprocess
@@ -193,7 +193,7 @@ class SparkConnectServer:
         except FileNotFoundError:
             return False
 
-    def start(self, timeout: float = 120, attempts: int = 3) -> "SparkConnectServer":
+    def start(self, timeout: float = 120, attempts: int = 3) -> SparkConnectServer:
         for attempt in range(1, attempts + 1):
             self.service.start()
             try:
@@ -205,11 +205,12 @@ class SparkConnectServer:
                 if not lost_port or attempt == attempts:
                     raise
                 self._new_service()  # the port went to someone else: another one
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def stop(self) -> None:
         self.service.stop()
 
-    def __enter__(self) -> "SparkConnectServer":
+    def __enter__(self) -> SparkConnectServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import time
-from urllib.parse import quote
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
 
 import httpx
 

@@ -35,18 +35,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Sequence
-
-from deltalake.exceptions import DeltaError
-from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import FileResponse, JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
-from sqlalchemy import or_, select
+from typing import Annotated, Any
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
@@ -62,31 +55,46 @@ from airflow.models.serialized_dag import SerializedDagModel
 from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
 from airflow.utils.types import DagRunTriggeredByType
+from deltalake.exceptions import DeltaError
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from sqlalchemy import or_, select
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
+from falkirk.plugins.asset_recovery import replay_across, with_consumers
+from falkirk.plugins.discard import Discard, beyond_note, discard, plan_discard, rows_beyond
+from falkirk.plugins.grid_status import CheckpointGrid, current_epochs, grid_from_ledger, trimmed, unrecorded, with_runs
+
 # Through the operator module, so that the API server (and the scheduler, which loads this plugin)
 # has imported the operator and the Spark provider when it starts: imported later, inside a
 # database transaction (creating a run's task instances), a cold import held SQLite's write lock
 # for a minute and stalled every component. The functions live in task_metadata.
 from falkirk.plugins.operators import epoch_clock_of, partition_outlets_of, partitions_of, regime_of
-from falkirk.plugins.discard import Discard, beyond_note, discard, plan_discard, rows_beyond
-from falkirk.plugins.grid_status import CheckpointGrid, current_epochs, grid_from_ledger, trimmed, unrecorded, with_runs
-from falkirk.plugins.asset_recovery import replay_across, with_consumers
 from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
 from falkirk.plugins.shared_computations import SharedComputations
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, recovery_history
-from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError,
-                                                RecoveryPlan)
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.ids import IdError, check_dag_id, is_airflow_key
 from falkirk.policies.partitions import processor_id, processors
+from falkirk.policies.planning.recovery import (
+    BadEpoch,
+    FailedTask,
+    Failure,
+    LostScratch,
+    LostWorker,
+    PlanError,
+    RecoveryPlan,
+)
+from falkirk.policies.planning.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
 from falkirk.policies.regimes import Regime
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable
 from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
-from falkirk.policies.planning.recovery_log import AlreadyReplayed, LeaseHeld, NoLease, RecoveryLog, live_lease
 from falkirk.policies.store.readability import StoreReadability
 from falkirk.policies.store.steps import StepLog
 
@@ -483,10 +491,10 @@ def _pairs(store: StoreConfig, dag_id: str) -> dict[str, Any] | None:
 def _succeeded_without_row(dag_id: str, tasks: list[DagTask], grid: CheckpointGrid) -> set[tuple[str, str]]:
     """The (task, run) pairs Airflow reports successful among the grid's missing or rolled-back cells of
     Falkirk tasks (at most the newest 1,000 such runs: the cells a person looks at)."""
-    missing = {(p, e) for t in tasks if t.regime for p in processors(t.task_id, t.partitions, t.replicas) for e in grid.runs
-               if 1 <= e <= grid.last_epoch and grid.status.get(p, "")[e - 1:e] in ("-", "I")}
-    runs = [grid.runs[e] for e in sorted({e for _, e in missing}, reverse=True)[:1000]]
-    missing = {(t, grid.runs[e]) for t, e in missing}
+    cells = {(p, e) for t in tasks if t.regime for p in processors(t.task_id, t.partitions, t.replicas) for e in grid.runs
+             if 1 <= e <= grid.last_epoch and grid.status.get(p, "")[e - 1:e] in ("-", "I")}
+    runs = [grid.runs[e] for e in sorted({e for _, e in cells}, reverse=True)[:1000]]
+    missing = {(t, grid.runs[e]) for t, e in cells}
     if not runs:
         return set()
     with create_session() as session:
@@ -545,7 +553,7 @@ def start_recovery(
     if consumers:
         log_.link([plan, *consumers])  # each DAG's history names the others' plans
     client = AirflowClient(_airflow_url(), token=_caller_token(request, bearer))
-    since = datetime.now(timezone.utc)
+    since = datetime.now(UTC)
     try:
         running = start_replay(plan.plan_id, store, client, holder=user.get_name(), progress=log.info)
     except (AlreadyReplayed, LeaseHeld, PlanError) as exc:
@@ -634,7 +642,7 @@ def _finish(running: RunningReplay, then: Sequence[str] = (), since: datetime | 
     """Wait for the replay; then replay the consumer DAGs' plans ``then``, in order."""
     try:
         running.wait(progress=log.info)
-        if then:
+        if then and running.store is not None:
             replay_across([running.plan.plan_id, *then], running.store, running.client, holder=running.lease.holder,
                           progress=log.info, since=since)
     except Exception:  # recorded as "failed" in the recovery log by wait() and replay()

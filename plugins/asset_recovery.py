@@ -29,9 +29,10 @@ Example::
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, api_path
 from falkirk.plugins.recovery import Progress, ReplayReport, _regimes, _run_ids, check_may_clear, plan, replay
@@ -106,7 +107,7 @@ def replay_across(plan_ids: Sequence[str], store: StoreConfig, client: AirflowCl
     lists them), each to its end before the next starts; see the module docstring. ``since``:
     when the first plan's replay started (default: now), from which a consumer's runs of a
     redone epoch are second runs."""
-    since = since or datetime.now(timezone.utc)
+    since = since or datetime.now(UTC)
     log = RecoveryLog(store)
     plans = [log.plan(p) for p in plan_ids]
     dags = [p.dag_id for p in plans]

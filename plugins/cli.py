@@ -46,7 +46,8 @@ import json
 import math
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import httpx
 from deltalake.exceptions import DeltaError
@@ -56,6 +57,9 @@ from falkirk.policies.ids import check_task_id, is_airflow_key
 from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.rollback import cli as solver_cli
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable, plain_reason
+
+if TYPE_CHECKING:
+    from falkirk.policies.store import StoreConfig
 
 EXIT_INVALID = 2
 EXIT_STORE = 3
@@ -240,10 +244,10 @@ def _pairs(args: argparse.Namespace) -> int:
     store = _store()
     try:
         if args.fail_worker or args.fail_replica:
-            pairs.take_over(args.dag, store, _client(args.airflow_url, required=True), worker=args.fail_worker,
+            pairs.take_over(args.dag, store, _airflow(args.airflow_url), worker=args.fail_worker,
                             replica=args.fail_replica, reason="falkirk pairs, by hand")
         elif args.catch_up:
-            pairs.catch_up(args.dag, store, _client(args.airflow_url, required=True), spare=args.spare,
+            pairs.catch_up(args.dag, store, _airflow(args.airflow_url), spare=args.spare,
                            workers=configured_workers(os.environ), replaced=args.replaced)
         layout = PairLayouts(store).load(args.dag)
         if layout is None:
@@ -266,7 +270,7 @@ def _watch(args: argparse.Namespace) -> int:
     if args.poll > args.timeout:
         raise PlanError(f"--poll {args.poll:g}: a worker is pinged less often than --timeout {args.timeout:g} lets "
                         f"it be silent, so every worker would seem lost; give a --poll below --timeout")
-    client = _client(args.airflow_url, required=True)
+    client = _airflow(args.airflow_url)
     unknown = [dag for dag in args.dag if not client.dag_exists(dag)]
     if unknown:
         raise PlanError(f"--dag {unknown[0]}: Airflow has no DAG {unknown[0]!r}; name a DAG it lists "
@@ -283,7 +287,7 @@ def _watch(args: argparse.Namespace) -> int:
 def _trigger(args: argparse.Namespace) -> int:
     from falkirk.plugins.recovery import _regimes, latest_run_epoch
 
-    client = _client(args.airflow_url, required=True)
+    client = _airflow(args.airflow_url)
     if not client.dag_exists(args.dag):
         raise PlanError(f"--dag: Airflow has no DAG {args.dag!r}")
     _, clock = _regimes(args.dag, client)
@@ -355,7 +359,7 @@ def _epochs_arg(value: str) -> tuple[int, int]:
 def _discard(args: argparse.Namespace) -> int:
     from falkirk.plugins.discard import discard, plan_discard
 
-    client = _client(args.airflow_url, required=True)
+    client = _airflow(args.airflow_url)
     first, last = args.epochs
     also = " --consumers" if args.consumers else ""
     if not args.yes:
@@ -458,7 +462,7 @@ def _epoch_arg(value: str) -> int:
     return int(value)
 
 
-def _store() -> "StoreConfig":
+def _store() -> StoreConfig:
     """The store: the connection ``FALKIRK_STORE_CONN_ID`` names, else the ``FALKIRK_*`` variables.
     Airflow is imported only for a connection (it reads its configuration as it loads)."""
     from falkirk.policies.store import StoreConfig
@@ -469,6 +473,13 @@ def _store() -> "StoreConfig":
     from falkirk.plugins.store_hook import FalkirkStoreHook
 
     return FalkirkStoreHook(conn_id).get_store()
+
+
+def _airflow(url: str | None) -> AirflowClient:
+    """The client of the Airflow at ``url`` (``--airflow-url``), which the command needs."""
+    client = _client(url, required=True)
+    assert client is not None  # _client raises when a required URL is missing
+    return client
 
 
 def _client(url: str | None, required: bool) -> AirflowClient | None:
@@ -526,7 +537,7 @@ def _replay(args: argparse.Namespace) -> int:
     from falkirk.plugins.recovery import replay
     from falkirk.policies.planning.recovery_log import AlreadyReplayed
 
-    client = _client(args.airflow_url, required=True)
+    client = _airflow(args.airflow_url)
     if len(args.plan_id) > 1:
         from falkirk.plugins.asset_recovery import replay_across
 

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from falkirk.plugins import hookimpl
 from falkirk.policies.store import StoreConfig, StoreError

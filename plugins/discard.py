@@ -25,9 +25,10 @@ Example::
 from __future__ import annotations
 
 import getpass
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from falkirk.plugins.airflow_rest import AirflowClient
 from falkirk.policies.epochs import EpochClock
@@ -52,7 +53,7 @@ class Discard:
     rows: tuple[LedgerEntry, ...]
     runs: tuple[str, ...]
     next_epoch: int
-    consumers: tuple["Discard", ...] = ()
+    consumers: tuple[Discard, ...] = ()
 
     @property
     def first(self) -> int:
@@ -62,7 +63,7 @@ class Discard:
     def last(self) -> int:
         return self.plan.failures[0].last  # type: ignore[union-attr]
 
-    def every(self) -> tuple["Discard", ...]:
+    def every(self) -> tuple[Discard, ...]:
         """This discard and its consumers', consumers first (the order they are made in)."""
         return (*(d for c in self.consumers for d in c.every()), self)
 

@@ -38,9 +38,10 @@ take milliseconds.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Tier
@@ -69,14 +70,14 @@ class CheckpointStatus(Enum):
         return self.value[1]
 
     @classmethod
-    def of_code(cls, code: str) -> "CheckpointStatus":
+    def of_code(cls, code: str) -> CheckpointStatus:
         for status in cls:
             if status.code == code:
                 return status
         raise ValueError(f"status code {code!r} is not one of {[s.code for s in cls]}")
 
     @classmethod
-    def of_row(cls, state_tier: str | None, outputs_json: str) -> "CheckpointStatus":
+    def of_row(cls, state_tier: str | None, outputs_json: str) -> CheckpointStatus:
         """The status of a current (not rolled back, not collected) ledger row."""
         if state_tier == "durable":
             return cls.DURABLE

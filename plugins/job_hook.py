@@ -25,7 +25,8 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from falkirk.policies.asset_events import CommittedEpoch
 from falkirk.policies.job_host import JobHost, JobHostError, enabled

@@ -40,12 +40,17 @@ Example (what the provider receives for a committed epoch)::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import attr
 from airflow.providers.openlineage.extractors import OperatorLineage
-from openlineage.client.facet_v2 import RunFacet, dataset_version_dataset, output_statistics_output_dataset, \
-    storage_dataset
+from openlineage.client.facet_v2 import (
+    RunFacet,
+    dataset_version_dataset,
+    output_statistics_output_dataset,
+    storage_dataset,
+)
 from openlineage.client.generated.base import InputDataset, OutputDataset
 
 from falkirk.policies.asset_events import CommittedEpoch

@@ -62,16 +62,22 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from falkirk.plugins.dags_test import DAGS_TEST_STORE_ENV, dags_test_store, is_dags_test, run_key
 from falkirk.plugins.job_hook import FalkirkJobHook
 from falkirk.plugins.store_hook import DEFAULT_CONN_ID, FalkirkStoreHook
-from falkirk.plugins.task_metadata import (concurrent_inputs_of, epoch_clock_of, partition_outlets_of,  # noqa: F401
-                                           partitions_of, regime_of)  # (re-exported)
+from falkirk.plugins.task_metadata import (  # noqa: F401
+    concurrent_inputs_of,
+    epoch_clock_of,
+    partition_outlets_of,
+    partitions_of,  # (re-exported)
+    regime_of,
+)
 from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent, epoch_partition_key, run_date
 from falkirk.policies.epochs import EpochClock
@@ -79,7 +85,7 @@ from falkirk.policies.job_spec import REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, J
 from falkirk.policies.lineage import TableRead, parse_reads_line
 from falkirk.policies.partitions import check_count
 from falkirk.policies.regimes import Regime, RegimeError, Tier
-from falkirk.policies.store import StoreConfig, StoreError
+from falkirk.policies.store import StoreConfig
 
 # Small defaults for small epochs; any of them can be overridden through `conf`.
 DEFAULT_SPARK_CONF: Mapping[str, str] = {
@@ -384,7 +390,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
                     yield line
             process_log(each())
 
-        hook._process_spark_submit_log = watched
+        hook._process_spark_submit_log = watched  # type: ignore[method-assign, assignment]  # one hook's log
         return hook
 
     def _describe_asset_events(self, context: Any, committed: CommittedEpoch | None) -> None:
@@ -488,13 +494,13 @@ class FalkirkSettingsWarning(UserWarning):
     """A DAG setting under which a recovery cannot replay as planned (see :func:`replay_warnings`)."""
 
 
-def _clock_of_dag(task: "RegimeSparkSubmitOperator", clock: EpochClock | None) -> EpochClock:
+def _clock_of_dag(task: RegimeSparkSubmitOperator, clock: EpochClock | None) -> EpochClock:
     """The task's epoch clock: ``epoch_clock=``, or the clock of the DAG's :class:`EpochTimetable`
     (the two must agree when both are given)."""
     dag = getattr(task, "_dag", None)
     timetable = getattr(dag, "timetable", None)
     dag_clock = timetable.clock if isinstance(timetable, EpochTimetable) else None
-    if isinstance(timetable, EpochTimetable) and timetable.dag_id != dag.dag_id:
+    if isinstance(timetable, EpochTimetable) and dag is not None and timetable.dag_id != dag.dag_id:
         # Bound to the DAG (a copy: one timetable may serve several DAGs), so that a trigger
         # leaving a gap after the DAG's latest run is refused (EpochTimetable.latest_run_epoch).
         dag.timetable = timetable.for_dag(dag.dag_id)
@@ -521,7 +527,8 @@ def replay_warnings(task: Any, regime: Regime) -> list[str]:
                      f"not there yet fails; leave depends_on_past at its default (True)")
     dag = getattr(task, "_dag", None)
     timetable = getattr(dag, "timetable", None)
-    if (regime.keeps_state and getattr(dag, "catchup", False) and getattr(timetable, "can_be_scheduled", False)):
+    if (dag is not None and regime.keeps_state and getattr(dag, "catchup", False)
+            and getattr(timetable, "can_be_scheduled", False)):
         found.append(f"task {task.task_id!r} keeps state and DAG {dag.dag_id!r} has catchup=True with a schedule: "
                      f"Airflow's depends_on_past then checks only the previous scheduled run and lets an epoch "
                      f"start before a manual or replayed previous epoch finished; set catchup=False (backfills "

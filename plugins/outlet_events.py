@@ -21,8 +21,8 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 
 from falkirk.plugins.airflow_rest import FALKIRK_API, AirflowClient, api_path
 from falkirk.policies.asset_events import AssetEventError, CommittedEpoch, epoch_partition_key
@@ -76,7 +76,7 @@ def _partition_key(client: AirflowClient, entry: LedgerEntry) -> str | None:
     """The partition key the task's events carry (``partition_outlets=True``), as the Falkirk API
     reads the task from the serialized DAG; ``None`` for a task whose events carry none."""
     tasks = client.request("GET", api_path("dags", entry.dag_id, "regimes", root=FALKIRK_API))["tasks"]
-    task = next((t for t in tasks if t["task_id"] == entry.task_id), {})
+    task: dict = next((t for t in tasks if t["task_id"] == entry.task_id), {})
     if not task.get("partition_outlets") or not task.get("epoch_clock"):
         return None
     return epoch_partition_key(EpochClock.parse(task["epoch_clock"]).logical_date(entry.epoch))

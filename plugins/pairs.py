@@ -30,11 +30,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from falkirk.plugins import hookimpl
-
 from falkirk.policies.faults import crash_point
 
 if TYPE_CHECKING:
@@ -182,6 +182,8 @@ def catch_up(dag_id: str, store: Any, client: Any, *, spare: str | None = None, 
     done = CatchUp()
     for task, partition in todo:
         before = layouts.load(dag_id)
+        if before is None:
+            raise PairsError(f"--dag {dag_id}: its process pairs' layout is gone from the store; nothing to catch up")
         standby = next((r for r in before.pair(task, partition) if r.status is Status.STDBY), None)
         if standby is None:
             after = before.register(task, partition, spare, replaced=replaced)
@@ -229,7 +231,7 @@ def _upstream_first(snapshot: Any, tasks: list[str]) -> list[str]:
     """The paired tasks in the order their ledger rows read each other, upstream first."""
     from falkirk.policies.partitions import task_of
 
-    reads = {t: set() for t in tasks}
+    reads: dict[str, set[str]] = {t: set() for t in tasks}
     for e in snapshot.entries():
         if e.task_id in reads:
             reads[e.task_id] |= {task_of(i.task_id) for i in e.inputs if task_of(i.task_id) in reads}
@@ -394,7 +396,7 @@ def _run_epochs(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, An
     for run in unknown if clock is not None else ():
         logical = next((ti.get("logical_date") for ti in runs[run].values() if ti.get("logical_date")), None)
         try:
-            if logical:
+            if logical and clock is not None:
                 epochs[run] = clock.epoch_of(datetime.fromisoformat(logical))
         except EpochError:
             pass  # not on the epoch grid (an `airflow dags test` run): not the standby's

@@ -25,7 +25,6 @@ import time
 from typing import Any
 
 from falkirk.plugins import hookimpl
-
 from falkirk.policies.workers import configured_workers
 
 # Airflow loads this module while it initializes, in every process: the store's modules
@@ -93,7 +92,7 @@ def placement_of(task: Any, queue: str | None = None, map_index: int | None = -1
 
 
 # dag_id (and store) -> the facts placement reads, kept for the life of the process
-_FACTS: dict[tuple[str, str], "_PlacementFacts"] = {}
+_FACTS: dict[tuple[str, str], _PlacementFacts] = {}
 _FACTS_LOCK = threading.Lock()
 # dag_id (and store) -> the layout table's version and the DAG's process-pair layout at it
 _LAYOUTS: dict[tuple[str, str], tuple[Any, Any]] = {}

@@ -33,33 +33,64 @@ import getpass
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from falkirk.plugins.airflow_rest import (FALKIRK_API, AirflowClient, AirflowError, api_path, failed_runs,
-                                          partition_date_of)
+from falkirk.plugins.airflow_rest import (
+    FALKIRK_API,
+    AirflowClient,
+    AirflowError,
+    api_path,
+    failed_runs,
+    partition_date_of,
+)
+from falkirk.plugins.dags_test import is_test_instance
+from falkirk.plugins.discard import beyond_note, rows_beyond
+from falkirk.plugins.outlet_events import emit_missing_events
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
 from falkirk.policies.partitions import processor_id, processors, task_of
 from falkirk.policies.planning.chains import TaskGraph, current_rows, state_available
-from falkirk.plugins.dags_test import is_test_instance
 from falkirk.policies.planning.from_ledger import MAX_EPOCHS_AHEAD, compute_plan, taken_over_replicas  # noqa: F401
-from falkirk.plugins.discard import beyond_note, rows_beyond
-from falkirk.plugins.outlet_events import emit_missing_events
-from falkirk.policies.planning.recovery import (BadEpoch, DiscardedEpochs, FailedTask, Failure, LostScratch,
-                                                LostWorker, PlanError, RecoveryPlan, plan_recovery)
+from falkirk.policies.planning.recovery import (
+    BadEpoch,
+    DiscardedEpochs,
+    FailedTask,
+    Failure,
+    LostScratch,
+    LostWorker,
+    PlanError,
+    RecoveryPlan,
+)
+from falkirk.policies.planning.recovery_log import (
+    AlreadyReplayed,
+    Lease,
+    LeaseHeld,
+    RecoveryLog,
+    check_not_finished,
+    lease_seconds,
+    live_lease,
+)
+from falkirk.policies.planning.replay_decisions import (
+    AirflowRun,
+    LaterRow,
+    RolledBack,
+    affected_later,
+    clears_needed,
+    marks_in_order,
+    rows_to_sweep,
+    runs_to_settle,
+    slots_to_free,
+    wait_verdict,
+)
+from falkirk.policies.regimes import Regime
+from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
 from falkirk.policies.store.control import Collections, Completions
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerSnapshot, entries_of
 from falkirk.policies.store.readability import StoreReadability
-from falkirk.policies.planning.replay_decisions import (AirflowRun, LaterRow, RolledBack, affected_later,
-                                                        clears_needed, marks_in_order, rows_to_sweep, runs_to_settle,
-                                                        slots_to_free, wait_verdict)
-from falkirk.policies.planning.recovery_log import (AlreadyReplayed, Lease, LeaseHeld, RecoveryLog, check_not_finished, lease_seconds,
-                                   live_lease)
-from falkirk.policies.regimes import Regime
-from falkirk.policies.store import StoreConfig
 
 _log = logging.getLogger(__name__)
 
@@ -98,7 +129,7 @@ def plan(
         raise PlanError("--failed-task without an epoch reads failed task instances from Airflow: "
                         "give --airflow-url and credentials, or write TASK:EPOCH")
     regimes, clock = _regimes(dag_id, client) if client is not None else ({}, None)
-    if failed_tasks:
+    if failed_tasks and client is not None:
         snapshot = LedgerSnapshot(Ledger(store), dag_id)
         every = entries_of(snapshot.rows, set())[0]  # rolled-back rows too
         lost = [] if live_lease(RecoveryLog(store).events(dag_id), dag_id) else _unrecorded_from_airflow(
@@ -228,7 +259,7 @@ class RunningReplay:
 
     def renew(self) -> None:
         """Renew the lease if a third of it has passed (raises ``LeaseLost`` if it was taken)."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         if (now - (self.lease.last_seen or self.lease.since)).total_seconds() >= lease_seconds() / 3:
             self.lease = self.log.renew(self.lease)
 
@@ -592,7 +623,7 @@ def _validate(recovery: RecoveryPlan, store: StoreConfig, resuming: bool) -> Non
             for epoch in epochs:
                 row = by_key.get((src, epoch))
                 ref = next((o for o in row.outputs if o.name == output), None) if row else None
-                if ref is None or not readable(ref.uri, row.key):
+                if ref is None or row is None or not readable(ref.uri, row.key):
                     where = f" at {ref.uri}" if ref else ""
                     problems.append(f"{src}'s output {output!r} of epoch {epoch}{where}")
     if problems:
@@ -844,7 +875,9 @@ def _start_missing_runs(recovery: RecoveryPlan, runs: dict[int, str], client: Ai
         return ledger.find(record.dag_id, record.task_id, record.epoch, record.map_index)
 
     sent = set()
-    for epoch in missing if clock is not None else ():
+    for epoch in missing:
+        if clock is None:
+            break
         assets = redeliver_events(client, dag_id, epoch_partition_key(clock.logical_date(epoch)), current)
         if assets:
             sent.add(epoch)

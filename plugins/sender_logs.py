@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 from falkirk.plugins import hookimpl
-
 from falkirk.policies.regimes import SenderLog
 from falkirk.policies.sender_logs.graph import GraphError, check_uniform
 

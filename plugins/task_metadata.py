@@ -10,7 +10,8 @@ arguments, or the serialized DAG (the API server never imports DAG files or the 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from falkirk.policies.epochs import EpochClock
 from falkirk.policies.regimes import Regime

@@ -26,7 +26,8 @@ must be defined at the module's top level.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from falkirk.plugins.operators import PartitionedPartial, RegimeSparkSubmitOperator
 from falkirk.policies.job_spec import JobSpec

@@ -126,11 +126,10 @@ class EpochTimetable(Timetable):
         if self.dag_id is None:
             return None
         try:
-            from sqlalchemy import or_, select
-
             from airflow.models.dagrun import DagRun
             from airflow.utils.session import create_session
             from airflow.utils.types import DagRunTriggeredByType
+            from sqlalchemy import or_, select
 
             with create_session() as session:
                 dates = session.scalars(select(DagRun.logical_date).where(

@@ -15,15 +15,16 @@ dicts, so the API routes stay thin and the shapes can be tested without a server
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from falkirk.plugins.grid_status import CheckpointGrid, CheckpointStatus
 from falkirk.policies.partitions import processors, replica_label, split_processor
 from falkirk.policies.planning.recovery import RecoveryPlan
-from falkirk.policies.regimes import Regime, RegimeError
 from falkirk.policies.planning.recovery_log import GC_PREFIX, lease_seconds
+from falkirk.policies.regimes import Regime, RegimeError
 
 # Airflow task-instance states worth showing over a cell; "success" is what the ledger shows.
 LIVE_STATES = ("failed", "upstream_failed", "running", "queued", "scheduled", "up_for_retry", "restarting", "cleared")
@@ -102,11 +103,11 @@ def dag_view(
     """
     ordered = topological(tasks)
     # The grid's rows: a task, or each partition of a partitioned one (falkirk.policies.partitions).
-    rows = [{"row_id": p, "task_id": t.task_id,
+    rows: list[dict[str, Any]] = [{"row_id": p, "task_id": t.task_id,
              "partition": split_processor(p)[1] // t.replicas if t.partitions else None,
              "replica": replica_label(t.task_id, split_processor(p)[1]) if t.replicas > 1 else None}
             for t in ordered for p in processors(t.task_id, t.partitions, t.replicas)]
-    ids = [r["row_id"] for r in rows]
+    ids: list[str] = [r["row_id"] for r in rows]
     task_ids = [t.task_id for t in ordered]
     runs, last = grid.runs, grid.last_epoch
     epoch_of = {run: epoch for epoch, run in runs.items()}
@@ -207,12 +208,12 @@ def recovery_history(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             p.update(ended_at=at, outcome=r["event"], detail=r["detail"])
         elif r["event"] in ("released", "expired"):
             p.update(ended_at=at, outcome=r["event"], detail=_note(r["detail"]))
-    now, seconds = datetime.now(timezone.utc), lease_seconds()
+    now, seconds = datetime.now(UTC), lease_seconds()
     for plan_id, p in plans.items():
         last = seen.get(plan_id)
         if p["outcome"] != "running" or not isinstance(last, datetime):
             continue
-        last = last if last.tzinfo else last.replace(tzinfo=timezone.utc)
+        last = last if last.tzinfo else last.replace(tzinfo=UTC)
         expires = last + timedelta(seconds=seconds)
         p["expires_at"] = expires.isoformat()
         if expires < now:  # its executor died: the next recovery of the DAG takes the lease over

@@ -25,7 +25,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from falkirk.plugins.airflow_rest import api_path
 from falkirk.policies.liveness import Heartbeats
@@ -81,7 +82,7 @@ def watch(dags: Sequence[str], store: Any, client: Any, workers: Sequence[str], 
 
 
 def _replay(dag_id: str, plan_id: str, worker: str, store: Any, client: Any, progress: Callable[[str], None],
-            stopped_short: "queue.SimpleQueue[tuple[str, str]]") -> None:
+            stopped_short: queue.SimpleQueue[tuple[str, str]]) -> None:
     """Replay ``plan_id`` (beside the watch); if it stops short, the loss is responded to again."""
     from falkirk.plugins.recovery import replay
 

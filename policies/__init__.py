@@ -5,8 +5,17 @@ a Spark driver and the tests all share it.
 """
 
 from falkirk.policies.epochs import EpochClock, EpochError
-from falkirk.policies.regimes import (Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, ProcessPairs, Regime,
-                                      RegimeError, SenderLog, Tier)
+from falkirk.policies.regimes import (
+                                      Batch,
+                                      EagerCheckpoint,
+                                      Ephemeral,
+                                      LazyCheckpoint,
+                                      ProcessPairs,
+                                      Regime,
+                                      RegimeError,
+                                      SenderLog,
+                                      Tier,
+)
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import CommitKey, CommitResult, EpochTableError, commit_epoch, read_epoch
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, LedgerError, OutputRef

@@ -29,9 +29,10 @@ True
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from falkirk.policies.partitions import processor_id
 
@@ -89,7 +90,7 @@ class CommittedEpoch:
         return self.incarnation > 0
 
     @classmethod
-    def from_entry(cls, entry: "LedgerEntry") -> "CommittedEpoch":
+    def from_entry(cls, entry: LedgerEntry) -> CommittedEpoch:
         """The record of a ledger row (its tables only: records sent outside the store are no table).
 
         >>> from falkirk.policies.store.ledger import LedgerEntry, OutputRef
@@ -104,7 +105,7 @@ class CommittedEpoch:
                    tuple(CommittedOutput(o.name, o.uri, o.version, o.rows) for o in entry.outputs
                          if not is_external(o.uri)))
 
-    def same_commit(self, other: "CommittedEpoch | None") -> bool:
+    def same_commit(self, other: CommittedEpoch | None) -> bool:
         """Whether ``other`` records the same commit: the same task instance, epoch and incarnation.
 
         >>> redo = CommittedEpoch("d", "t", 2, incarnation=1)
@@ -135,14 +136,14 @@ class CommittedEpoch:
         return COMMITTED_PREFIX + json.dumps(self.to_json(), sort_keys=True)
 
     @classmethod
-    def parse_line(cls, line: str) -> "CommittedEpoch | None":
+    def parse_line(cls, line: str) -> CommittedEpoch | None:
         """The record a job's output line carries; ``None`` for any other line."""
         if not line.startswith(COMMITTED_PREFIX):
             return None
         return cls.from_json(json.loads(line[len(COMMITTED_PREFIX):]))
 
     @classmethod
-    def from_extra(cls, extra: Mapping[str, Any] | None) -> "CommittedEpoch | None":
+    def from_extra(cls, extra: Mapping[str, Any] | None) -> CommittedEpoch | None:
         """The record in an asset event's ``extra``; ``None`` when a task other than a Falkirk one emitted it.
 
         >>> CommittedEpoch.from_extra({"falkirk": {"dag_id": "d", "task_id": "t"}})
@@ -155,7 +156,7 @@ class CommittedEpoch:
         return cls.from_json(extra[EXTRA_KEY])
 
     @classmethod
-    def from_json(cls, record: Any) -> "CommittedEpoch":
+    def from_json(cls, record: Any) -> CommittedEpoch:
         where = f"asset event extra[\"{EXTRA_KEY}\"]"
         if not isinstance(record, Mapping):
             raise AssetEventError(f"{where} is {type(record).__name__}, not an object")
@@ -203,7 +204,7 @@ class ConsumedEvent:
         return {"asset": self.asset, **self.committed.to_json()}
 
     @classmethod
-    def from_json(cls, record: Any) -> "ConsumedEvent":
+    def from_json(cls, record: Any) -> ConsumedEvent:
         if not isinstance(record, Mapping) or not isinstance(record.get("asset"), str) or not record["asset"]:
             raise AssetEventError("consumed event: no 'asset' (the name of the Asset it came through)")
         return cls(record["asset"], CommittedEpoch.from_json({k: v for k, v in record.items() if k != "asset"}))
@@ -217,11 +218,11 @@ epoch's logical date in UTC, as Airflow's temporal partition mappers read keys b
 def epoch_partition_key(logical_date: datetime) -> str:
     """The partition key of the epoch that starts at ``logical_date``.
 
-    >>> epoch_partition_key(datetime(2026, 1, 2, 3, 0, tzinfo=timezone.utc))
+    >>> epoch_partition_key(datetime(2026, 1, 2, 3, 0, tzinfo=UTC))
     '2026-01-02T03:00:00'
     """
     if logical_date.tzinfo is not None:
-        logical_date = logical_date.astimezone(timezone.utc)
+        logical_date = logical_date.astimezone(UTC)
     return logical_date.strftime(EPOCH_KEY_FORMAT)
 
 
@@ -243,7 +244,7 @@ def run_date(logical_date: datetime | None, partition_date: datetime | None = No
         return partition_date
     if partition_key:
         try:
-            return datetime.strptime(partition_key, EPOCH_KEY_FORMAT).replace(tzinfo=timezone.utc)
+            return datetime.strptime(partition_key, EPOCH_KEY_FORMAT).replace(tzinfo=UTC)
         except ValueError:
             return None
     return None

@@ -14,9 +14,9 @@ datetime.datetime(2026, 1, 3, 0, 0, tzinfo=datetime.timezone.utc)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Iterable
 
 
 class EpochError(ValueError):
@@ -99,7 +99,7 @@ class EpochClock:
         return f"first={self.first.isoformat()},period_seconds={period},first_epoch={self.first_epoch}"
 
     @classmethod
-    def parse(cls, text: str) -> "EpochClock":
+    def parse(cls, text: str) -> EpochClock:
         """Read a clock from its text form (see :meth:`spec`)."""
         try:
             fields = dict(item.split("=", 1) for item in text.split(","))

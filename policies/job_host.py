@@ -43,8 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 HOST_ENV = "FALKIRK_JOB_HOST"
 HOST_DIR_ENV = "FALKIRK_JOB_HOST_DIR"

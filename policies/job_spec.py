@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from falkirk.policies.asset_events import AssetEventError, ConsumedEvent
 from falkirk.policies.partitions import processor_id, replica_label
 from falkirk.policies.regimes import Regime, RegimeError
-
 
 # The exit code of a job that refused to re-run an epoch whose Airflow task instance completed
 # (the operator fails the task instance without retries); the refusal is the job's last line,
@@ -49,7 +48,7 @@ TAKEN_OVER_EXIT_CODE = 4
 REFUSAL_PREFIX = "[falkirk] refused: "
 
 
-def completed_epoch_refusal(spec: "JobSpec", run_id: str, try_number: int, plan_size: str = "") -> str:
+def completed_epoch_refusal(spec: JobSpec, run_id: str, try_number: int, plan_size: str = "") -> str:
     """Why a re-run of a completed epoch is refused, and the plan that redoes it (with its size,
     ``plan_size``, where known): a few short lines, so that Airflow's log viewer shows the
     commands without scrolling.
@@ -76,7 +75,7 @@ def completed_epoch_refusal(spec: "JobSpec", run_id: str, try_number: int, plan_
     ])
 
 
-def replaced_input_refusal(spec: "JobSpec", producer: str, epoch: int, read: int, now: int,
+def replaced_input_refusal(spec: JobSpec, producer: str, epoch: int, read: int, now: int,
                            plan_size: str = "") -> str:
     """Why a run Airflow started on a replacement asset event is refused: the epoch completed
     having read ``producer``'s ``epoch`` as incarnation ``read``, which a recovery in the
@@ -147,7 +146,7 @@ class JobSpec:
         return replica_label(self.task_id, self.map_index) if self.replicas > 1 else None
 
     @classmethod
-    def parse(cls, argv: Sequence[str] | None = None) -> "JobSpec":
+    def parse(cls, argv: Sequence[str] | None = None) -> JobSpec:
         parser = argparse.ArgumentParser(description="Run one epoch of a Falkirk task.")
         parser.add_argument("--dag-id", required=True)
         parser.add_argument("--task-id", required=True)

@@ -24,8 +24,8 @@ True
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Iterable
 from urllib.parse import urlsplit
 
 from falkirk.policies.partitions import processor_id

@@ -20,7 +20,7 @@ machine under the name (or the old one back): lost again, it is declared again.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 class Heartbeats:

@@ -32,8 +32,9 @@ This module is the protocol, with no I/O:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Union
+from typing import Literal
 
 Mode = Literal["slow", "pairs"]
 
@@ -69,7 +70,7 @@ class FastTraveller:
         return f"ft{self.marker}"
 
 
-Message = Union[Data, SlowTraveller]
+Message = Data | SlowTraveller
 
 
 class ProtocolError(ValueError):
@@ -105,7 +106,7 @@ class MarkerGate:
                                 + (" (one data slot and the slot kept free for a fast traveller)"
                                    if mode == "pairs" else ""))
         self.capacity, self.mode, self.evict_on_st = capacity, mode, evict_on_st
-        self.buffer: deque[Message] = deque()
+        self.buffer: deque[Message | _Covered] = deque()  # data an st covered is kept as _Covered
         self.slot: FastTraveller | None = None  # the reserved slot (pair mode)
         self.last_st = 0  # the newest slow traveller received
         self.enabled = False  # an ft is in the slot: what arrives before its st is committable
@@ -157,7 +158,7 @@ class MarkerGate:
         done = self.committable()
         if not done:
             return []
-        keep: deque[Message] = deque()
+        keep: deque[Message | _Covered] = deque()
         committed = {id(d) for d in done}
         for m in self.buffer:
             if isinstance(m, SlowTraveller) and self.mode == "slow":
@@ -296,7 +297,8 @@ def simulate(s: Scenario) -> Outcome:
                     out_r.append(in_r.popleft())
                     moved = True
             else:
-                holding = (in_r.popleft(), 0)
+                holding = (head, 0)
+                in_r.popleft()
                 moved = True
         if out_p and len(in_r) < in_r_room:
             in_r.append(out_p.popleft())

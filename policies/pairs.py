@@ -35,9 +35,10 @@ table; Airflow's side (failure detection, catch-up tasks) acts on what these fun
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Mapping, Sequence
+from typing import Any
 
 REPLICAS = ("A", "B")
 
@@ -410,7 +411,7 @@ class LayoutEvent:
     at: str  # when it was recorded (ISO 8601)
 
 
-def layout_events(records: Sequence[Mapping[str, object]]) -> list[LayoutEvent]:
+def layout_events(records: Sequence[Mapping[str, Any]]) -> list[LayoutEvent]:
     """What happened to each replica, from the layout's records (``PairLayouts.history``: one
     per change, oldest first): take-overs, standbys registered by a catch-up, fold-ins,
     standbys discarded, partitions restored on the durable path. A replica's first placement

@@ -29,8 +29,8 @@ The runtime records, per consumer partition, the producer partitions and epochs 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 UNPARTITIONED = -1
 _PROCESSOR = re.compile(r"^(?P<task>[^\[\]]+)\[(?P<index>\d+)\]$")

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Collection, Iterable, Mapping, Sequence
 
 from falkirk.policies.regimes import Regime, Tier
 from falkirk.policies.store.ledger import LedgerEntry

@@ -29,8 +29,9 @@ from __future__ import annotations
 import enum
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 
 class Tier(str, enum.Enum):
@@ -89,7 +90,7 @@ class Regime:
 
     @staticmethod
     @functools.lru_cache(maxsize=256)  # regimes are immutable; ledgers repeat a few texts many times
-    def parse(text: str) -> "Regime":
+    def parse(text: str) -> Regime:
         """Read a regime from its text form (see :meth:`spec`).
 
         >>> Regime.parse("eager_checkpoint")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Mapping
+from collections.abc import Mapping
 
 WORKER_ENV = "FALKIRK_WORKER"
 WORKERS_ENV = "FALKIRK_WORKERS"

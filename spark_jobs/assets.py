@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from falkirk.spark_jobs.runtime import EpochContext
 
 
-def read_asset(ctx: "EpochContext", asset: str, output: str = "output") -> "DataFrame":
+def read_asset(ctx: EpochContext, asset: str, output: str = "output") -> DataFrame:
     """Rows of ``output`` of every producer epoch this run consumed through ``asset``, in epoch order."""
     from falkirk.spark_jobs.runtime import JobError
 
@@ -52,7 +52,7 @@ def read_asset(ctx: "EpochContext", asset: str, output: str = "output") -> "Data
     return frame
 
 
-def producer_rows(ctx: "EpochContext", dag_id: str) -> LedgerSnapshot:
+def producer_rows(ctx: EpochContext, dag_id: str) -> LedgerSnapshot:
     """The producer DAG's ledger rows, read once per job."""
     if dag_id == ctx.args.dag_id:
         return ctx.rows

@@ -64,7 +64,7 @@ def wait_for(uri: str, who: str, timeout: float = WAIT_SECONDS, **where: int | s
     return found
 
 
-def spark_session() -> "SparkSession":
+def spark_session() -> SparkSession:
     """A Spark Connect session when ``SPARK_REMOTE`` is set, else a local one."""
     from pyspark.sql import SparkSession
 

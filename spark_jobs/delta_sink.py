@@ -27,8 +27,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,9 +37,22 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from falkirk.policies.store.commits import (EPOCH, TABLE_PROPERTIES, CommitKey, CommitResult, EpochTableError,
-                                            FilesLost, already_committed, commit_once, count_epoch, filesystem,
-                                            lost_files, missing_commit, open_table, scan)
+from falkirk.policies.store.commits import (
+    EPOCH,
+    TABLE_PROPERTIES,
+    CommitKey,
+    CommitResult,
+    EpochTableError,
+    FilesLost,
+    already_committed,
+    commit_once,
+    count_epoch,
+    filesystem,
+    lost_files,
+    missing_commit,
+    open_table,
+    scan,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -63,7 +77,7 @@ class StagedFiles:
         return sum(f[2] for f in self.files)
 
 
-def commit_frame(frame: "DataFrame", uri: str, key: CommitKey,
+def commit_frame(frame: DataFrame, uri: str, key: CommitKey,
                  storage_options: dict[str, str] | None = None) -> CommitResult:
     """Replace epoch ``key.epoch`` of the table at ``uri`` with ``frame``'s rows, at most once per key."""
     return publish(stage(frame, uri, key, storage_options))
@@ -93,14 +107,14 @@ def driver_write_max_rows() -> int:
     return value
 
 
-def stage(frame: "DataFrame", uri: str, key: CommitKey,
+def stage(frame: DataFrame, uri: str, key: CommitKey,
           storage_options: dict[str, str] | None = None,
           driver_write_max_rows: int = DRIVER_WRITE_MAX_ROWS, on_driver: bool = False) -> StagedFiles:
     """Write ``frame`` as this epoch's data files, not yet visible (skipped if already committed):
     on the driver if it has at most ``driver_write_max_rows`` rows or ``on_driver`` (a table on
     the driver's local disk), else on the executors."""
     table = open_table(uri, storage_options)
-    if already_committed(table, key):
+    if table is not None and already_committed(table, key):
         done = CommitResult(uri, table.version(), count_epoch(table, key.epoch), applied=False)
         return StagedFiles(uri, key, pa.schema([]), (), storage_options, done)
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -140,14 +154,14 @@ def publish(staged: StagedFiles, attempts: int | None = None) -> CommitResult:
     actions = [AddAction(path, size, {EPOCH: str(key.epoch)}, now, True, json.dumps({"numRecords": rows}))
                for path, size, rows in staged.files]
 
-    def write(table: "DeltaTable | None", properties: CommitProperties) -> None:
+    def write(table: DeltaTable | None, properties: CommitProperties) -> None:
         if table is None:
             create_table_with_add_actions(staged.uri, Schema.from_arrow(staged.schema), actions, mode="error",
                                           partition_by=[EPOCH], configuration=TABLE_PROPERTIES,
                                           storage_options=options,
                                           commit_properties=properties)
         else:
-            table.create_write_transaction(actions, mode="overwrite", schema=staged.schema, partition_by=[EPOCH],
+            table.create_write_transaction(list(actions), mode="overwrite", schema=staged.schema, partition_by=[EPOCH],
                                            partition_filters=[(EPOCH, "=", str(key.epoch))],
                                            commit_properties=properties)
 
@@ -157,9 +171,9 @@ def publish(staged: StagedFiles, attempts: int | None = None) -> CommitResult:
 DRIVER_READ_MAX_BYTES = 16 * 1024 * 1024
 
 
-def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None,
+def read_frame(spark: SparkSession, uri: str, key: CommitKey, rows: int | None,
                storage_options: dict[str, str] | None = None,
-               driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES, on_driver: bool = False) -> "DataFrame":
+               driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES, on_driver: bool = False) -> DataFrame:
     """The rows that commit ``key`` wrote to the Delta table at ``uri`` (its epoch ``key.epoch``),
     as a DataFrame without the ``epoch`` column.
 
@@ -182,8 +196,8 @@ def read_frame(spark: "SparkSession", uri: str, key: CommitKey, rows: int | None
     epoch = key.epoch
     table = open_table(uri, storage_options)
     why = missing_commit(table, uri, key, rows)
-    if why is not None:
-        raise EpochTableError(why)
+    if table is None or why is not None:
+        raise EpochTableError(why or f"no Delta table at {uri}")
     gone = lost_files(table, epoch, storage_options)
     if gone:
         raise FilesLost(f"{uri} epoch {epoch}: its log names {len(gone)} data files that are gone (e.g. {gone[0]}): "
@@ -227,7 +241,10 @@ def _file_reader(uri: str, schema: pa.Schema, storage_options: dict[str, str] | 
 def _partition_id() -> int:
     from pyspark import TaskContext
 
-    return TaskContext.get().partitionId()
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("not in a Spark task: the partition is known on an executor only")
+    return context.partitionId()
 
 
 def _file_writer(uri: str, epoch: int, schema: pa.Schema, storage_options: dict[str, str] | None):

@@ -48,7 +48,7 @@ class AckPolicy(str, enum.Enum):
     DELETE = "delete"
 
     @classmethod
-    def parse(cls, text: "str | AckPolicy") -> "AckPolicy":
+    def parse(cls, text: str | AckPolicy) -> AckPolicy:
         try:
             return cls(text)
         except ValueError:
@@ -58,7 +58,7 @@ class AckPolicy(str, enum.Enum):
 class Inbox:
     """One landing directory of per-epoch batches (see the module docstring)."""
 
-    def __init__(self, root: str | Path, policy: "str | AckPolicy | None" = None) -> None:
+    def __init__(self, root: str | Path, policy: str | AckPolicy | None = None) -> None:
         self.root = Path(root)
         self.policy = AckPolicy.parse(policy or os.environ.get(INPUT_ACK_ENV) or AckPolicy.ARCHIVE)
 

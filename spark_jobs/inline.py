@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from falkirk.spark_jobs.runtime import EpochContext, EpochResult, run_job
 

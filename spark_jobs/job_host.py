@@ -77,7 +77,7 @@ def serve(socket_path: Path, pid_file: Path | None, idle_seconds: float) -> None
                 selector.register(conn, selectors.EVENT_READ, pid)
                 last = time.monotonic()
             else:  # a client speaks only to hang up: its task is gone, so is its job
-                conn = key.fileobj
+                conn = key.fileobj  # type: ignore[assignment]  # registered as a socket above
                 try:
                     data = conn.recv(64)
                 except OSError:
@@ -86,16 +86,16 @@ def serve(socket_path: Path, pid_file: Path | None, idle_seconds: float) -> None
                     selector.unregister(conn)
                     _kill(key.data)
         for pid, status in _reaped():
-            conn = jobs.pop(pid, None)
-            if conn is None:
+            gone = jobs.pop(pid, None)
+            if gone is None:
                 continue
             try:
-                selector.unregister(conn)
+                selector.unregister(gone)
             except (KeyError, ValueError):
                 pass
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
             try:
-                conn.sendall(b"\0falkirk-exit %d\n" % code)
+                gone.sendall(b"\0falkirk-exit %d\n" % code)
             except OSError:
                 pass
             conn.close()
@@ -183,7 +183,7 @@ def _run_child(conn: socket.socket, argv: list[str], env: dict[str, str], cwd: s
 
 
 def _reaped() -> list[tuple[int, int]]:
-    done = []
+    done: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

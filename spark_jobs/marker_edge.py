@@ -41,8 +41,9 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -81,7 +82,7 @@ class EdgeTables:
     control: str
 
     @classmethod
-    def at(cls, directory: str) -> "EdgeTables":
+    def at(cls, directory: str) -> EdgeTables:
         return cls(os.path.join(directory, "edge"), os.path.join(directory, "edge-control"))
 
 
@@ -110,8 +111,9 @@ class MarkerEdge:
             # them from a snapshot taken before the delete.
             channels.append(self.tables.control, [self._control("rewind", logged)], CONTROL)
             dropped = sum(1 for r in sent if r["chunk"] > logged)
-            if dropped:
-                open_table(self.tables.edge).delete(f"epoch = {self.epoch} AND chunk > {logged}")
+            edge = open_table(self.tables.edge) if dropped else None
+            if edge is not None:
+                edge.delete(f"epoch = {self.epoch} AND chunk > {logged}")
             say(f"edge epoch {self.epoch}: attempt {self.attempt} keeps chunks 1-{logged} as sent and withdraws "
                 f"{dropped} rows no saved determinant vouches for" if logged else
                 f"edge epoch {self.epoch}: attempt {self.attempt} withdraws all {dropped} rows sent before")

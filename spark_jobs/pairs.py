@@ -34,7 +34,7 @@ class Fenced(RuntimeError):
     """A replica was declared dead while it ran: its commit would be a zombie's, and is not made."""
 
 
-def layout_for(ctx: "EpochContext") -> tuple[Layout, int | None]:
+def layout_for(ctx: EpochContext) -> tuple[Layout, int | None]:
     """The DAG's layout as it is now, with this task's replicas recorded if it had none, and the
     layout table's version it was read at."""
     layouts = PairLayouts(ctx.store)
@@ -53,7 +53,7 @@ def layout_for(ctx: "EpochContext") -> tuple[Layout, int | None]:
     return current, version
 
 
-def read_from(ctx: "EpochContext", producer: str, partition: int, epoch: int) -> int:
+def read_from(ctx: EpochContext, producer: str, partition: int, epoch: int) -> int:
     """The map index of the replica of ``producer[partition]`` that this job reads for ``epoch``."""
     layout = ctx.layout
     own = replica_of(ctx.args.map_index)[1] if ctx.args.replicas > 1 else REPLICA_NAMES[0]
@@ -70,7 +70,7 @@ def read_from(ctx: "EpochContext", producer: str, partition: int, epoch: int) ->
     return replica_index(partition, active[0])  # none committed: the reader names the first
 
 
-def fence(ctx: "EpochContext") -> None:
+def fence(ctx: EpochContext) -> None:
     """Refuse the commit of a replica declared dead (or replaced) since the job read the layout."""
     a = ctx.args
     if a.replicas < 2:
@@ -88,7 +88,7 @@ def fence(ctx: "EpochContext") -> None:
                      f"took over, so this commit is not made")
 
 
-def fold_in_if_caught_up(ctx: "EpochContext", epoch: int) -> bool:
+def fold_in_if_caught_up(ctx: EpochContext, epoch: int) -> bool:
     """After a standby's commit of ``epoch``: make it active once it has caught up with its survivor
     (both have committed the same epochs); returns whether it did."""
     a = ctx.args
@@ -100,7 +100,7 @@ def fold_in_if_caught_up(ctx: "EpochContext", epoch: int) -> bool:
     layouts = PairLayouts(ctx.store)
     before = layouts.load(a.dag_id)
     me = before.replica(a.task_id, partition, replica) if before is not None else None
-    if me is None or me.status is not Status.STDBY:
+    if before is None or me is None or me.status is not Status.STDBY:
         return False
     twin = next(r for r in before.pair(a.task_id, partition) if r.replica != replica)
     latest = max((e.epoch for e in ctx.ledger.entries(a.dag_id, a.task_id)
@@ -118,7 +118,7 @@ SINK = "sink"
 """The egress table's name, and the name of the ledger row's output that records it."""
 
 
-def write_sink(ctx: "EpochContext", frame: "DataFrame", name: str = SINK) -> CommitResult:
+def write_sink(ctx: EpochContext, frame: DataFrame, name: str = SINK) -> CommitResult:
     """Write this partition's rows of epoch ``ctx.epoch`` to the egress table ``name``, once for
     both replicas: they share the commit key (the partition, not the replica), so the first
     commit wins and the second writes nothing. A redone epoch (a higher incarnation) replaces it."""

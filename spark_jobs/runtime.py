@@ -32,13 +32,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from falkirk.policies.asset_events import CommittedEpoch
-from falkirk.policies.job_spec import (REFUSAL_PREFIX, REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec,
-                                       completed_epoch_refusal, replaced_input_refusal)
+from falkirk.policies.job_spec import (
+    REFUSAL_PREFIX,
+    REFUSED_EXIT_CODE,
+    TAKEN_OVER_EXIT_CODE,
+    JobSpec,
+    completed_epoch_refusal,
+    replaced_input_refusal,
+)
 from falkirk.policies.lineage import TableRead, reads_line
 from falkirk.policies.pairs import Layout, Status
 from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id, replica_of
@@ -46,16 +53,31 @@ from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import BadEpoch, Failure, LostScratch, LostWorker
 from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.commits import (CommitKey, CommitResult, EpochTableError, FilesLost,
-                                            computed_from_other_inputs, count_epoch, inputs_fingerprint)
+from falkirk.policies.store.commits import (
+    CommitKey,
+    CommitResult,
+    EpochTableError,
+    FilesLost,
+    computed_from_other_inputs,
+    count_epoch,
+    inputs_fingerprint,
+)
 from falkirk.policies.store.control import Completions, Deliveries, Invalidations
-from falkirk.policies.store.ledger import (EXTERNAL_TIER, AssetInput, InputRef, Ledger, LedgerEntry, LedgerSnapshot,
-                                           OutputRef, external_uri)
+from falkirk.policies.store.ledger import (
+    EXTERNAL_TIER,
+    AssetInput,
+    InputRef,
+    Ledger,
+    LedgerEntry,
+    LedgerSnapshot,
+    OutputRef,
+    external_uri,
+)
 from falkirk.policies.workers import worker_name
-from falkirk.spark_jobs.delta_sink import StagedFiles, driver_write_max_rows, publish, read_frame, stage
-from falkirk.spark_jobs.job_log import say
-from falkirk.spark_jobs.faults import crash_point
 from falkirk.spark_jobs import assets, pairs, sender_logs, steps
+from falkirk.spark_jobs.delta_sink import StagedFiles, driver_write_max_rows, publish, read_frame, stage
+from falkirk.spark_jobs.faults import crash_point
+from falkirk.spark_jobs.job_log import say
 
 if TYPE_CHECKING:  # Spark is imported lazily: an already-committed epoch never starts a JVM.
     from pyspark.sql import DataFrame, SparkSession
@@ -100,12 +122,12 @@ class EpochResult:
     """What a job produced for its epoch: named output tables, records sent to external
     systems (:class:`Sent`) and, if stateful, its new state."""
 
-    outputs: dict[str, "DataFrame"] = field(default_factory=dict)
-    state: "DataFrame | None" = None
+    outputs: dict[str, DataFrame] = field(default_factory=dict)
+    state: DataFrame | None = None
     sent: dict[str, Sent] = field(default_factory=dict)
     # A paired task's egress rows for this partition, written once for both replicas
     # (:func:`falkirk.spark_jobs.pairs.write_sink`).
-    sink: "DataFrame | None" = None
+    sink: DataFrame | None = None
     # The scratch tables this epoch was streamed through to a reader running beside the task
     # (:class:`~falkirk.spark_jobs.marker_edge.EdgeTables`): recorded in the ledger row, so
     # that garbage collection empties them on whichever worker's disk they were left.
@@ -124,7 +146,7 @@ class EpochContext:
     args: JobSpec
     store: StoreConfig
     ledger: Ledger
-    spark: "SparkSession"
+    spark: SparkSession
     # M̄ per (input task, output, producer partition): the last epoch consumed.
     consumed: dict[tuple[str, str, int], int] = field(default_factory=dict)
     reads_back: dict[tuple[str, str, int], int] = field(default_factory=dict)
@@ -143,12 +165,12 @@ class EpochContext:
     snapshot: LedgerSnapshot | None = None
     # The job itself: a task under sender-side logs runs it again over retained blocks to rebuild
     # a lost state (:mod:`falkirk.spark_jobs.sender_logs`), each replay given the state so far.
-    compute: "Callable[[EpochContext], EpochResult] | None" = field(default=None, repr=False)
-    replaying: "sender_logs.Replaying | None" = field(default=None, repr=False)
-    _previous: "LedgerEntry | None | bool" = field(default=False, repr=False)
-    _layout: "Layout | None" = field(default=None, repr=False)
+    compute: Callable[[EpochContext], EpochResult] | None = field(default=None, repr=False)
+    replaying: sender_logs.Replaying | None = field(default=None, repr=False)
+    _previous: LedgerEntry | None | bool = field(default=False, repr=False)
+    _layout: Layout | None = field(default=None, repr=False)
     layout_version: int | None = field(default=None, repr=False)  # the layout table's, as first read
-    _cached: list["DataFrame"] = field(default_factory=list, repr=False)
+    _cached: list[DataFrame] = field(default_factory=list, repr=False)
 
     @property
     def rows(self) -> LedgerSnapshot:
@@ -183,7 +205,7 @@ class EpochContext:
         """The task's partition count (``None``: not partitioned)."""
         return self.args.partitions
 
-    def cache(self, frame: "DataFrame") -> "DataFrame":
+    def cache(self, frame: DataFrame) -> DataFrame:
         """``frame``, kept by the executors once computed (memory, then disk) until this epoch's
         commit ends, then released: for a frame an iterative job reads many times.
 
@@ -201,7 +223,7 @@ class EpochContext:
             self._cached.pop().unpersist()
 
     def read_input(self, task_id: str | None = None, output: str = "output", epoch: int | None = None,
-                   routing: Routing | None = None) -> "DataFrame":
+                   routing: Routing | None = None) -> DataFrame:
         """Rows of an upstream task's output for this epoch (or an earlier ``epoch``), read by the executors.
 
         A partitioned input is read through ``routing`` (:mod:`falkirk.policies.partitions`):
@@ -241,22 +263,22 @@ class EpochContext:
             frame = frame.unionByName(more)
         return self._slice(frame, routing) if isinstance(routing, Repartition) else frame
 
-    def read_asset(self, asset: str, output: str = "output") -> "DataFrame":
+    def read_asset(self, asset: str, output: str = "output") -> DataFrame:
         """Rows of ``output`` of the producer epochs this run consumed through the Airflow Asset
         ``asset`` (a task of another DAG), each at the incarnation its DAG's ledger names now
         (:mod:`falkirk.spark_jobs.assets`)."""
         return assets.read_asset(self, asset, output)
 
-    def iterate(self, step: Callable[["DataFrame", int], "DataFrame"], start: "DataFrame", *, times: int,
-                checkpoint_every: int) -> "DataFrame":
+    def iterate(self, step: Callable[[DataFrame, int], DataFrame], start: DataFrame, *, times: int,
+                checkpoint_every: int) -> DataFrame:
         """``step(frame, i)`` for i = 1..``times`` from ``start``, checkpointing every
         ``checkpoint_every`` iterations at lex time (epoch, i); a new attempt resumes after the
         latest checkpoint (:mod:`falkirk.spark_jobs.steps`)."""
         self.checkpoints_inside = True
         return steps.iterate(self, step, start, times=times, checkpoint_every=checkpoint_every)
 
-    def chunks(self, frame: "DataFrame", process: Callable[["DataFrame", int], "DataFrame"], *, count: int,
-               key: str, observer: "steps.ChunkObserver | None" = None) -> "DataFrame":
+    def chunks(self, frame: DataFrame, process: Callable[[DataFrame, int], DataFrame], *, count: int,
+               key: str, observer: steps.ChunkObserver | None = None) -> DataFrame:
         """The union of ``process(chunk, i)`` over ``count`` chunks of ``frame`` split by a hash of
         ``key``, each chunk's result checkpointed at lex time (epoch, i); a new attempt resumes
         after the latest (:mod:`falkirk.spark_jobs.steps`). ``observer`` hears of each chunk
@@ -264,7 +286,7 @@ class EpochContext:
         self.checkpoints_inside = True
         return steps.chunks(self, frame, process, count=count, key=key, observer=observer)
 
-    def _slice(self, frame: "DataFrame", routing: Repartition) -> "DataFrame":
+    def _slice(self, frame: DataFrame, routing: Repartition) -> DataFrame:
         """The rows of ``frame`` whose ``routing.key`` hashes to this partition (Spark's murmur3 hash:
         the same on every run, so a re-run reads the same slice)."""
         from pyspark.sql import functions as F
@@ -276,7 +298,7 @@ class EpochContext:
             return frame
         return frame.where(F.pmod(F.hash(F.col(routing.key)), F.lit(self.partitions)) == F.lit(self.partition))
 
-    def _read_partition(self, task_id: str, output: str, epoch: int, map_index: int) -> "DataFrame":
+    def _read_partition(self, task_id: str, output: str, epoch: int, map_index: int) -> DataFrame:
         """One producer partition's (or an unpartitioned producer's) output of ``epoch``."""
         producer = processor_id(task_id, map_index)
         entry = self.rows.find(task_id, epoch, map_index)
@@ -292,7 +314,7 @@ class EpochContext:
         self.reads_back[key] = max(self.reads_back.get(key, 0), self.epoch - epoch)
         return frame
 
-    def read_output(self, entry: LedgerEntry, output: str, task: str, producer: str) -> "DataFrame":
+    def read_output(self, entry: LedgerEntry, output: str, task: str, producer: str) -> DataFrame:
         """The rows of ``output`` that the commit ``entry`` holds, read where its tier keeps them;
         ``task`` and ``producer`` name the writer in errors (the task, and it or its partition)."""
         ref = next((o for o in entry.outputs if o.name == output), None)
@@ -308,7 +330,7 @@ class EpochContext:
                                  ref.version, entry.map_index))
         return self._read(ref.uri, entry, ref.rows, f"output {output!r} of {producer}")
 
-    def previous_state(self) -> "DataFrame | None":
+    def previous_state(self) -> DataFrame | None:
         """The state as of this task's latest checkpoint before this epoch; ``None`` at the start (∅)."""
         if not self.args.regime.keeps_state:
             raise JobError(f"{self.args.processor}: regime {self.args.regime.spec()} keeps no state to load")
@@ -330,7 +352,7 @@ class EpochContext:
                     else "is not in scratch here"))
         return self._restore(entry)
 
-    def _restore(self, entry: LedgerEntry, advise: bool = True) -> "DataFrame":
+    def _restore(self, entry: LedgerEntry, advise: bool = True) -> DataFrame:
         """The state checkpointed by ``entry``, or :class:`StateLost` if it was in scratch and is gone
         (naming the plan that recovers it, with its size, when ``advise``)."""
         if entry.state_uri is None:
@@ -378,7 +400,7 @@ class EpochContext:
             earlier = [e.epoch for e in [*before, *rolled_back] if e.epoch < a.epoch]
             if previous is None and earlier and a.regime.keeps_state:
                 gone = sorted({e.epoch for e in rolled_back if e.epoch == a.epoch - 1})
-                why = (f"was rolled back by a recovery and has not been redone yet" if gone
+                why = ("was rolled back by a recovery and has not been redone yet" if gone
                        else "has no checkpoint (its task instance failed or never ran)")
                 raise RolledBack(
                     f"{a.processor} epoch {a.epoch}: the previous epoch {a.epoch - 1} {why}. Not restoring an "
@@ -408,7 +430,7 @@ class EpochContext:
             f"alive, route the task to its queue (see the docs' "
             f"\"Scaling out\")")
 
-    def _read(self, uri: str, entry: LedgerEntry, rows: int | None, what: str) -> "DataFrame":
+    def _read(self, uri: str, entry: LedgerEntry, rows: int | None, what: str) -> DataFrame:
         _check_inside(self.store, uri, entry, "outputs[].uri")
         try:
             return read_frame(self.spark, uri, entry.key, rows, self.store.options_for(uri),
@@ -618,8 +640,9 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     crash_point(args.processor, args.epoch, "before-commit", dag_id=args.dag_id)
     out_tier = regime.output_tier(args.epoch)
     # (output name, or None for the state; table URI; frame)
-    targets = [(name, store.table_uri(out_tier, args.dag_id, args.task_id, name, args.map_index), frame)
-               for name, frame in sorted(result.outputs.items())]
+    targets: list[tuple[str | None, str, DataFrame]] = [
+        (name, store.table_uri(out_tier, args.dag_id, args.task_id, name, args.map_index), frame)
+        for name, frame in sorted(result.outputs.items())]
     if result.state is not None:  # scratch first, the durable copy (if any) last
         targets += [(None, store.table_uri(tier, args.dag_id, args.task_id, "state", args.map_index), result.state)
                     for tier in regime.state_tiers(args.epoch)]
@@ -673,7 +696,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
     entry = LedgerEntry(
         dag_id=args.dag_id, task_id=args.task_id, epoch=args.epoch, regime=regime.spec(), run_id=args.run_id,
         try_number=args.try_number, map_index=args.map_index, incarnation=args.incarnation,
-        state_uri=state.uri if state else None, state_tier=state_tier.value if state else None,
+        state_uri=state.uri if state else None, state_tier=state_tier.value if state and state_tier else None,
         state_version=state.version if state else None, state_rows=state.rows if state else None,
         outputs=tuple(outputs),
         inputs=tuple(InputRef(t, o, through, ctx.reads_back.get((t, o, p), 0), p)
@@ -731,7 +754,15 @@ def _check_inside(store: StoreConfig, uri: str, entry: LedgerEntry, field_name: 
                        f"The ledger is damaged: repair the row, or plan a recovery that redoes the epoch")
 
 
-def _check_still_current(ctx: EpochContext, entry: LedgerEntry | None, appended: bool) -> int:
+def _already_there(files: StagedFiles, key: CommitKey) -> CommitResult:
+    """The commit ``files``' table already holds (it was staged against the table, so has one)."""
+    table = files.table
+    if table is None:
+        raise JobError(f"{files.uri}: no table to find the commit of epoch {key.epoch} in")
+    return CommitResult(files.uri, table.version(), count_epoch(table, key.epoch), applied=False)
+
+
+def _check_still_current(ctx: EpochContext, entry: LedgerEntry | None, appended: bool) -> int | None:
     """Refuse a commit computed from a ledger row a recovery has rolled back meanwhile; returns
     the version of the rollbacks it checked against (recorded in the row, ``rollbacks_seen``).
 
@@ -751,7 +782,7 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry | None, appended:
                                                      row.incarnation) in gone)]
     if not stale and not stale_reads:
         return version
-    if appended:
+    if appended and entry is not None:
         ctx.ledger.invalidations.record([entry], f"withdrawn:{entry.processor}:{entry.epoch}:{entry.incarnation}")
     a = ctx.args
     if not stale:  # another DAG's recovery: it does not re-run this DAG's epochs
@@ -779,9 +810,8 @@ def _settle_other_inputs(ctx: EpochContext, key: CommitKey, staged: list[StagedF
         return staged
     row = ctx.rows.find(a.task_id, a.epoch, a.map_index)
     if row is not None and row.incarnation >= key.incarnation:
-        return [dataclasses.replace(files, done=CommitResult(files.uri, files.table.version(),
-                                                             count_epoch(files.table, key.epoch), applied=False))
-                if any(files is o for o in other) else files for files in staged]
+        return [dataclasses.replace(files, done=_already_there(files, key)) if any(files is o for o in other) else files
+                for files in staged]
     _check_still_current(ctx, None, appended=False)
     say(f"  replacing {len(other)} table(s) an earlier attempt of this epoch committed from other inputs "
         f"(it died before its ledger row): {', '.join(files.uri for files in other)}")
@@ -800,8 +830,8 @@ def _stale_asset_reads(ctx: EpochContext) -> list[str]:
     DAG has rolled back since (each producer's rollbacks read again, only those committed since)."""
     if not ctx.asset_inputs:
         return []
-    for snapshot in ctx.producer_snapshots.values():
-        snapshot.refresh_rollbacks()
+    for producer in ctx.producer_snapshots.values():
+        producer.refresh_rollbacks()
     stale = []
     for read in ctx.asset_inputs:
         snapshot = ctx.producer_snapshots.get(read.dag_id)
@@ -811,7 +841,7 @@ def _stale_asset_reads(ctx: EpochContext) -> list[str]:
     return stale
 
 
-def _spark_session() -> "SparkSession":
+def _spark_session() -> SparkSession:
     import os
 
     from pyspark.sql import SparkSession

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from falkirk.policies.epochs import epoch_ranges
 from falkirk.policies.partitions import UNPARTITIONED
 from falkirk.policies.regimes import SenderLog, Tier
-from falkirk.policies.store.commits import open_table
 from falkirk.policies.sender_logs.rebuild import BlocksLost, Rebuild, rebuild
+from falkirk.policies.store.commits import open_table
 from falkirk.policies.store.ledger import LedgerEntry
 from falkirk.policies.store.readability import Readable, StoreReadability
 from falkirk.spark_jobs.faults import crash_point
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from falkirk.spark_jobs.runtime import EpochContext
 
 
-def replay_plan(ctx: "EpochContext", previous: LedgerEntry) -> Rebuild:
+def replay_plan(ctx: EpochContext, previous: LedgerEntry) -> Rebuild:
     """The blocks that rebuild the state after ``previous.epoch``: per input, every epoch after
     the task's release point, each checked to be still in its producer's output table."""
     regime = ctx.args.regime
@@ -65,12 +66,12 @@ class Replaying:
     """What a replay of one retained epoch is given: the state the replay before it left, and
     per input the newest block released (a released block reads as no rows)."""
 
-    state: "DataFrame | None"
+    state: DataFrame | None
     released: Mapping[str, int]
     running_epoch: int  # the epoch the job runs: its blocks are there, to read a released input's columns from
 
 
-def rebuild_state(ctx: "EpochContext", previous: LedgerEntry, why: str) -> "DataFrame | None":
+def rebuild_state(ctx: EpochContext, previous: LedgerEntry, why: str) -> DataFrame | None:
     """The state after ``previous.epoch`` rebuilt by replaying the retained blocks through the job
     (``ctx.compute``); raises :class:`BlocksLost` when one of them is gone."""
     from falkirk.spark_jobs.runtime import EpochContext, JobError
@@ -85,12 +86,14 @@ def rebuild_state(ctx: "EpochContext", previous: LedgerEntry, why: str) -> "Data
                          f"the task from its first epoch: falkirk plan --dag {a.dag_id} --bad-epoch "
                          f"{a.processor}:1") from None
     epochs = sorted({e for _, seqs in plan.replay for e in seqs})
-    plan_released = a.regime.released(previous.epoch)
+    regime = a.regime
+    assert isinstance(regime, SenderLog)  # only a task under sender-side logs rebuilds its state
+    plan_released = regime.released(previous.epoch)
     blocks = "; ".join(f"{u} {epoch_ranges(seqs) if seqs else 'none'}" for u, seqs in plan.replay)
     say(f"{a.processor} epoch {a.epoch}: {why}; rebuilding the state of epoch {previous.epoch} with no checkpoint, "
         f"by replaying the blocks its producers retain: {blocks}")
     started = time.monotonic()
-    state: "DataFrame | None" = None
+    state: DataFrame | None = None
     for epoch in epochs:
         replay = EpochContext(dataclasses.replace(a, epoch=epoch), ctx.store, ctx.ledger, ctx.spark,
                               snapshot=ctx.snapshot, compute=ctx.compute,
@@ -108,7 +111,7 @@ def rebuild_state(ctx: "EpochContext", previous: LedgerEntry, why: str) -> "Data
     return state
 
 
-def restarted_volatile(ctx: "EpochContext") -> bool:
+def restarted_volatile(ctx: EpochContext) -> bool:
     """Whether this job is a new incarnation of a task whose log is volatile: an attempt after a
     failed one (a retry, or a task instance cleared by a recovery), which the paper's failed
     vertex starts without its memory or its log."""
@@ -116,7 +119,7 @@ def restarted_volatile(ctx: "EpochContext") -> bool:
     return isinstance(regime, SenderLog) and regime.log_durability == "volatile" and ctx.args.try_number > 1
 
 
-def lose_volatile_log(ctx: "EpochContext") -> list[int]:
+def lose_volatile_log(ctx: EpochContext) -> list[int]:
     """Drop, from this task's own output tables, every epoch before this one still held: the
     blocks a volatile log retained for its readers, lost with the incarnation that failed.
     Returns the epochs dropped; nothing is done unless :func:`restarted_volatile`."""
@@ -143,13 +146,13 @@ def lose_volatile_log(ctx: "EpochContext") -> list[int]:
     return sorted(dropped)
 
 
-def _rows(ctx: "EpochContext", plan: Rebuild) -> int:
+def _rows(ctx: EpochContext, plan: Rebuild) -> int:
     """The rows the blocks of ``plan`` hold, as their producers' ledger rows recorded them."""
     entries = (ctx.rows.find(u, e, UNPARTITIONED, read_again=False) for u, seqs in plan.replay for e in seqs)
     return sum(ref.rows or 0 for entry in entries if entry is not None for ref in entry.outputs)
 
 
-def _block_held(ctx: "EpochContext", readable: Readable, task_id: str, epoch: int) -> bool:
+def _block_held(ctx: EpochContext, readable: Readable, task_id: str, epoch: int) -> bool:
     """Whether ``task_id``'s outputs of ``epoch`` are still in their tables, as its ledger row recorded them."""
     entry = ctx.rows.find(task_id, epoch, UNPARTITIONED, read_again=False)
     return entry is not None and all(readable(ref.uri, entry.key) for ref in entry.outputs)

@@ -26,8 +26,9 @@ one: it announces saved chunks to a sink that runs beside the task.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store.commits import EpochTableError, epoch_rows, open_table
@@ -50,15 +51,15 @@ class StepError(ValueError):
 class ChunkObserver(Protocol):
     """Hears which chunks of an epoch are saved (see the module docstring)."""
 
-    def started(self, saved: Sequence["DataFrame"]) -> None:
+    def started(self, saved: Sequence[DataFrame]) -> None:
         """An attempt begins with chunks ``1..len(saved)`` saved already (their frames, read back)."""
 
-    def saved(self, chunk: int, frame: "DataFrame") -> None:
+    def saved(self, chunk: int, frame: DataFrame) -> None:
         """Chunk ``chunk``'s checkpoint is committed; ``frame`` is its result, read back."""
 
 
-def iterate(ctx: "EpochContext", step: Callable[["DataFrame", int], "DataFrame"], start: "DataFrame", *,
-            times: int, checkpoint_every: int) -> "DataFrame":
+def iterate(ctx: EpochContext, step: Callable[[DataFrame, int], DataFrame], start: DataFrame, *,
+            times: int, checkpoint_every: int) -> DataFrame:
     """The frame after ``times`` iterations of ``step`` from ``start``; see the module docstring."""
     _check_count("times", times)
     _check_count("checkpoint_every", checkpoint_every)
@@ -74,8 +75,8 @@ def iterate(ctx: "EpochContext", step: Callable[["DataFrame", int], "DataFrame"]
     return frame
 
 
-def chunks(ctx: "EpochContext", frame: "DataFrame", process: Callable[["DataFrame", int], "DataFrame"], *,
-           count: int, key: str, observer: ChunkObserver | None = None) -> "DataFrame":
+def chunks(ctx: EpochContext, frame: DataFrame, process: Callable[[DataFrame, int], DataFrame], *,
+           count: int, key: str, observer: ChunkObserver | None = None) -> DataFrame:
     """The union of ``process(chunk, i)`` over the ``count`` chunks of ``frame``; see the module docstring."""
     from pyspark.sql import functions as F
 
@@ -100,7 +101,7 @@ def chunks(ctx: "EpochContext", frame: "DataFrame", process: Callable[["DataFram
     return union
 
 
-def discard(ctx: "EpochContext") -> int:
+def discard(ctx: EpochContext) -> int:
     """Delete the step checkpoints of this processor's committed epochs up to this one (no
     attempt resumes from them); returns how many tables lost rows.
 
@@ -119,7 +120,7 @@ def discard(ctx: "EpochContext") -> int:
         table = open_table(uri, store.options_for(uri))
         done = sorted(e for e in (epoch_rows(table) if table is not None else {})
                       if e <= a.epoch and (e == a.epoch or e in committed))
-        if done:
+        if done and table is not None:
             table.delete(f"epoch IN ({', '.join(str(int(e)) for e in done)})")
             cleared += 1
     return cleared
@@ -130,7 +131,7 @@ def _check_count(name: str, value: object) -> None:
         raise StepError(f"{name}={value!r}: give a whole number >= 1")
 
 
-def _resume(ctx: "EpochContext", kind: str, of: int):
+def _resume(ctx: EpochContext, kind: str, of: int):
     """(frame, steps done, chunk frames) from the latest usable checkpoint, or ``None``: start over."""
     a, store = ctx.args, ctx.store
     found = StepLog(store).of_epoch(a.dag_id, a.task_id, a.map_index, a.epoch, a.incarnation)
@@ -159,14 +160,14 @@ def _resume(ctx: "EpochContext", kind: str, of: int):
     return None
 
 
-def _load(ctx: "EpochContext", cp: StepCheckpoint) -> "DataFrame":
+def _load(ctx: EpochContext, cp: StepCheckpoint) -> DataFrame:
     scratch = ctx.store.is_scratch(cp.uri)
     if scratch and cp.worker not in (None, worker_name()):
         raise EpochTableError(f"it is in scratch on {cp.worker}, and this attempt runs on {worker_name()}")
     return read_frame(ctx.spark, cp.uri, cp.key, cp.rows, ctx.store.options_for(cp.uri), on_driver=scratch)
 
 
-def _checkpoint(ctx: "EpochContext", kind: str, step: int, of: int, frame: "DataFrame") -> "DataFrame":
+def _checkpoint(ctx: EpochContext, kind: str, step: int, of: int, frame: DataFrame) -> DataFrame:
     """Commit ``frame`` as the checkpoint at (epoch, step) and return it read back (which also
     cuts its lineage: the next steps build on the committed rows)."""
     a, store = ctx.args, ctx.store

@@ -69,7 +69,7 @@ class Layout:
 
 # -- the producer -----------------------------------------------------------------------------------------
 
-def draw(spark: "SparkSession", layout: Layout, epoch: int, markers: Markers = "pairs",
+def draw(spark: SparkSession, layout: Layout, epoch: int, markers: Markers = "pairs",
          deterministic: bool = False) -> None:
     """Draw epoch ``epoch`` chunk by chunk, streaming it to the edge; see the module docstring.
 

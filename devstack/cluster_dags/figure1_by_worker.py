@@ -14,6 +14,7 @@ from pathlib import Path
 
 _spec = importlib.util.spec_from_file_location(
     "falkirk_figure1_dag", Path(__file__).resolve().parents[2] / "dags" / "falkirk_figure1.py")
+assert _spec is not None and _spec.loader is not None
 _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)
 

@@ -18,9 +18,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from devstack.soak.schedule import Fault
+
+if TYPE_CHECKING:  # run imports this module
+    from devstack.soak.run import Soak
 
 SUPPORTED = ("kill-worker", "lose-worker", "kill-job", "kill-scheduler", "kill-api-server", "kill-replay",
              "freeze-s3", "refuse-s3", "clock-shift", "mistaken-trigger", "gc", "bad-input")
@@ -49,12 +52,19 @@ class Injected:
         return f"{self.fault.describe()}  landed at {self.landed:.0f}s: {self.hit}{held}{caught}"
 
 
+def _worker_of(fault: Fault) -> str:
+    """The worker a worker fault targets (the schedule draws one for each)."""
+    if fault.target is None:
+        raise ValueError(f"fault {fault.kind} at {fault.at:.0f}s names no worker")
+    return fault.target
+
+
 class Nemesis:
     """Faults against ``soak`` (a :class:`devstack.soak.run.Soak`: its shape, S3 front, crash
     file, and its DAGs' epochs and running replays). A fault aimed at one DAG (a job, a replay, a
     trigger) picks it with the schedule's random generator, so a seed draws the same aims again."""
 
-    def __init__(self, soak: "Soak", rng: random.Random) -> None:  # noqa: F821 (run imports this module)
+    def __init__(self, soak: Soak, rng: random.Random) -> None:
         self.soak = soak
         self.rng = rng
         self._holds: list[tuple[threading.Timer, Injected]] = []
@@ -73,7 +83,7 @@ class Nemesis:
         return injected
 
     def _undo(self, injected: Injected) -> None:
-        if injected.fault.kind == "clock-shift":
+        if injected.fault.kind == "clock-shift" and injected.fault.target is not None:
             self._shift(injected.fault.target, 0)
         else:
             self.soak.front.up()
@@ -96,26 +106,28 @@ class Nemesis:
     # --- the kinds ------------------------------------------------------------------------------
 
     def kill_worker(self, fault: Fault) -> str:
-        worker = self.soak.cluster.airflow.worker(fault.target)
+        name = _worker_of(fault)
+        worker = self.soak.cluster.airflow.worker(name)
         worker.kill()
         worker.start()
-        return f"{fault.target} killed and started again, its disk kept"
+        return f"{name} killed and started again, its disk kept"
 
     def lose_worker(self, fault: Fault) -> str:
         """The machine is gone: the worker killed, its disk deleted, and a new machine of the same
         name started on an empty disk ``REPLACED_AFTER`` seconds later (long enough for
         ``falkirk watch`` to find it silent). A user plans the lost worker for the DAGs that
         have not opted in to ``falkirk watch``'s replays."""
-        worker = self.soak.cluster.airflow.worker(fault.target)
+        name = _worker_of(fault)
+        worker = self.soak.cluster.airflow.worker(name)
         worker.kill()
-        disk = self.soak.cluster.scratch_root(fault.target)
+        disk = self.soak.cluster.scratch_root(name)
         shutil.rmtree(disk, ignore_errors=True)
         for driven in self.soak.dags:
             if not driven.dag.auto_recover:
-                driven.lost_workers.add(fault.target)
-        timer = threading.Timer(REPLACED_AFTER, self._replace, (fault.target,))
+                driven.lost_workers.add(name)
+        timer = threading.Timer(REPLACED_AFTER, self._replace, (name,))
         timer.daemon = True
-        self._replacements.append((timer, fault.target))
+        self._replacements.append((timer, name))
         timer.start()
         return (f"{fault.target} killed, its disk {disk} deleted; a new {fault.target} starts on an empty disk in "
                 f"{REPLACED_AFTER:.0f}s")
@@ -134,8 +146,9 @@ class Nemesis:
 
     def clock_shift(self, fault: Fault) -> str:
         """The worker's wall clock (and its jobs') runs ``hold`` seconds ahead, for the hold."""
-        self._shift(fault.target, fault.hold)
-        return f"{fault.target}'s clock {fault.hold:.0f}s ahead"
+        target, hold = str(fault.target), float(fault.hold or 0)
+        self._shift(target, hold)
+        return f"{target}'s clock {hold:.0f}s ahead"
 
     def _shift(self, worker: str, seconds: float) -> None:
         clock = self.soak.clocks / worker
@@ -177,8 +190,10 @@ class Nemesis:
             self.soak.kill_next_replay = True
             return "no replay running: the next one is killed as it starts"
         driven = self.rng.choice(running)
-        driven.replay.kill()
-        return f"{driven.dag_id}'s falkirk replay (pid {driven.replay.pid}) killed"
+        replay = driven.replay
+        assert replay is not None  # chosen among the running ones
+        replay.kill()
+        return f"{driven.dag_id}'s falkirk replay (pid {replay.pid}) killed"
 
     def freeze_s3(self, fault: Fault) -> str:
         self.soak.front.hang_at("GET", "")
@@ -205,7 +220,9 @@ class Nemesis:
         """The next epoch's batch lands incomplete; upstream delivers it again whole once two
         later epochs have read on, and the soak recovers it as a bad epoch (``Soak._deliver_again``)."""
         epoch = self.soak.inputs.latest_epoch + 1
-        self.soak.inputs.source.deliver_incomplete(epoch)
+        source = self.soak.inputs.source
+        assert source is not None  # the soak's first DAG is figure1, fed by the clickstream
+        source.deliver_incomplete(epoch)
         return f"clickstream epoch {epoch} delivered with a tenth of its events missing"
 
     def gc(self, fault: Fault) -> str:

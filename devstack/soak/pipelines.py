@@ -45,11 +45,11 @@ ValueError: --dags: orders_leaders runs on what orders publishes: name orders be
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Mapping
 
 from devstack.airflow import PROJECT_ROOT
 from falkirk.policies.job_spec import processor_id

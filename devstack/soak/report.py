@@ -24,7 +24,7 @@ class KindFigures:
     longest: float | None
 
 
-def by_kind(report: "SoakReport") -> list[KindFigures]:
+def by_kind(report: SoakReport) -> list[KindFigures]:
     """The faults of ``report`` that landed, by kind, the most frequent first."""
     kinds: dict[str, list] = {}
     for injected in landed(report):
@@ -37,12 +37,12 @@ def by_kind(report: "SoakReport") -> list[KindFigures]:
     return out
 
 
-def landed(report: "SoakReport") -> list:
+def landed(report: SoakReport) -> list:
     """The faults that landed (not those the soak could not inject, or held back to the end)."""
     return [i for i in report.injected if not i.hit.startswith(("not landed", "could not inject"))]
 
 
-def command(report: "SoakReport") -> str:
+def command(report: SoakReport) -> str:
     """The command that runs the same schedule on the same DAGs again."""
     from devstack.soak.pipelines import SOAK_DAGS
 
@@ -50,7 +50,7 @@ def command(report: "SoakReport") -> str:
     return report.schedule.command(report.broken) + (f" DAGS={','.join(names)}" if names != list(SOAK_DAGS) else "")
 
 
-def _epochs(report: "SoakReport") -> str:
+def _epochs(report: SoakReport) -> str:
     return ", ".join(f"{d} {n}" for d, n in report.epochs.items())
 
 
@@ -58,7 +58,7 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}s"
 
 
-def render(report: "SoakReport") -> str:
+def render(report: SoakReport) -> str:
     """The report as printed at the end of ``make soak``."""
     s = report.schedule
     lines = ["", f"== soak report: seed {s.seed}, {s.duration / 60:g} minutes; epochs: {_epochs(report)}", "",
@@ -91,7 +91,7 @@ def render(report: "SoakReport") -> str:
     return "\n".join(lines)
 
 
-def markdown(report: "SoakReport") -> str:
+def markdown(report: SoakReport) -> str:
     """The report's figures as a Markdown table, for the docs: faults by kind, recoveries, time to
     caught-up."""
     s = report.schedule

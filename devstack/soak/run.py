@@ -56,7 +56,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +68,10 @@ from devstack.processes import VENV_BIN
 from devstack.soak.nemesis import CLOCK_DIR, CLOCKS_ENV, SUPPORTED, Injected, Nemesis, ensure_file, kinds_supported
 from devstack.soak.pipelines import AUTO_RECOVER_ENV, DAGS_ENV, SOAK_DAGS, SoakDag, dags_named
 from devstack.soak.schedule import FaultSchedule, Mix, parse_duration
-from falkirk.policies import EpochClock, faults
-from falkirk.policies.asset_events import EPOCH_KEY_FORMAT
 from falkirk.plugins.airflow_rest import api_path
 from falkirk.plugins.cli import EXIT_STORE
+from falkirk.policies import EpochClock, faults
+from falkirk.policies.asset_events import EPOCH_KEY_FORMAT
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
 from falkirk.policies.pairs import Layout, Status
 from falkirk.policies.planning.monitor import inputs_to_reopen
@@ -137,6 +137,7 @@ class Soak:
     def __init__(self, cluster: Cluster, schedule: FaultSchedule, root: Path, progress: Progress = say,
                  broken: str = "", dags: list[SoakDag] | None = None) -> None:
         self.cluster = cluster
+        assert cluster.front is not None, "the soak's shape has the S3 front (s3_front=True)"
         self.front = cluster.front
         self.schedule = schedule
         self.progress = progress
@@ -323,7 +324,7 @@ class DagUnderSoak:
         if self.dag.fed is None:
             return int(run["dag_run_id"].split("-", 1)[1])
         return self.clock.epoch_of(datetime.strptime(run["partition_key"], EPOCH_KEY_FORMAT).replace(
-            tzinfo=timezone.utc))
+            tzinfo=UTC))
 
     def epoch_states(self, runs: list[dict[str, Any]]) -> dict[int, str]:
         """Each epoch's state: its run's, or where Airflow started several runs of one epoch (an
@@ -363,6 +364,7 @@ class DagUnderSoak:
         """What a user does: a replay that was killed is run again; a failed run, or a batch
         delivered again, is planned and replayed; replicas taken over are caught up."""
         soak = self.soak
+        recovery: Recovery | None
         if self.dag.paired and self._catch_up():
             return
         if self.dag.fed is not None and (self.producer.replay is not None or self.producer.replay_due is not None):
@@ -388,7 +390,7 @@ class DagUnderSoak:
                 self.lost_workers.clear()
                 for epoch in recovery.bad_epochs:
                     self.delivered_again.pop(epoch).settled = True
-                if recovery.bad_epochs and not self.delivered_again:
+                if recovery.bad_epochs and not self.delivered_again and self.source is not None:
                     self.source.recovered()
                 self.replaying = None
                 return
@@ -434,16 +436,16 @@ class DagUnderSoak:
         plans = json.loads(done.stdout)
         plans = plans.get("plans", [plans])  # --consumers: this DAG's plan first, then its consumers'
         plan = plans[0]
-        why = [f"failed: {', '.join(sorted(failed))}"] if failed else []
-        why += [f"lost: {', '.join(sorted(self.lost_workers))}"] if self.lost_workers else []
-        why += [f"delivered again: events {', '.join(map(str, bad))}"] if bad else []
+        reasons = [f"failed: {', '.join(sorted(failed))}"] if failed else []
+        reasons += [f"lost: {', '.join(sorted(self.lost_workers))}"] if self.lost_workers else []
+        reasons += [f"delivered again: events {', '.join(map(str, bad))}"] if bad else []
         recovery = next((r for r in soak.report.recoveries if r.plan_id == plan["plan_id"] and r.replayed_in is None),
                         None)  # the same plan again (nothing changed since): one recovery, replayed again
         if recovery is None:
             also = [p["plan_id"] for p in plans[1:]]
-            why += [f"with {', '.join(p['dag_id'] for p in plans[1:])}"] if also else []
+            reasons += [f"with {', '.join(p['dag_id'] for p in plans[1:])}"] if also else []
             recovery = Recovery(plan["plan_id"], sum(len(t["rerun"]) for p in plans for t in p["tasks"]),
-                                soak.elapsed(), "; ".join(why), bad_epochs=bad, dag_id=self.dag_id, also=also)
+                                soak.elapsed(), "; ".join(reasons), bad_epochs=bad, dag_id=self.dag_id, also=also)
             soak.report.recoveries.append(recovery)
         for injected in soak.report.injected[self._attributed:]:  # the faults since this DAG's last plan
             if injected.settled or injected.epoch in bad:  # a spoiled input waits for its own plan
@@ -456,13 +458,13 @@ class DagUnderSoak:
         self._start_replay(recovery)
 
     @property
-    def producer(self) -> "DagUnderSoak":
+    def producer(self) -> DagUnderSoak:
         """The soak DAG whose task updates the Asset this one is scheduled on."""
         assert self.dag.fed is not None
         return next(d for d in self.soak.dags if d.dag.name == self.dag.fed.producer)
 
     @property
-    def consumers(self) -> list["DagUnderSoak"]:
+    def consumers(self) -> list[DagUnderSoak]:
         """The soak DAGs scheduled on an Asset this one updates."""
         return [d for d in self.soak.dags if d.dag.fed is not None and d.dag.fed.producer == self.dag.name]
 
@@ -480,7 +482,7 @@ class DagUnderSoak:
         their failure restores it on the durable path."""
         soak = self.soak
         if self.catching_up is not None:
-            proc, recovery, worker = self.catching_up
+            proc, recovery, caught = self.catching_up
             code = proc.poll()
             if code is None:
                 return True
@@ -490,12 +492,12 @@ class DagUnderSoak:
                 recovery.replayed_in = soak.elapsed() - recovery.planned_at
                 recovery.reruns = sum(len(m.group(1).split(", ")) for m in CATCH_UP_REPLAYING.finditer(said)
                                       if m.group(1) != "none")
-                self._say(f"catch-up onto {worker} done in {recovery.replayed_in:.0f}s "
+                self._say(f"catch-up onto {caught} done in {recovery.replayed_in:.0f}s "
                           f"({recovery.reruns} epochs of replicas to replay)")
             else:
-                self._say(f"catch-up onto {worker} exited {code}: {(said.splitlines() or [''])[-1][:200]}; "
+                self._say(f"catch-up onto {caught} exited {code}: {(said.splitlines() or [''])[-1][:200]}; "
                           f"running it again in {RETRY_SECONDS}s")
-                self.catch_up_due = (worker, soak.elapsed() + RETRY_SECONDS)
+                self.catch_up_due = (caught, soak.elapsed() + RETRY_SECONDS)
             return False
         if self.replay is not None or self.replay_due is not None:
             return False
@@ -561,7 +563,8 @@ class DagUnderSoak:
                 injected.settled = True
                 self._say(f"clickstream epoch {epoch} was spoiled after the last epoch: nothing read it")
                 continue
-            if state.get(epoch) == "success" and (self.latest_epoch >= epoch + 2 or self.soak.ending):
+            if self.source is not None and state.get(epoch) == "success" and (
+                    self.latest_epoch >= epoch + 2 or self.soak.ending):
                 self.source.deliver_again(epoch, reopen_from=self._reopen_from(epoch))
                 self.delivered_again[epoch] = self.spoiled.pop(epoch)
                 self._say(f"clickstream epoch {epoch} delivered again, whole")
@@ -698,7 +701,7 @@ class ReferenceBeside:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="reference", daemon=True)
 
-    def start(self) -> "ReferenceBeside":
+    def start(self) -> ReferenceBeside:
         self._thread.start()
         return self
 
@@ -804,10 +807,10 @@ def check_through(cluster: Cluster, dag: SoakDag, through: int) -> list[str]:
             found.append(f"{dag.dag_id} table {uri.split(f'/{dag.reference}/', 1)[1]}: {len(got)} rows against "
                          f"{len(want)}" + row_differences(got, want))
     if dag.name == "figure1":
-        ours, theirs = ([r for r in QueryStatsStore(cluster.query_db, schema=d).rows() if r[0] <= through]
+        sink, theirs = ([r for r in QueryStatsStore(cluster.query_db, schema=d).rows() if r[0] <= through]
                         for d in (dag.dag_id, dag.reference))
-        if ours != theirs:
-            found.append(f"{dag.dag_id}'s SQL sink: {len(ours)} rows against {len(theirs)}")
+        if sink != theirs:
+            found.append(f"{dag.dag_id}'s SQL sink: {len(sink)} rows against {len(theirs)}")
     return found
 
 

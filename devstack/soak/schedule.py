@@ -28,8 +28,8 @@ ValueError: --mix: unknown fault 'explode'; the kinds are bad-input, clock-shift
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 KINDS: Mapping[str, str] = {
     "kill-worker": "SIGKILL of a Celery worker; its disk is kept and it is started again",
@@ -71,7 +71,7 @@ class Mix:
             raise ValueError("--mix: every weight is 0; give at least one kind a weight, e.g. kill-worker=1")
 
     @classmethod
-    def every_kind(cls) -> "Mix":
+    def every_kind(cls) -> Mix:
         """Each kind once as often as any other (the default).
 
         >>> sorted(Mix.every_kind().weights) == sorted(KINDS)
@@ -80,7 +80,7 @@ class Mix:
         return cls(dict.fromkeys(KINDS, 1.0))
 
     @classmethod
-    def parse(cls, text: str) -> "Mix":
+    def parse(cls, text: str) -> Mix:
         """``kind=weight,kind=weight``; a kind with no ``=weight`` weighs 1.
 
         >>> Mix.parse("gc, freeze-s3=3").weights
@@ -147,7 +147,7 @@ class FaultSchedule:
     @classmethod
     def draw(cls, seed: int, duration: float, mix: Mix | None = None, *, mean_gap: float = 90,
              min_gap: float = 20, warmup: float | None = None, cooldown: float | None = None,
-             workers: Sequence[str] = ("worker-a", "worker-b")) -> "FaultSchedule":
+             workers: Sequence[str] = ("worker-a", "worker-b")) -> FaultSchedule:
         """The faults ``seed`` draws for a soak of ``duration`` seconds.
 
         >>> s = FaultSchedule.draw(seed=1, duration=3600, mean_gap=60, min_gap=20)
@@ -175,7 +175,7 @@ class FaultSchedule:
             kind = rng.choices(kinds, weights)[0]
             target = rng.choice(list(workers)) if kind in WORKER_KINDS else None
             low, high = HOLD_SECONDS.get(kind, (None, None))
-            hold = round(rng.uniform(low, high), 1) if low is not None else None
+            hold = round(rng.uniform(low, high), 1) if low is not None and high is not None else None
             faults.append(Fault(at, kind, target, hold))
         return cls(seed, duration, mix, tuple(faults), mean_gap)
 

@@ -26,8 +26,8 @@ checks it against a brute-force oracle.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
 
 from falkirk.policies.partitions import task_of
 from falkirk.policies.planning.recovery import BadEpoch, Failure, PlanError, RecoveryPlan
@@ -161,7 +161,7 @@ def asset_edges(rows: Iterable[LedgerEntry]) -> list[AssetEdge]:
         for read in row.asset_inputs:
             edge = consumed.setdefault((read.dag_id, read.task_id, row.dag_id, row.task_id), {})
             edge.setdefault(row.epoch, set()).add(read.epoch)
-    return [AssetEdge(p_dag, p_task, c_dag, c_task, runs)
+    return [AssetEdge(p_dag, p_task, c_dag, c_task, {k: tuple(sorted(v)) for k, v in runs.items()})
             for (p_dag, p_task, c_dag, c_task), runs in sorted(consumed.items())]
 
 

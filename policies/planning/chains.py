@@ -43,8 +43,8 @@ the ledger itself (:meth:`TaskGraph.from_ledger`: every input a task ever read).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from falkirk.policies.partitions import processor_id, split_processor, task_of, twin_index
 from falkirk.policies.regimes import Regime, SenderLog
@@ -93,7 +93,7 @@ class TaskGraph:
                     raise ChainError(f"edge {e.id}: task {end!r} is not in the graph's tasks {sorted(known)}")
 
     @classmethod
-    def from_ledger(cls, entries: Iterable[LedgerEntry]) -> "TaskGraph":
+    def from_ledger(cls, entries: Iterable[LedgerEntry]) -> TaskGraph:
         """Every task (every partition of a partitioned one) with a ledger row, and an edge for
         every input (producer partition) any of them read."""
         tasks: dict[str, None] = {}
@@ -225,7 +225,7 @@ def chains_from_ledger(
     return chains
 
 
-def _consumed(consumed: dict[tuple[str, str], int], edge: "DataEdge", paired: set[str]) -> int:
+def _consumed(consumed: dict[tuple[str, str], int], edge: DataEdge, paired: set[str]) -> int:
     """M̄ of ``edge`` at a checkpoint that read ``consumed`` (producer processor, output -> bound).
 
     A replica of a process pair reads a producer partition from its own replica id while that

@@ -52,24 +52,24 @@ second run finds nothing left to reclaim.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
 
 from deltalake.exceptions import CommitFailedError
 
-from falkirk.policies.planning.chains import DataEdge, TaskGraph, chains_from_ledger, current_rows, reads_back
-from falkirk.policies.planning.monitor import low_watermarks
 from falkirk.policies.epochs import epoch_ranges
 from falkirk.policies.faults import broken
 from falkirk.policies.partitions import processors, split_processor, task_of
+from falkirk.policies.planning.chains import DataEdge, TaskGraph, chains_from_ledger, current_rows, reads_back
+from falkirk.policies.planning.from_ledger import taken_over_replicas, without_processors
+from falkirk.policies.planning.monitor import low_watermarks
+from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.policies.regimes import Regime, SenderLog, Tier
 from falkirk.policies.rollback.times import EPOCH
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.control import Collections
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, is_external
 from falkirk.policies.store.readability import Readable, StoreReadability, durable_only
-from falkirk.policies.planning.recovery_log import RecoveryLog
-from falkirk.policies.planning.from_ledger import taken_over_replicas, without_processors
 
 LivePartitions = Callable[[str], Mapping[int, int]]
 """The epochs a table at a URI holds now, each with its size in bytes (empty: no table)."""
@@ -456,8 +456,9 @@ def _delete_epochs(store: StoreConfig, uri: str, epochs: tuple[int, ...], retain
 
 
 def _size(n: int) -> str:
+    size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+        if size < 1024 or unit == "GiB":
             break
-        n /= 1024
-    return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        size /= 1024
+    return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"

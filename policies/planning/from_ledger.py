@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from falkirk.policies.partitions import processor_id, task_of
 from falkirk.policies.planning.chains import TaskGraph
-from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, Failure, LostScratch, LostWorker, PlanError,
-                                               RecoveryPlan, plan_recovery)
+from falkirk.policies.planning.recovery import (
+    BadEpoch,
+    FailedTask,
+    Failure,
+    LostScratch,
+    LostWorker,
+    PlanError,
+    RecoveryPlan,
+    plan_recovery,
+)
 from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.policies.regimes import Regime, Tier
 from falkirk.policies.store import StoreConfig, StoreError

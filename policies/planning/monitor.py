@@ -25,14 +25,14 @@ checkpoints are reported.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, reads_back
 from falkirk.policies.rollback.graph import Graph
 from falkirk.policies.rollback.metadata import Chain, Checkpoint
 from falkirk.policies.rollback.solver import Solution, Solver
-from falkirk.policies.rollback.times import Bound, EPOCH
+from falkirk.policies.rollback.times import EPOCH, Bound
 from falkirk.policies.store.ledger import LedgerEntry
 from falkirk.policies.store.readability import Readable
 

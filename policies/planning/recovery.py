@@ -48,11 +48,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Iterable, Mapping, Union
 
-from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back, sent_undelivered
 from falkirk.policies.partitions import processor_id, task_of
+from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back, sent_undelivered
 from falkirk.policies.regimes import Regime, SenderLog
 from falkirk.policies.rollback.solver import solve
 from falkirk.policies.rollback.times import EPOCH
@@ -126,7 +126,7 @@ class DiscardedEpochs:
         return f"discarded epochs {self.first}..{self.last}"
 
 
-Failure = Union[FailedTask, LostScratch, LostWorker, BadEpoch, DiscardedEpochs]
+Failure = FailedTask | LostScratch | LostWorker | BadEpoch | DiscardedEpochs
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,7 @@ class RecoveryPlan:
         return {**self._body(), "plan_id": self.plan_id}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "RecoveryPlan":
+    def from_json(cls, data: Mapping) -> RecoveryPlan:
         kinds = {"failed_task": FailedTask, "lost_scratch": LostScratch, "lost_worker": LostWorker,
                  "bad_epoch": BadEpoch, "discarded_epochs": DiscardedEpochs}
         failures = tuple(kinds[f.pop("kind")](**f) for f in (dict(x) for x in data["failures"]))
@@ -373,13 +373,13 @@ def plan_recovery(
             row = by_epoch[t][kept_through[t]]
             restore = StateRef(row.epoch, row.state_uri or "", row.state_version, row.state_tier)
         rereads = []
-        for e in graph.edges:
-            if e.dst == t:
-                b = back.get((e.src, e.output, t), 0)
+        for edge in graph.edges:
+            if edge.dst == t:
+                b = back.get((edge.src, edge.output, t), 0)
                 read = {y for x in rerun[t] for y in range(max(x - b, first_epoch), x + 1)}
-                epochs = tuple(sorted(read - set(rerun[e.src])))
+                epochs = tuple(sorted(read - set(rerun[edge.src])))
                 if epochs:
-                    rereads.append((e.src, e.output, epochs))
+                    rereads.append((edge.src, edge.output, epochs))
         tasks.append(TaskPlan(t, regime, kept_through[t], notified[t], rerun[t], restore, tuple(rereads),
                               tuple(sorted(clear.get(t, ()))), resume.get(t)))
     return RecoveryPlan(dag_id, failures, last_epoch, ledger_version, tuple(tasks))
@@ -438,7 +438,7 @@ def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Map
     def output_readable(task: str, output: str, epoch: int) -> bool:
         row = by_epoch.get(task, {}).get(epoch)
         ref = next((o for o in row.outputs if o.name == output), None) if row else None
-        return ref is not None and readable(ref.uri, row.key)
+        return ref is not None and row is not None and readable(ref.uri, row.key)
 
     changed = True
     while changed:

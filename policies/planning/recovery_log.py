@@ -46,9 +46,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Sequence
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
@@ -56,8 +56,14 @@ from deltalake.exceptions import CommitFailedError
 
 from falkirk.policies.planning.recovery import PlanError, RecoveryPlan
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.commits import (TABLE_PROPERTIES, StoreUnreachable, open_table, retry_lost_races, scan,
-                                            unanswered)
+from falkirk.policies.store.commits import (
+    TABLE_PROPERTIES,
+    StoreUnreachable,
+    open_table,
+    retry_lost_races,
+    scan,
+    unanswered,
+)
 
 SCHEMA = pa.schema(
     [
@@ -128,7 +134,7 @@ class Lease:
         return (self.last_seen or self.since) + timedelta(seconds=seconds or lease_seconds())
 
     def expired(self, now: datetime | None = None, seconds: int | None = None) -> bool:
-        return (now or datetime.now(timezone.utc)) > self.expires_at(seconds)
+        return (now or datetime.now(UTC)) > self.expires_at(seconds)
 
 
 class RecoveryLog:
@@ -197,7 +203,7 @@ class RecoveryLog:
     def renew(self, lease: Lease) -> Lease:
         """Renew ``lease`` (a ``heartbeat`` row); raises :class:`LeaseLost` if it is no longer held."""
         self._check_held(lease)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         self._append([_row(lease.dag_id, lease.plan_id, "heartbeat", lease.holder, _lease_detail(lease.token), now)],
                      table=open_table(self.uri, self._options), retries=None)
         self._check_held(lease)
@@ -251,7 +257,7 @@ class RecoveryLog:
             scan(table, where={"dag_id": dag_id}).to_pylist(), key=lambda r: r["recorded_at"])
         if check_finished:
             check_not_finished(events, plan_id)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         rows = []
         other = open_lease(events, dag_id)
         if other is not None:
@@ -324,7 +330,7 @@ def _held(other: Lease) -> LeaseHeld:
 
 def _row(dag_id: str, plan_id: str, event: str, holder: str, detail: str, at: datetime | None = None) -> dict:
     return {"dag_id": dag_id, "plan_id": plan_id, "event": event, "holder": holder, "detail": detail,
-            "recorded_at": at or datetime.now(timezone.utc)}
+            "recorded_at": at or datetime.now(UTC)}
 
 
 def _lease_detail(token: str, note: str = "") -> str:

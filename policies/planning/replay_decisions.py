@@ -116,7 +116,7 @@ class Wait:
 
     done: int
     total: int
-    failed: tuple[Instance, str] | None = None
+    failed: tuple[Instance, str | None] | None = None
 
     @property
     def finished(self) -> bool:

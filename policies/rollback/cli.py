@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from falkirk.policies.rollback.scenario import ScenarioError, load_scenario
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from falkirk.policies.rollback.times import Bound, Domain, EPOCH, EpochDomain, INF, LexDomain, SeqDomain
+from falkirk.policies.rollback.times import EPOCH, INF, Bound, Domain, EpochDomain, LexDomain, SeqDomain
 
 __all__ = ["EPOCH", "Frontier", "NotationError", "format_bound", "parse_bound"]
 
@@ -38,22 +38,22 @@ class Frontier:
         self.bound = bound
 
     @classmethod
-    def empty(cls, domain: Domain) -> "Frontier":
+    def empty(cls, domain: Domain) -> Frontier:
         """∅: no time at all (the initial state)."""
         return cls(domain, domain.empty)
 
     @classmethod
-    def top(cls, domain: Domain) -> "Frontier":
+    def top(cls, domain: Domain) -> Frontier:
         """⊤: every time, including future ones (a live processor's current state)."""
         return cls(domain, domain.top)
 
     @classmethod
-    def down(cls, domain: Domain, times: Any) -> "Frontier":
+    def down(cls, domain: Domain, times: Any) -> Frontier:
         """↓T, the smallest frontier containing ``times``."""
         return cls(domain, domain.down(times))
 
     @classmethod
-    def parse(cls, value: Any, domain: Domain) -> "Frontier":
+    def parse(cls, value: Any, domain: Domain) -> Frontier:
         return cls(domain, parse_bound(value, domain))
 
     def to_json(self) -> Any:
@@ -71,16 +71,16 @@ class Frontier:
     def __contains__(self, time: Any) -> bool:
         return self.domain.contains(self.bound, time)
 
-    def __le__(self, other: "Frontier") -> bool:
+    def __le__(self, other: Frontier) -> bool:
         return self.domain.subset(self.bound, other.bound)
 
-    def __lt__(self, other: "Frontier") -> bool:
+    def __lt__(self, other: Frontier) -> bool:
         return self <= other and self != other
 
-    def __and__(self, other: "Frontier") -> "Frontier":
+    def __and__(self, other: Frontier) -> Frontier:
         return Frontier(self.domain, self.domain.meet(self.bound, other.bound))
 
-    def __or__(self, other: "Frontier") -> "Frontier":
+    def __or__(self, other: Frontier) -> Frontier:
         return Frontier(self.domain, self.domain.join(self.bound, other.bound))
 
     def __eq__(self, other: object) -> bool:
@@ -135,6 +135,8 @@ def format_bound(bound: Bound, domain: Domain) -> Any:
         return {"through": domain.last_through(bound)}
     if isinstance(domain, LexDomain):
         return {"below": list(bound)}
+    if not isinstance(domain, SeqDomain):
+        raise NotationError(f"bound {bound!r} of a {domain.describe()} domain has no notation")
     counts = {e: c for e, c in domain.counts(bound).items() if c}
     if any(c == INF for c in counts.values()):
         raise NotationError(f"bound {bound!r} is infinite on some edges but not ⊤; it has no notation")

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from falkirk.policies.rollback.times import Domain
 
 

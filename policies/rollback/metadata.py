@@ -25,8 +25,9 @@ falkirk.policies.rollback.metadata.MetadataError: checkpoints[1].M.e: M̄ must l
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Any
 
 from falkirk.policies.rollback.times import Bound, Domain, SeqDomain
 
@@ -85,14 +86,14 @@ class Chain:
     def has_top(self) -> bool:
         return bool(self.checkpoints) and self.checkpoints[-1].f == self.domain.top
 
-    def without_top(self) -> "Chain":
+    def without_top(self) -> Chain:
         """The persisted checkpoints only: what a failed processor, or the monitor, sees."""
         kept = self.checkpoints[:-1] if self.has_top else self.checkpoints
         chain = Chain.__new__(Chain)
         chain.domain, chain.checkpoints, chain.out_domains, chain.failed = self.domain, kept, self.out_domains, self.failed
         return chain
 
-    def copy(self) -> "Chain":
+    def copy(self) -> Chain:
         """The same chain in a list of its own: appending to one leaves the other as it was."""
         chain = Chain.__new__(Chain)
         chain.domain, chain.checkpoints, chain.out_domains, chain.failed = (
@@ -136,22 +137,24 @@ class Chain:
                         x for j, x in enumerate(m[:-1]) if j != dom.index[d]):
                     raise MetadataError(f"{path}.M.{d}: a seq M̄(d, f) may count only edge {d}")
             if i == 0:
-                bars = [(f"M.{d}", m, dom) for d, m in c.M.items()] + [("N", c.N, dom)]
+                bars: list[tuple[str, Any, Domain | None]] = [(f"M.{d}", m, dom) for d, m in c.M.items()]
+                bars.append(("N", c.N, dom))
                 bars += [(f"D.{e}", v, self.out_domains.get(e)) for e, v in c.D.items()]
                 bars += [(f"phi.{e}", v, self.out_domains.get(e)) for e, v in c.phi.items()]
-                for name, value, d in bars:
-                    if d is not None and value is not None and value != d.empty:
+                for name, value, bar_domain in bars:
+                    if bar_domain is not None and value is not None and value != bar_domain.empty:
                         raise MetadataError(f"{path}.{name}: the metadata of ∅ must be ∅")
                 continue
             prev = cps[i - 1]
-            checks = [(f"M.{d}", prev.M.get(d), c.M.get(d), dom) for d in c.M]
+            checks: list[tuple[str, Any, Any, Domain | None]] = [(f"M.{d}", prev.M.get(d), c.M.get(d), dom)
+                                                                 for d in c.M]
             checks.append(("N", prev.N, c.N, dom))
             checks += [(f"D.{e}", prev.D.get(e), c.D.get(e), self.out_domains.get(e)) for e in c.D]
             if c.f != dom.top:  # φ(⊤) = ⊤ whatever is stored
                 checks += [(f"phi.{e}", prev.phi.get(e), c.phi.get(e), self.out_domains.get(e)) for e in c.phi]
-            for name, before, now, d in checks:
-                if d is None or before is None or now is None:
+            for name, before, now, check_domain in checks:
+                if check_domain is None or before is None or now is None:
                     continue
-                if not d.subset(before, now):
+                if not check_domain.subset(before, now):
                     raise MetadataError(f"{path}.{name}: metadata must not shrink along the chain "
                                         f"(it is smaller than at checkpoints[{i - 1}])")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from bisect import bisect_left, bisect_right
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from falkirk.policies.rollback.times import Bound, Domain, EpochDomain, LexDomain, SeqDomain
 
@@ -84,6 +85,7 @@ class Ingress(Projection):
             raise ProjectionError(f"ingress goes from epoch to lex, not {self.src.describe()} -> {self.dst.describe()}")
 
     def project(self, bound: Bound) -> Bound:
+        assert isinstance(self.dst, LexDomain)  # check_domains ran when the edge was made
         return (bound,) + (0,) * (self.dst.length - 1)
 
 
@@ -206,7 +208,7 @@ class Consumed(Projection):
         i = bisect_left(self._latest, bound)
         return self._first_from[i] if i < len(self._first_from) else self.dst.top
 
-    def record_into(self, chain: "Chain", edge_id: str) -> "Chain":
+    def record_into(self, chain: Chain, edge_id: str) -> Chain:
         """A copy of the producer's ``chain`` with this φ recorded at each checkpoint under
         ``edge_id``, for an edge of kind ``recorded``.
 

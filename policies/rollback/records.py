@@ -22,8 +22,9 @@ Frontiers and bars use the scenario format's notation (``"empty"``, ``{"through"
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from falkirk.policies.rollback.scenario import FORMAT, load_scenario
 

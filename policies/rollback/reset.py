@@ -21,8 +21,9 @@ Once the solver has chosen f(p) for every processor:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from falkirk.policies.rollback.graph import Graph
 from falkirk.policies.rollback.solver import Solution

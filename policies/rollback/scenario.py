@@ -17,15 +17,16 @@ offending field, e.g. ``processors[2].checkpoints[1].D.e4: unknown edge "e4"``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from falkirk.policies.rollback.frontiers import NotationError, format_bound, parse_bound
 from falkirk.policies.rollback.graph import Edge, Graph, Processor
 from falkirk.policies.rollback.metadata import Chain, Checkpoint, MetadataError
 from falkirk.policies.rollback.projections import ProjectionError, make_projection, projection_kinds
 from falkirk.policies.rollback.solver import Solution, Solver
-from falkirk.policies.rollback.times import Bound, Domain, EPOCH, LexDomain, SeqDomain
+from falkirk.policies.rollback.times import EPOCH, Bound, Domain, LexDomain, SeqDomain
 
 FORMAT = "falkirk-scenario/1"
 CHECKPOINT_KEYS = {"frontier", "M", "N", "D", "phi"}
@@ -80,7 +81,7 @@ def load_scenario(doc: Any) -> Scenario:
     notifications = doc.get("notifications", True)
     _require(isinstance(notifications, bool), "notifications", "must be true or false")
     procs = doc.get("processors")
-    _require(isinstance(procs, list) and procs, "processors", "must be a non-empty list")
+    _require(isinstance(procs, list) and bool(procs), "processors", "must be a non-empty list")
     edges_doc = doc.get("edges", [])
     _require(isinstance(edges_doc, list), "edges", "must be a list")
 

@@ -38,8 +38,8 @@ Incremental updates reuse the previous answer:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
 
 from falkirk.policies.rollback.graph import Edge, Graph
 from falkirk.policies.rollback.metadata import Chain, Checkpoint

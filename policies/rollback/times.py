@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 INF = math.inf
 Bound = Any  # int | float (epoch), tuple (lex, seq): see the module docstring

@@ -23,8 +23,8 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from falkirk.policies.sender_logs.graph import Edge
 
@@ -36,14 +36,14 @@ class Acknowledgements:
     newest: tuple[tuple[Edge, str, int], ...] = ()
 
     @classmethod
-    def none(cls) -> "Acknowledgements":
+    def none(cls) -> Acknowledgements:
         return cls()
 
     def of(self, edge: Edge, sink: str) -> int:
         """The newest seq of ``edge`` acknowledged by ``sink`` (0: none)."""
         return next((s for e, k, s in self.newest if e == edge and k == sink), 0)
 
-    def record(self, edge: Edge, sink: str, seq: int) -> "Acknowledgements":
+    def record(self, edge: Edge, sink: str, seq: int) -> Acknowledgements:
         """These acknowledgements with ``sink``'s of ``edge`` through ``seq`` (a new value; the
         same one when ``seq`` is not newer)."""
         if seq <= self.of(edge, sink):

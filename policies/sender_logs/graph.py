@@ -23,8 +23,8 @@ falkirk.policies.sender_logs.graph.GraphError: data edges from A to D: walks of 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 Edge = tuple[str, str]
 

@@ -22,8 +22,8 @@ falkirk.policies.sender_logs.rebuild.BlocksLost: v3 epoch 7: unrecoverable: requ
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from falkirk.policies.epochs import epoch_ranges
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Mapping, Protocol
+from typing import ClassVar, Protocol
 
 
 class ReleaseError(ValueError):

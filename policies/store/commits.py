@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import random
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar
+from datetime import UTC
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -171,7 +172,23 @@ class CommitResult:
     applied: bool
 
 
-def already_committed(table: DeltaTable | None, key: CommitKey) -> bool:
+class OnceKey(Protocol):
+    """What makes a commit happen at most once: a :class:`CommitKey`, or the key of a one-off
+    append to a shared table (``falkirk.policies.store.control``)."""
+
+    @property
+    def app_id(self) -> str: ...
+    @property
+    def inputs_app_id(self) -> str: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def incarnation(self) -> int: ...
+    @property
+    def inputs(self) -> str: ...
+
+
+def already_committed(table: DeltaTable | None, key: OnceKey) -> bool:
     """Whether ``table`` already records this incarnation (or a later one) of ``key``'s (task, epoch),
     and, at this incarnation, computed from the same inputs when ``key`` names them.
 
@@ -259,7 +276,7 @@ def missing_commit(table: DeltaTable | None, uri: str, key: CommitKey, rows: int
     return None
 
 
-def filesystem(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple["pafs.FileSystem", str]:
+def filesystem(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the table's root path in it (local, or S3-compatible).
 
     >>> fs, root = filesystem("/data/falkirk/orders/ingest/output")
@@ -356,7 +373,7 @@ def commit_epoch(
 def append_once(
     uri: str,
     rows: pa.Table,
-    key: CommitKey,
+    key: OnceKey,
     storage_options: dict[str, str] | None = None,
     schema_mode: str | None = None,
     table: DeltaTable | None = None,
@@ -382,7 +399,7 @@ Write = Callable[["DeltaTable | None", CommitProperties], None]
 by then), always with the commit properties given."""
 
 
-def commit_once(uri: str, key: CommitKey, write: Write, rows: int,
+def commit_once(uri: str, key: OnceKey, write: Write, rows: int,
                 storage_options: dict[str, str] | None = None, *, table: DeltaTable | None = None,
                 count_existing: bool = True, attempts: int | None = None) -> CommitResult:
     """The commit protocol, the one place it is written: make ``write``'s commit to the table
@@ -411,7 +428,7 @@ def commit_once(uri: str, key: CommitKey, write: Write, rows: int,
             current.update_incremental()
         else:
             current = open_table(uri, storage_options)
-        if already_committed(current, key):
+        if current is not None and already_committed(current, key):
             existing = count_epoch(current, key.epoch) if count_existing else 0
             return CommitResult(uri, current.version(), existing, applied=False)
         write(current, commit_properties(key))
@@ -424,7 +441,7 @@ def commit_once(uri: str, key: CommitKey, write: Write, rows: int,
     return retry_lost_races(attempt, uri=uri, **({} if attempts is None else {"attempts": attempts}))
 
 
-def commit_properties(key: CommitKey) -> CommitProperties:
+def commit_properties(key: OnceKey) -> CommitProperties:
     """The Delta commit properties that record ``key``: its app transaction (id: the
     (task, epoch), version: the incarnation), the transaction naming its inputs when it has
     them, and no retry inside delta-rs."""
@@ -507,7 +524,7 @@ def _write_rows(uri: str, table: DeltaTable | None, rows: pa.Table, properties: 
     # A first commit creates the table and fails if it exists by then ("error"): writing to a bare
     # URI in mode append would let delta-rs load a table another writer created after the key
     # was checked, and append there unchecked.
-    write_deltalake(
+    write_deltalake(  # type: ignore[call-overload, misc]  # mode and predicate are paired at run time
         table if table is not None else uri,
         rows,
         mode=mode if table is not None else "error",  # type: ignore[arg-type]
@@ -657,7 +674,7 @@ def _claim_compaction(uri: str, storage_options: dict[str, str] | None) -> str |
     Claims are taken one at a time, so the table's last row says whether one is held: only
     that commit is read."""
     import uuid
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     claims_uri = _claims_uri(uri)
     claims = open_table(claims_uri, storage_options)
@@ -669,7 +686,7 @@ def _claim_compaction(uri: str, storage_options: dict[str, str] | None) -> str |
         claims = open_table(claims_uri, storage_options)
         if claims is None:
             return None
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     last = scan_since(claims, claims.version() - 1) if claims.version() > 0 else scan(claims)
     if last is None:  # not a plain append (cannot happen to this table): read it whole
         last = scan(claims)
@@ -686,9 +703,9 @@ def _claim_compaction(uri: str, storage_options: dict[str, str] | None) -> str |
 
 
 def _release_compaction(uri: str, token: str, storage_options: dict[str, str] | None) -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    row = pa.Table.from_pylist([{"token": token, "event": "end", "at": datetime.now(timezone.utc)}],
+    row = pa.Table.from_pylist([{"token": token, "event": "end", "at": datetime.now(UTC)}],
                                schema=_CLAIM_SCHEMA)
     try:
         write_deltalake(_claims_uri(uri), row, mode="append", storage_options=storage_options)

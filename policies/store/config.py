@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
 
 from falkirk.policies.regimes import Tier
 from falkirk.policies.workers import WORKER_ENV
@@ -69,7 +69,7 @@ class StoreConfig:
         object.__setattr__(self, "scratch_uri", _normalise(self.scratch_uri))
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "StoreConfig":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> StoreConfig:
         """Read the configuration from ``FALKIRK_*`` and ``AWS_*`` environment variables."""
         env = os.environ if environ is None else environ
         durable = env.get(STORE_ENV, "").strip()

@@ -17,9 +17,6 @@ class here; every append is idempotent (a repeated append records nothing twice)
 
 >>> import tempfile
 >>> from falkirk.policies.store.config import StoreConfig
-
-if TYPE_CHECKING:
-    from falkirk.policies.pairs import Layout
 >>> root = tempfile.mkdtemp()
 >>> collections = Collections(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
 >>> collections.mark("orders", {"ingest": 3}), collections.mark("orders", {"ingest": 2})
@@ -30,14 +27,18 @@ if TYPE_CHECKING:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pyarrow as pa
 
 from falkirk.policies.store.commits import append_once, compact_every, open_table, scan
 from falkirk.policies.store.config import StoreConfig
+
+if TYPE_CHECKING:
+    from falkirk.policies.pairs import Layout
 
 INVALIDATION_SCHEMA = pa.schema(
     [
@@ -103,15 +104,27 @@ class _Once:
     epoch: int = 0
     inputs: str = ""  # a one-off append is computed from nothing a recovery redoes
 
+    @property
+    def inputs_app_id(self) -> str:
+        return self.app_id + "/inputs"
+
 
 class CommittedRow(Protocol):
-    """What names one commit of a (task, epoch): a ledger row has it."""
+    """What names one commit of a (task, epoch): a ledger row has it (read-only)."""
 
-    dag_id: str
-    task_id: str
-    map_index: int
-    epoch: int
-    incarnation: int
+    @property
+    def dag_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def map_index(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def incarnation(self) -> int: ...
+
+
+Row = TypeVar("Row", bound=CommittedRow)
 
 
 class Invalidations:
@@ -132,7 +145,7 @@ class Invalidations:
         rows = list(rows)
         if not rows:
             return 0
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         records = [{"dag_id": e.dag_id, "task_id": e.task_id, "map_index": e.map_index, "epoch": e.epoch,
                     "incarnation": e.incarnation, "plan_id": plan_id, "invalidated_at": now} for e in rows]
         dags = sorted({e.dag_id for e in rows})
@@ -250,7 +263,7 @@ class Collections:
         raised = {t: e for t, e in sorted(through.items()) if e > now.get(t, 0)}
         if not raised:
             return {}
-        stamp = datetime.now(timezone.utc)
+        stamp = datetime.now(UTC)
         rows = [{"dag_id": dag_id, "task_id": t, "through": e, "collected_at": stamp} for t, e in raised.items()]
         key = _Once(f"falkirk-collect/{dag_id}/" + ",".join(f"{t}:{e}" for t, e in raised.items()))
         append_once(self.uri, pa.Table.from_pylist(rows, schema=COLLECTION_SCHEMA), key,
@@ -289,7 +302,7 @@ class Deliveries:
                                 f"{committed}; an external system cannot have accepted epoch {through}")
         if through <= self.through(dag_id).get(task_id, 0):
             return False
-        row = {"dag_id": dag_id, "task_id": task_id, "through": through, "delivered_at": datetime.now(timezone.utc)}
+        row = {"dag_id": dag_id, "task_id": task_id, "through": through, "delivered_at": datetime.now(UTC)}
         key = _Once(f"falkirk-deliver/{dag_id}/{task_id}:{through}")
         return append_once(self.uri, pa.Table.from_pylist([row], schema=DELIVERY_SCHEMA), key,
                            self.store.options_for(self.uri)).applied
@@ -344,14 +357,14 @@ class PairLayouts:
         self.store = store
         self.uri = store.control_uri("layout")
 
-    def save(self, dag_id: str, layout: "Layout", before: "Layout | None" = None) -> int:
+    def save(self, dag_id: str, layout: Layout, before: Layout | None = None) -> int:
         """Record the replicas of ``layout`` that differ from ``before`` (all of them without it);
         returns how many records it appended (0: the same change was recorded already)."""
         old = set(before.replicas) if before is not None else set()
         changed = [r for r in layout.replicas if r not in old]
         if not changed:
             return 0
-        stamp = datetime.now(timezone.utc)
+        stamp = datetime.now(UTC)
         rows = [{"dag_id": dag_id, "task_id": r.task, "partition": r.partition, "replica": r.replica,
                  "worker": r.worker, "status": r.status.value, "version": r.version, "generation": r.generation,
                  "recorded_at": stamp} for r in changed]
@@ -362,7 +375,7 @@ class PairLayouts:
         compact_every(result, self.COMPACT_EVERY, self.store.options_for(self.uri), "layout")
         return len(rows) if result.applied else 0
 
-    def load(self, dag_id: str) -> "Layout | None":
+    def load(self, dag_id: str) -> Layout | None:
         """The DAG's current layout (``None``: it has no paired task), replicas in
         (task, partition, replica) order."""
         table = open_table(self.uri, self.store.options_for(self.uri))
@@ -370,7 +383,7 @@ class PairLayouts:
             return None
         return self.current(scan(table, where={"dag_id": dag_id}).to_pylist())
 
-    def current(self, records: list[dict]) -> "Layout | None":
+    def current(self, records: list[dict]) -> Layout | None:
         """The layout the records of one DAG (:meth:`history`'s) make: the current record of each replica."""
         from falkirk.policies.pairs import Layout, Replica, Status
 
@@ -396,8 +409,10 @@ class PairLayouts:
 
 
 class CompletedRow(CommittedRow, Protocol):
-    run_id: str
-    try_number: int
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def try_number(self) -> int: ...
 
 
 class Completions:
@@ -428,7 +443,7 @@ class Completions:
         """Record that ``row``'s epoch completed in Airflow; ``False`` when already recorded."""
         record = {"dag_id": row.dag_id, "task_id": row.task_id, "map_index": row.map_index, "epoch": row.epoch,
                   "incarnation": row.incarnation, "run_id": row.run_id, "try_number": row.try_number,
-                  "completed_at": datetime.now(timezone.utc)}
+                  "completed_at": datetime.now(UTC)}
         return append_once(self.uri, pa.Table.from_pylist([record], schema=COMPLETION_SCHEMA), self._key(row),
                            self.store.options_for(self.uri)).applied
 
@@ -439,7 +454,7 @@ class Completions:
         """
         return bool(self.completed_among([row]))
 
-    def completed_among(self, rows: Iterable[CommittedRow]) -> list[CommittedRow]:
+    def completed_among(self, rows: Iterable[Row]) -> list[Row]:
         """The ``rows`` that completed in Airflow (see :meth:`completed`), from one read of the log."""
         table = open_table(self.uri, self.store.options_for(self.uri))
         if table is None:

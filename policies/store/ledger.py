@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -36,8 +36,16 @@ from deltalake.exceptions import DeltaError
 
 from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Regime, RegimeError
-from falkirk.policies.store.commits import (CommitKey, UnreadableTable, append_once, compact, compact_every, open_table,
-                                            scan, scan_since)
+from falkirk.policies.store.commits import (
+    CommitKey,
+    UnreadableTable,
+    append_once,
+    compact,
+    compact_every,
+    open_table,
+    scan,
+    scan_since,
+)
 from falkirk.policies.store.config import StoreConfig
 from falkirk.policies.store.control import INVALIDATION_SCHEMA, InvalidationKey, Invalidations, keys_of
 
@@ -202,7 +210,7 @@ class LedgerEntry:
     outputs: tuple[OutputRef, ...] = ()
     inputs: tuple[InputRef, ...] = ()
     notified_through: int | None = None
-    committed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    committed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     worker: str | None = None
     rollbacks_seen: int | None = None
     # The epochs of other DAGs' tasks this run consumed through Airflow Assets (kept in the
@@ -277,7 +285,7 @@ class LedgerEntry:
         return row
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "LedgerEntry":
+    def from_row(cls, row: dict[str, Any]) -> LedgerEntry:
         values = {k: row[k] for k in _ENTRY_FIELDS if k in row}
         values["outputs"] = tuple(OutputRef(**o) for o in json.loads(row["outputs"]))
         inputs = json.loads(row.get("inputs") or "[]")
@@ -380,7 +388,7 @@ class Ledger:
                     readers.setdefault((read.processor, read.output), set()).add(row.dag_id)
         return {key: sorted(dags) for key, dags in sorted(readers.items())}
 
-    def append(self, entry: LedgerEntry, snapshot: "LedgerSnapshot | None" = None) -> bool:
+    def append(self, entry: LedgerEntry, snapshot: LedgerSnapshot | None = None) -> bool:
         """Record ``entry``; ``False`` when that (task, epoch, incarnation) is already recorded.
         With the ``snapshot`` a job runs from, its open handle of the table is brought up to
         date for the commit instead of the table's log being loaded again.
@@ -485,7 +493,7 @@ class PinnedRows:
 
     def __init__(self, uri: str, options: dict[str, str] | None, dag_id: str, schema: pa.Schema) -> None:
         self.uri, self.options, self.dag_id, self.schema = uri, options, dag_id, schema
-        self.table = None  # the open handle, loaded at ``version``
+        self.table: DeltaTable | None = None  # the open handle, loaded at ``version``
         self.version: int | None = None  # None: never read; -1: no table yet
         self.rows = schema.empty_table()
 
@@ -499,7 +507,7 @@ class PinnedRows:
                 raise UnreadableTable(self.uri, exc) from exc
             if self.table.version() == self.version:
                 return 0
-            added = scan_since(self.table, self.version, where={"dag_id": self.dag_id})
+            added = scan_since(self.table, self.version or 0, where={"dag_id": self.dag_id})
             if added is not None and (added.num_rows == 0 or added.column_names == self.rows.column_names):
                 if added.num_rows:
                     self.rows = pa.concat_tables([self.rows, added.cast(self.rows.schema)])
@@ -564,7 +572,7 @@ class LedgerSnapshot:
         self.gone, self.rollback_rows = keys_of(self._rollbacks.rows), self._rollbacks.rows.num_rows
         self.rollbacks_version = self._rollbacks.version
 
-    def refresh_rollbacks(self) -> int:
+    def refresh_rollbacks(self) -> int | None:
         """Bring only the rollbacks up to date (what a job checks around its commit point: whether a
         row it read was rolled back meanwhile); returns the version they are now read at."""
         scanned = self._rollbacks.refresh()
@@ -581,7 +589,7 @@ class LedgerSnapshot:
         return self._ledger.version
 
     @property
-    def table(self) -> "DeltaTable | None":
+    def table(self) -> DeltaTable | None:
         """The open handle of the ledger table the rows were read through (``None``: no table
         yet). An append through it (:meth:`Ledger.append`) moves the handle on, not the rows:
         :meth:`refresh` still reads the commits made since the rows' version."""

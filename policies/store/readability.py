@@ -22,7 +22,7 @@ False
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Tier

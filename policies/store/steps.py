@@ -32,9 +32,9 @@ would need an input of that epoch to be rolled back, and every step read it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Iterable
+from datetime import UTC, datetime
 
 import pyarrow as pa
 
@@ -92,7 +92,7 @@ class StepCheckpoint:
     depends_on: tuple[RowKey, ...] = ()
     worker: str | None = None
     try_number: int = 1
-    committed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    committed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
+from falkirk.policies.regimes import SenderLog
 from falkirk.spark_jobs.colours.scan import SCHEMA
 from falkirk.spark_jobs.runtime import EpochContext, EpochResult, JobError
 
 
 def compute(ctx: EpochContext) -> EpochResult:
-    policies = {u: p.name for u, p in ctx.args.regime.policies().items()}
+    regime = ctx.args.regime
+    if not isinstance(regime, SenderLog):
+        raise JobError(f"{ctx.args.processor}: the join runs under SenderLog (its release policies pick the build "
+                       f"side), not {regime.spec()}")
+    policies = {u: p.name for u, p in regime.policies().items()}
     build_input = [u for u, p in policies.items() if p == "at_end"]
     probe_input = [u for u, p in policies.items() if p == "immediate"]
     if len(build_input) != 1 or len(probe_input) != 1:

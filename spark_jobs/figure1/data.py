@@ -43,7 +43,7 @@ def _uniform(F, epoch: int, salt: str):
     return (F.pmod(h, F.lit(1_000_003)) / F.lit(1_000_003.0))
 
 
-def clickstream(spark: "SparkSession", epoch: int, records: int | None = None) -> "DataFrame":
+def clickstream(spark: SparkSession, epoch: int, records: int | None = None) -> DataFrame:
     """Epoch ``epoch``'s raw events: event_id, user, item, kind ('click', 'view', 'bot'), dwell_ms."""
     from pyspark.sql import functions as F
 
@@ -61,7 +61,7 @@ def clickstream(spark: "SparkSession", epoch: int, records: int | None = None) -
     )
 
 
-def queries(spark: "SparkSession", epoch: int) -> "DataFrame":
+def queries(spark: SparkSession, epoch: int) -> DataFrame:
     """Epoch ``epoch``'s user queries: query_id, user, item (the item the user asks about)."""
     from pyspark.sql import functions as F
 

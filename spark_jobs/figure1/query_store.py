@@ -19,7 +19,7 @@ the DAG. Without it, a SQLite file beside the DAG's tables when the durable tier
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from falkirk.spark_jobs.sql_database import DB_ENV, SqlDatabase, database_of_dag
 
@@ -45,7 +45,7 @@ class QueryStatsStore(SqlDatabase):
         ])
 
     @classmethod
-    def for_dag(cls, durable_uri: str, dag_id: str) -> "QueryStatsStore":
+    def for_dag(cls, durable_uri: str, dag_id: str) -> QueryStatsStore:
         """``$FALKIRK_QUERY_DB`` (see the module docstring), or ``{durable}/{dag_id}/query_stats.sqlite``
         when the durable tier is a local path."""
         return cls(*database_of_dag(durable_uri, dag_id, "query_stats.sqlite", "the query statistics (SQLite)"))

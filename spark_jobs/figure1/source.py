@@ -73,7 +73,7 @@ class ClickstreamSource:
         self.path = path
 
     @classmethod
-    def for_dag(cls, durable_uri: str, dag_id: str) -> "ClickstreamSource":
+    def for_dag(cls, durable_uri: str, dag_id: str) -> ClickstreamSource:
         """``$FALKIRK_CLICKSTREAM_ACKS`` (``{dag_id}`` in it is replaced), or
         ``{durable}/{dag_id}/clickstream_source.json`` when the durable tier is a local path."""
         return cls(local_file(SOURCE_ENV, durable_uri, dag_id, "clickstream_source.json", "the clickstream's acknowledgements"))
@@ -104,7 +104,7 @@ class ClickstreamSource:
             raise SourceError(f"clickstream epoch {epoch} was acknowledged (through epoch {point}) "
                               f"and the source has forgotten it")
 
-    def read(self, spark: "SparkSession", epoch: int) -> "DataFrame":
+    def read(self, spark: SparkSession, epoch: int) -> DataFrame:
         """Epoch ``epoch``'s raw events, if the source still holds them (as delivered)."""
         self.check_available(epoch)
         events = clickstream(spark, epoch)

@@ -107,7 +107,7 @@ def wait_for(uri: str, at: Time, who: str) -> pa.Table:
     return channels.wait_for(uri, who, epoch=at[0], iteration=at[1])
 
 
-def messages(at: Time, frame: "DataFrame") -> pa.Table:
+def messages(at: Time, frame: DataFrame) -> pa.Table:
     """A frame of (node, value) as the message rows at time ``at``."""
     rows = frame.toArrow().sort_by("node")
     n = rows.num_rows
@@ -146,11 +146,11 @@ def through(at: Any) -> dict[str, Any]:
 
 # -- the processors ---------------------------------------------------------------------------------------
 
-def frame(spark: "SparkSession", rows: pa.Table) -> "DataFrame":
+def frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
     return spark.createDataFrame(rows.select(["node", "value"]).to_pandas())
 
 
-def source(spark: "SparkSession", layout: Layout, epoch: int) -> None:
+def source(spark: SparkSession, layout: Layout, epoch: int) -> None:
     """s: epoch ``epoch`` of the external input (the same rows every time it is read)."""
     from pyspark.sql import functions as F
 
@@ -160,7 +160,7 @@ def source(spark: "SparkSession", layout: Layout, epoch: int) -> None:
     record(layout, "s", (epoch, 0), XiRecord("s", epoch, N="empty", D={"e1": through(epoch)}))
 
 
-def prepare(spark: "SparkSession", layout: Layout, epoch: int) -> None:
+def prepare(spark: SparkSession, layout: Layout, epoch: int) -> None:
     """p: s's epoch, transformed, sent into the loop (the ingress: epoch t enters at (t, 0))."""
     from pyspark.sql import functions as F
 
@@ -171,7 +171,7 @@ def prepare(spark: "SparkSession", layout: Layout, epoch: int) -> None:
                                              D={"e2": through((epoch, 0))}))
 
 
-def head(spark: "SparkSession", layout: Layout, epochs: range, resume: Time | None) -> None:
+def head(spark: SparkSession, layout: Layout, epochs: range, resume: Time | None) -> None:
     """q: at (t, 0) the epoch's input plus the previous epoch's result goes to y; at (t, c) y's
     reply of (t, c - 1) is transformed and goes back, until (t, ITERATIONS) leaves as epoch t."""
     from pyspark.sql import functions as F
@@ -206,7 +206,7 @@ def head(spark: "SparkSession", layout: Layout, epochs: range, resume: Time | No
             x = frame(spark, sent)
 
 
-def body(spark: "SparkSession", layout: Layout, epochs: range, resume: Time | None) -> None:
+def body(spark: SparkSession, layout: Layout, epochs: range, resume: Time | None) -> None:
     """y: adds q's message at (t, c) to its running totals and replies; checkpoints after odd c."""
     from pyspark.sql import functions as F
 
@@ -235,7 +235,7 @@ def body(spark: "SparkSession", layout: Layout, epochs: range, resume: Time | No
             acc = frame(spark, kept)
 
 
-def report(spark: "SparkSession", layout: Layout, epoch: int) -> None:
+def report(spark: SparkSession, layout: Layout, epoch: int) -> None:
     """r: the sum of q's epoch result, one row per epoch."""
     from pyspark.sql import functions as F
 

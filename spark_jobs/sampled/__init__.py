@@ -22,7 +22,7 @@ import os
 
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
-from falkirk.spark_jobs.marker_edge import EdgeTables
+from falkirk.spark_jobs.marker_edge import EdgeTables, Markers
 
 CHUNKS = 4
 KEYS_PER_CHUNK = 40
@@ -36,11 +36,13 @@ def edge_tables(store: StoreConfig, dag_id: str) -> EdgeTables:
                       store.table_uri(Tier.SCRATCH, dag_id, PRODUCER, "edge-control"))
 
 
-def markers() -> str:
+def markers() -> Markers:
     value = os.environ.get("FALKIRK_SAMPLED_MARKERS", "pairs")
-    if value not in ("pairs", "slow"):
-        raise ValueError(f"FALKIRK_SAMPLED_MARKERS={value!r}: 'pairs' (marker pairs) or 'slow' (slow travellers only)")
-    return value
+    if value == "pairs":
+        return "pairs"
+    if value == "slow":
+        return "slow"
+    raise ValueError(f"FALKIRK_SAMPLED_MARKERS={value!r}: 'pairs' (marker pairs) or 'slow' (slow travellers only)")
 
 
 def capacity() -> int:

@@ -35,8 +35,9 @@ and its rows stand
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
@@ -84,7 +85,7 @@ class SampleTable(SqlDatabase):
         ])
 
     @classmethod
-    def for_dag(cls, durable_uri: str, dag_id: str) -> "SampleTable":
+    def for_dag(cls, durable_uri: str, dag_id: str) -> SampleTable:
         """``$FALKIRK_QUERY_DB`` (:mod:`falkirk.spark_jobs.sql_database`), or
         ``{durable}/{dag_id}/samples.sqlite`` when the durable tier is a local path."""
         return cls(*database_of_dag(durable_uri, dag_id, "samples.sqlite", "the sampled rows (SQLite)"))

@@ -49,4 +49,4 @@ if _CLOCKS and _WORKER:
     import falkirk.policies.store.steps as _steps
 
     for _module in (_ledger, _control, _steps):
-        _module.datetime = _AheadDateTime
+        _module.datetime = _AheadDateTime  # type: ignore[attr-defined, misc]

@@ -15,6 +15,7 @@ AUTO_RECOVER = set(os.environ.get("FALKIRK_SOAK_AUTO_RECOVER", "").split(","))
 
 for _dag_id in filter(None, os.environ.get("FALKIRK_SOAK_DAGS", "falkirk_figure1").split(",")):
     _spec = importlib.util.spec_from_file_location(f"{_dag_id}_soak", DAGS / f"{_dag_id}.py")
+    assert _spec is not None and _spec.loader is not None, _dag_id
     _module = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_module)
     if _dag_id in AUTO_RECOVER:
