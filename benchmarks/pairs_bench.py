@@ -1,4 +1,4 @@
-"""Process pairs benchmark: a worker lost mid-stream, and what the pairs cost (research/flux.md §5.5 S10).
+"""Process pairs benchmark: a worker lost mid-stream, and what the pairs cost (Flux, Shah, Hellerstein, Brewer: fail-over without rollback).
 
 The shape is :class:`devstack.cluster.Cluster` (Airflow on PostgreSQL with Celery workers
 worker-0..worker-3 and a spare worker-4, Spark standalone behind Spark Connect, the store on

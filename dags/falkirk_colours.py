@@ -1,4 +1,4 @@
-"""falkirk_colours: the sender-side logs paper's three-way join (P2 §5), under SenderLog.
+"""falkirk_colours: the sender-side logs paper's three-way join (Smith & Watson, CS-TR-861 §5), under SenderLog.
 
 * ``d1``, ``d2``, ``d3``  Batch(log_outputs=True): scans sending their datasets in blocks of
   four colours, one block per epoch (``d1`` in epochs 1-2, ``d2`` in 3-5, ``d3`` in 6-7);

@@ -1,4 +1,4 @@
-"""falkirk_readings: meter readings from an inbox, running totals to an outbox (spec §4.5, G1).
+"""falkirk_readings: meter readings from an inbox, running totals to an outbox (Falkirk Wheel §4.2-4.3: input and output acknowledgement).
 
 ::
 

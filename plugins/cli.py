@@ -27,8 +27,8 @@
   release (see :mod:`falkirk.policies.planning.collector`) and print it, with the space reclaimed;
   ``--dry-run`` only prints. Needs only the store, not Airflow.
 * ``falkirk delivered --dag D --task T --through E``: record that the external system task
-  ``T`` sends to has accepted every record of its epochs up to ``E`` (spec §4.2, output
-  rule); from then on those epochs are ``T``'s checkpoints and the rest of the pipeline may
+  ``T`` sends to has accepted every record of its epochs up to ``E`` (Falkirk Wheel
+  §4.3, outputs); from then on those epochs are ``T``'s checkpoints and the rest of the pipeline may
   forget what it kept to send them again. For systems that acknowledge by calling back.
 
 The store comes from ``FALKIRK_STORE_URI`` (and ``FALKIRK_SCRATCH_URI``, ``AWS_*``), or from

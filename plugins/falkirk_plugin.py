@@ -32,9 +32,9 @@ def _celery_worker(argv: list[str]) -> bool:
 
 
 # The scheduler, the API server, the DAG processor and the triggerer import the API's modules
-# (delta-rs, pyarrow, the planner) here too, as they did before the API became lazy: a test
-# drill's trigger then held SQLite's write lock for 60 s without them, and which late import did
-# it is not pinned down. A LocalExecutor's task processes are forked from the scheduler with
+# (delta-rs, pyarrow, the planner) as they load the plugin, not later: imported for the first
+# time inside a metadata-database transaction (a trigger), they held SQLite's write lock for
+# 60 s in a test drill, and which late import did it is not pinned down. A LocalExecutor's task processes are forked from the scheduler with
 # these already imported. A Celery worker's task processes skip them: they never serve the API,
 # and the import added 3.5 s to each task instance's start.
 if not _celery_worker(sys.argv):

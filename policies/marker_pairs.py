@@ -1,7 +1,7 @@
 """Marker pairs: when a transactional sink may commit what a non-deterministic producer sent.
 
 A process that commits to a transactional target (a warehouse table) may commit only data
-whose determinants are saved, so that a replay reproduces it (Fast Travellers, spec §6). The
+whose determinants are saved, so that a replay reproduces it (Ertel, Fetzer, Beckerle, Fast Travellers). The
 producer says so with a marker, and the marker must travel *in order* with the data (a slow
 traveller, ``st``) to be correct; but with bounded buffers (a transaction holds at most
 ``capacity`` rows) the data ahead of an ``st`` can fill the sink before the ``st`` arrives:
@@ -16,8 +16,8 @@ This module is the protocol, with no I/O:
   and answers what may be committed now. Markers carry increasing ids; a newer ``ft``
   supersedes an older one in the slot; an ``st`` evicts only an ``ft`` whose id is no
   greater than its own; an ``st`` that arrives before its ``ft`` commits in the classical way
-  (everything before it), and that ``ft`` is then ignored (spec §6.4, decisions).
-* :func:`simulate`: the bounded pipeline of spec §6.5, P (a non-deterministic source) → R
+  (everything before it), and that ``ft`` is then ignored (Fast Travellers, "Correctness" and "Marker Pairs").
+* :func:`simulate`: a bounded pipeline, P (a non-deterministic source) → R
   (an enricher, ``fanout`` messages per item) → Q (the sink, a :class:`MarkerGate`), round by
   round, with an oracle that checks each commit against the markers created so far.
 
@@ -213,7 +213,7 @@ class _Covered:
 
 @dataclass(frozen=True)
 class Scenario:
-    """The pipeline of spec §6.5 and its knobs (the defaults are the spec's)."""
+    """The bounded pipeline and its knobs."""
 
     items: int = 8  # data items P emits
     fanout: int = 3  # messages R derives from each item
@@ -249,7 +249,7 @@ def simulate(s: Scenario) -> Outcome:
 
     In each round Q commits and takes in what it can, R forwards or derives one message, and P
     emits one; a marker's ft goes out of band at once, through R's reserved slot into Q's.
-    The oracle (spec §6.5): a commit of a message derived from item ``i`` is valid iff
+    The oracle: a commit of a message derived from item ``i`` is valid iff
     ``i <= marker_every * k`` for a marker ``k`` already created.
     """
     pairs = s.mode == "pairs"
@@ -338,7 +338,7 @@ def simulate(s: Scenario) -> Outcome:
 
 
 def boundary(mode: Mode, capacities: Iterable[int], **knobs: object) -> dict[int, bool]:
-    """Per sink capacity |I_Q|, whether the scenario completes (spec §6.5's last rows).
+    """Per sink capacity |I_Q|, whether the scenario completes (the last rows of docs/howto/marker-pairs.md's table).
 
     >>> boundary("slow", range(4, 9))
     {4: False, 5: False, 6: False, 7: True, 8: True}

@@ -6,7 +6,7 @@ questions the job runtime asks at commit time, and nothing else:
 * where do this epoch's outputs go (the durable store, or the volatile scratch tier)?
 * does this task keep state across epochs, and is this epoch's state durable?
 
-The regimes follow the Falkirk Wheel's Figure 1 (seed 004, §2; the table in docs/reference/regimes.md):
+The regimes follow the Falkirk Wheel's Figure 1 (§2; the table in docs/reference/regimes.md):
 
 >>> EagerCheckpoint().output_tier(epoch=3), EagerCheckpoint().state_tier(epoch=3)
 (<Tier.DURABLE: 'durable'>, <Tier.DURABLE: 'durable'>)
@@ -191,7 +191,7 @@ class EagerCheckpoint(Regime):
 @dataclass(frozen=True)
 class ProcessPairs(Regime):
     """Keeps state; runs each partition twice, as replicas ``A`` and ``B`` on two workers, each
-    saving its state and outputs durably every epoch (Flux's process pairs, seed 002).
+    saving its state and outputs durably every epoch (Flux's process pairs, Shah et al.).
 
     A lost replica costs no rollback: its twin's output of the epoch is already committed, and
     readers switch to it (:mod:`falkirk.policies.pairs`). Twice the compute, for no re-run and
@@ -217,7 +217,7 @@ class ProcessPairs(Regime):
 @dataclass(frozen=True)
 class SenderLog(Regime):
     """Keeps no checkpoint of its state: its producers retain the blocks (epochs) it has not
-    released, and a lost state is rebuilt by replaying them (Smith & Watson, seeds 000/001).
+    released, and a lost state is rebuilt by replaying them (Smith & Watson, CS-TR-836 and CS-TR-861).
 
     ``release`` names, per input, when the task no longer needs a block to rebuild its state
     (:mod:`falkirk.policies.sender_logs.release`): ``immediate`` (stateless), ``at_end`` (a full

@@ -2,7 +2,7 @@
 
 Upstream systems drop one JSON-lines file per epoch into a landing directory
 (``epoch-000001.jsonl``). The source task reads its epoch from there; the monitor
-acknowledges epochs inside the source's low-watermark (spec §4.2, input rule), and only
+acknowledges epochs inside the source's low-watermark (Falkirk Wheel §4.3, inputs), and only
 then does the inbox forget them, per its :class:`AckPolicy`:
 
 * ``archive`` (the default): the file moves to ``_acknowledged/`` beside the batches;

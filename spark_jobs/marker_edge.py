@@ -1,6 +1,6 @@
 """An edge with marker pairs: a non-deterministic producer streams its epoch, chunk by chunk,
 to a transactional sink that runs beside it (:mod:`falkirk.policies.marker_pairs` for the
-protocol; spec §6).
+protocol; Fast Travellers).
 
 Two Delta tables carry one edge (:class:`EdgeTables`):
 

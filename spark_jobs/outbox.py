@@ -6,7 +6,7 @@ reader (a loader, a partner's import job) accepts by writing a receipt
 (``epoch-000001.accepted``). Sending an epoch again replaces its batch and withdraws its
 receipt: after a rollback the sink re-sends, and only the new batch may be accepted.
 
-The sink's epoch is a checkpoint only once accepted (spec §4.2, output rule):
+The sink's epoch is a checkpoint only once accepted (Falkirk Wheel §4.3, outputs):
 :func:`report_deliveries` records in the ledger the longest run of accepted epochs from
 the first, after which the monitor lets the rest of the pipeline forget what it kept to
 send them again.

@@ -19,7 +19,7 @@ lives as long as the process that wrote it. A new incarnation (an attempt after 
 starts without its predecessor's memory: its state is rebuilt, and the blocks it retained for
 its readers are dropped from its output tables (:func:`lose_volatile_log`), as the paper's
 failed vertex loses its recovery log. A reader that then needs them is refused by name
-(research/smith-watson.md §5.3 S5, case 2).
+(Smith & Watson, CS-TR-836 §IV.C: a log lost with a failed vertex).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A non-deterministic producer feeding a transactional sink inside one epoch, with marker pairs
 (:mod:`falkirk.policies.marker_pairs` for the protocol, :mod:`falkirk.spark_jobs.marker_edge` for the
-edge; spec §6). It runs outside Airflow; ``dags/falkirk_sampled.py`` runs the same protocol as two tasks.
+edge; Fast Travellers). It runs outside Airflow; ``dags/falkirk_sampled.py`` runs the same protocol as two tasks.
 
 ``draw`` samples its epoch chunk by chunk (Spark's ``sample`` and ``rand`` without a seed: a
 second run draws other rows) and streams each chunk's rows to the sink as it goes, in band,

@@ -14,15 +14,15 @@ domain (a checkpoint after epoch t is the frontier ↓{t}, bound ``t + 1``):
 * **M̄(d, f)**: the last epoch of input d the task consumed, as the runtime recorded it.
   A task that sends records to an external system (an output with tier ``external``) keeps
   no state, but its epoch counts as a checkpoint only once that system has accepted the
-  epoch's records (spec §4.2, output rule): F*(o) = ∅ plus the delivered epochs. The
+  epoch's records (Falkirk Wheel §4.3, outputs): F*(o) = ∅ plus the delivered epochs. The
   ``Readable`` answers for the external destination from the ledger's deliveries.
 * **N̄(p, f)**: the last epoch whose completion the task acted on (Airflow starts a task's
   epoch only once its upstream epochs are complete).
 * **D̄(e, f)**: computed here, not taken from the commit: the last epoch ≤ f whose rows on
   e can no longer be read. An output that went to scratch but is still readable counts
   as logged; one whose scratch copy is gone, or that was never written, counts as
-  discarded. This is exact (spec §1.5), where the coarse D̄ := f would force upstream
-  tasks to roll back needlessly (spec §5.5 variant iii).
+  discarded. This is exact (Falkirk Wheel §3.4), where the coarse D̄ := f would force upstream
+  tasks to roll back needlessly (with D̄ approximated by the frontier, Falkirk Wheel §3.4).
 
 The graph comes from the pipeline's declared data edges (:class:`TaskGraph`), or from
 the ledger itself (:meth:`TaskGraph.from_ledger`: every input a task ever read).

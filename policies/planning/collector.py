@@ -1,4 +1,4 @@
-"""Garbage collection below the low-watermarks (spec §4.2): what no recovery can ever need.
+"""Garbage collection below the low-watermarks (Falkirk Wheel §4.2-4.3): what no recovery can ever need.
 
 The low-watermark W(t) of a task is the last epoch of the frontier the solver picks when
 nothing offers ⊤ and only the durable tier counts (a scratch copy can vanish at any

@@ -1,4 +1,4 @@
-"""The monitor: low-watermarks and what they let the system forget (spec §4.1–§4.2).
+"""The monitor: low-watermarks and what they let the system forget (Falkirk Wheel §4.2-4.3).
 
 The low-watermark of p is the frontier the solver chooses when **no** processor offers ⊤:
 p will never roll back further, whatever fails. When it rises to f:

@@ -345,7 +345,7 @@ def plan_recovery(
     # that epoch again, so its frontier must fall below it. Drop those rows and solve again;
     # every consistent answer falls below them too, so the fixpoint is the greatest one.
     while True:
-        # Records an external system has not accepted yet are sent again (spec §4.2): such an
+        # Records an external system has not accepted yet are sent again (Falkirk Wheel §4.3): such an
         # epoch is no checkpoint, and it re-runs like an epoch that never committed.
         kept = [e for e in rows if (e.processor, e.epoch) not in untrusted and e.epoch <= last_epoch
                 and not sent_undelivered(e, still_readable)]

@@ -1,7 +1,7 @@
 """Frontiers: downward-closed sets of times, as values, and their JSON notation.
 
 A :class:`Frontier` pairs a domain with a bound (see :mod:`falkirk.policies.rollback.times`) and supports
-the set operations of the spec (⊆ as ``<=``, ∩ as ``&``, ∪ as ``|``, membership as
+the set operations of the Falkirk Wheel paper (⊆ as ``<=``, ∩ as ``&``, ∪ as ``|``, membership as
 ``in``). The JSON notation is that of ``scenario-format.md``:
 
 >>> f = Frontier.parse({"through": 3}, EPOCH)

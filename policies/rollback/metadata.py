@@ -1,4 +1,4 @@
-"""Checkpoint metadata Ξ(p, f) and the chain F*(p) it forms (spec §1.5, [FW] Table 1).
+"""Checkpoint metadata Ξ(p, f) and the chain F*(p) it forms (Falkirk Wheel §3.4, Table 1).
 
 For a checkpoint at frontier f of processor p:
 

@@ -1,4 +1,4 @@
-"""Edge projections φ(e): frontiers of the sender's domain to frontiers of the receiver's (spec §1.4).
+"""Edge projections φ(e): frontiers of the sender's domain to frontiers of the receiver's (Falkirk Wheel §3.2).
 
 φ(e)(f) is the set of the receiver's times that are safe to keep if the sender rolls
 back to f. Every projection maps ∅ to ∅ and ⊤ to ⊤, and is monotone.
@@ -133,7 +133,7 @@ class Recorded(Projection):
 
     ``at`` lists the sender's checkpoint bounds in ascending order and ``values`` the φ
     recorded at each. For any other frontier g it uses the value at the largest
-    checkpoint ⊆ g, which is safe and monotone (spec §1.4).
+    checkpoint ⊆ g, which is safe and monotone (Falkirk Wheel §3.2).
     """
 
     kind = "recorded"

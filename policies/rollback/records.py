@@ -1,4 +1,4 @@
-"""From what running processors record to a rollback question (spec §1.5, §2).
+"""From what running processors record to a rollback question (Falkirk Wheel §3.4-3.5, Table 1).
 
 A processor that checkpoints records Ξ(p, f) next to each checkpoint: the frontier f and
 the bars M̄, N̄, D̄ as it knows them at that moment. A live processor also records the Ξ of

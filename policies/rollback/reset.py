@@ -1,4 +1,4 @@
-"""The reset after choosing frontiers (spec §2.4) and the channels at restart (spec §4.4).
+"""The reset after choosing frontiers (Falkirk Wheel §3.6) and the channels at restart (what each receiver held, which the paper leaves implicit).
 
 Once the solver has chosen f(p) for every processor:
 
@@ -79,7 +79,7 @@ def reset(
     logs: Mapping[str, Sequence[Message]],
     queued: Mapping[str, Sequence[Message]] | None = None,
 ) -> ResetPlan:
-    """The reset of spec §2.4 with the channel rule of §4.4 (``queued``: what each receiver held).
+    """The reset of Falkirk Wheel §3.6 with the channel rule at restart (``queued``: what each receiver held).
 
     >>> from falkirk.policies.rollback.times import EPOCH, INF
     >>> from falkirk.policies.rollback.graph import Edge, Graph, Processor

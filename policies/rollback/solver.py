@@ -1,4 +1,4 @@
-"""The consistent-rollback solver: the Figure 6 fixed point of the Falkirk Wheel (spec §2).
+"""The consistent-rollback solver: the Figure 6 fixed point of the Falkirk Wheel (§3.5).
 
 Given every processor's F*(p) (a :class:`~falkirk.policies.rollback.metadata.Chain`), choose f(p) ∈ F*(p)
 and a notification frontier f_n(p) so that

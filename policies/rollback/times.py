@@ -1,4 +1,4 @@
-"""Logical time domains and their frontiers' exact representations (spec §1.2–§1.3).
+"""Logical time domains and their frontiers' exact representations (Falkirk Wheel §2.1-2.3, §3.1).
 
 A *frontier* is a downward-closed set of times. Each domain represents its frontiers by
 an exclusive **bound** that is exact for that domain and makes ⊆, ∩ and ∪ cheap:

@@ -5,12 +5,12 @@ the edge (:func:`~falkirk.policies.sender_logs.graph.slice_sinks`) has acknowled
 acknowledges ``u``'s block ``s`` once ``c`` has released it (its release policy: the block no
 longer matters to ``c``'s state) **and** the sink has committed its own output of the ``c``
 epoch that carried that release; never before its commit, or a failure between the two would
-lose the block (research/smith-watson.md §5.3 S9). Acknowledgements are cumulative: the newest
+lose the block (Smith & Watson, CS-TR-836 §IV.A). Acknowledgements are cumulative: the newest
 seq acknowledged covers every older one, and an older acknowledgement changes nothing.
 
 Acknowledgements go straight to a control table, one row per (edge, sink, seq), rather than
 relayed back along the marker's path: the graph is static, so the producer knows its sinks
-(research/smith-watson.md §5.1, P1 §IV.A's first option).
+(Smith & Watson, CS-TR-836 §IV.A, its first option).
 
 >>> acks = Acknowledgements.none().record(("ingest", "clean"), "enrich", 4)
 >>> acks.prune_point(("ingest", "clean"), sinks=("enrich",))

@@ -1,4 +1,4 @@
-"""The data graph's conditions for sender-side logs (Smith & Watson, seeds 000/001, §IV.A-C).
+"""The data graph's conditions for sender-side logs (Smith & Watson, CS-TR-836 §IV.A-C).
 
 The protocol is defined for **uniform** graphs: between two tasks every walk has the same
 length, their distance. Such a graph is covered by overlapping slices of thickness 2: each task

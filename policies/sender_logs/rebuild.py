@@ -9,7 +9,7 @@ vertex does: blocks it had processed before are processed again, and what they p
 again and discarded downstream by (origin, seq). That is possible while every one of those
 blocks is retained; a block lost with a producer's volatile log, or pruned after a release
 declared too early, makes the state unrecoverable, and the rebuild is refused by name instead
-of producing a wrong result (research/smith-watson.md §5.3 S5, case 2).
+of producing a wrong result (Smith & Watson, CS-TR-836 §IV.C: a log lost with a failed vertex).
 
 >>> plan = rebuild("total", 8, pruned={"ingest": 0}, retained={"ingest": range(1, 9)})
 >>> plan.replay, plan.blocks

@@ -4,7 +4,7 @@ A task under sender-side logs keeps no checkpoint of its state. Instead it decla
 input, how far back its state depends on that input's blocks; a block it has **released** is
 one its future output no longer depends on, and once every slice sink of the edge has released
 (acknowledged) it, the producer may prune it. This replaces the paper's application-level
-forwarding of checkpoint markers (research/smith-watson.md §1.4, §5.1):
+forwarding of checkpoint markers (Smith & Watson, CS-TR-836 §IV.A-B):
 
 * :class:`Immediate`: a stateless operator (a filter, a map, a hash join's probe side)
   releases each block as soon as it has processed it;
@@ -16,7 +16,7 @@ forwarding of checkpoint markers (research/smith-watson.md §1.4, §5.1):
 Blocks are numbered by ``seq`` from 1 (one block per epoch: seq = epoch); ``released`` 0 means
 nothing released yet. A policy that releases too early (``Immediate`` on an aggregator) is a
 contract violation the runtime cannot see: a recovery then rebuilds a state that misses the
-pruned blocks (research/smith-watson.md §5.3 S2's negative control).
+pruned blocks (the negative control of tests/integration/test_sender_logs.py, regions_neg).
 
 >>> [Immediate().released(7), AtEnd().released(7), AtEnd().released(10, final=True), Window(3).released(7)]
 [7, 0, 10, 4]

@@ -8,7 +8,7 @@ class here; every append is idempotent (a repeated append records nothing twice)
 * :class:`Collections`: how far garbage collection went per task (state at those epochs
   is gone; the ledger keeps the rows, so a task's chain has no gaps).
 * :class:`Deliveries`: how far an external system has accepted what a task sent it
-  (spec §4.2, output rule).
+  (Falkirk Wheel §4.3, outputs).
 * :class:`Completions`: the committed epochs whose Airflow task instance went on to finish,
   so that Airflow re-running one (Clear, a backfill that reprocesses) is told apart from a
   retry of an attempt that died after its commit.

@@ -65,7 +65,7 @@ SCHEMA = pa.schema(
         pa.field("epoch", pa.int64(), nullable=False),
         pa.field("incarnation", pa.int32(), nullable=False),
         pa.field("regime", pa.string(), nullable=False),
-        # The frontier this checkpoint restores to: every epoch <= `epoch` (spec §1.3 notation).
+        # The frontier this checkpoint restores to: every epoch <= `epoch` (the ↓epoch frontier of Falkirk Wheel §3.1).
         pa.field("frontier", pa.string(), nullable=False),
         pa.field("state_uri", pa.string()),
         pa.field("state_tier", pa.string()),

@@ -1,7 +1,7 @@
 """Checkpoints inside an epoch, at lex times (epoch, step).
 
 A long epoch (an iterative job, a large input processed in chunks) may checkpoint before it
-ends. Its times are then pairs (epoch, step), ordered lexicographically (spec §1.2): (3, 20)
+ends. Its times are then pairs (epoch, step), ordered lexicographically (Falkirk Wheel §2.2): (3, 20)
 comes after (3, 15) and before (4, 0). A **step checkpoint** is what the job carries at
 (epoch, step): the ranks after iteration 20, or the result of chunk 4. Each is one Delta
 commit to a table of its own (``steps-<kind>-<step>`` beside the task's other tables, the

@@ -1,4 +1,4 @@
-"""The three-way join of the sender-side logs paper's demonstration, exactly (P2 §5, Fig. 6).
+"""The three-way join of the sender-side logs paper's demonstration, exactly (Smith & Watson, CS-TR-861 §5, Fig. 6).
 
 Three scans (``d1``, ``d2``, ``d3``) deliver colours in blocks of four, one block per epoch;
 ``join1`` is a hash join building on ``d1`` and probing with ``d2``; ``join2`` builds on

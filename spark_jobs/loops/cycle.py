@@ -1,4 +1,4 @@
-"""A loop between two processors inside each epoch, on Spark: spec §5.5 (Figure 7(c)).
+"""A loop between two processors inside each epoch, on Spark: Falkirk Wheel Figure 7(c).
 
 ::
 

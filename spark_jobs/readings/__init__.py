@@ -1,11 +1,12 @@
-"""Meter readings in, running totals out to an external system: the shape of spec scenario G1.
+"""Meter readings in, running totals out to an external system: an input is acknowledged once
+its epoch is checkpointed, an output once the external system accepts it.
 
 ``intake`` (Ephemeral) reads each epoch's batch from an :class:`~falkirk.spark_jobs.inbox.Inbox`
 and drops invalid readings; ``tally`` (lazy checkpoint, durable every epoch) keeps the
 running kWh per meter; ``deliver`` (Ephemeral) sends the totals to an
 :class:`~falkirk.spark_jobs.outbox.Outbox`, whose reader accepts them by receipt.
 
-Whether ``tally`` logs its output decides when the source may forget its input (spec §4.5):
+Whether ``tally`` logs its output decides when the source may forget its input (Falkirk Wheel §4.2-4.3):
 when it discards (``log_outputs=False``), the inbox keeps an epoch until the outbox has
 accepted it; when it logs, the inbox may forget an epoch as soon as tally's checkpoint of it
 is durable.

@@ -1,7 +1,7 @@
 """deliver (Ephemeral, external output): sends tally's totals to the outbox.
 
 It keeps no state and writes no table: the epoch's records go to a system outside the store,
-and the epoch counts as a checkpoint once that system has accepted them (spec §4.2). Before
+and the epoch counts as a checkpoint once that system has accepted them (Falkirk Wheel §4.3). Before
 sending, it reports what the outbox has accepted so far, so deliveries reach the ledger at
 the latest with the next epoch; the monitor (or ``falkirk delivered``) can report sooner.
 """

@@ -1,4 +1,4 @@
-"""Scenario G1 of the spec (§4.5) on a real pipeline: when the source may forget its input,
+"""Input and output acknowledgement (Falkirk Wheel §4.3) on a real pipeline: when the source may forget its input,
 when the sink's epochs count, and what the monitor reclaims, step by step.
 
 The pipeline (``spark_jobs/readings``, real Spark and Delta tables, run in-process through

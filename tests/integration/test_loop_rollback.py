@@ -1,4 +1,4 @@
-"""Spec §5.5 (Figure 7(c)) on Spark: a loop between q and y inside each epoch, y killed.
+"""Falkirk Wheel Figure 7(c) on Spark: a loop between q and y inside each epoch, y killed.
 
 s, p, q, y and r of :mod:`falkirk.spark_jobs.loops.cycle` run as processes of their own
 against the session's Spark Connect server. y is SIGKILLed as iteration 5 of epoch 1 starts,

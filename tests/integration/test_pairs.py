@@ -58,7 +58,7 @@ _durable = {{"sessions": EagerCheckpoint(), "stats": EagerCheckpoint()}}
 pairs_da = _module.build_dag("pairs_da", regimes=_durable, retries=1)
 pairs_db = _module.build_dag("pairs_db", regimes=_durable, retries=1)
 '''
-# Flux's required sink content (research/flux.md §5.5): (sn, app, src, max, avg), each SN once.
+# Flux's required sink content: (sn, app, src, max, avg), each SN once.
 SINK = [(3, "http", "a", 5, 5.0), (5, "ftp", "b", 8, 8.0), (6, "http", "a", 5, 4.0), (9, "http", "c", 4, 4.0),
         (10, "http", "a", 7, 5.0)]
 LOST = "sessions[2]"  # replica sessions[1].A
@@ -214,7 +214,7 @@ def test_the_layout_records_the_take_over_and_the_catch_up(paired) -> None:
 
 
 def test_a_catch_up_killed_on_a_spare_that_is_lost_is_discarded_and_retried_on_another(paired) -> None:
-    """research/flux.md §5.5 S6: the killed catch-up left its standby registered on spare-1 with
+    """Scenario S6: the killed catch-up left its standby registered on spare-1 with
     epoch 2's tables copied and no ledger row; losing spare-1 discarded it; the survivors ran
     epoch 4 meanwhile; the retry on spare-2 committed each copied epoch once."""
     assert paired.killed.returncode == -9, paired.killed.stderr[-2000:]
@@ -256,7 +256,7 @@ def test_the_view_shows_each_replica_and_the_take_overs_and_catch_ups(paired, br
 
 @pytest.mark.parametrize("dag", [DA, DB], ids=["a-before-any-commit", "b-after-the-outputs"])
 def test_s3_mode_d_reruns_the_failed_partition_alone(paired, dag: str) -> None:
-    """research/flux.md §5.5 S3: sessions[0] of epoch 2 crashed (a) before any commit, (b) after
+    """Scenario S3: sessions[0] of epoch 2 crashed (a) before any commit, (b) after
     committing its outputs and before its state; Airflow's retry re-ran that task instance alone,
     from its state of epoch 1; stats of epoch 2 ran once, after it; the sink holds SN 10 once."""
     tries = {(run, p): ti["try_number"] for run, tis in paired.client.task_instances_by_run(dag).items()

@@ -1,4 +1,4 @@
-"""Process pairs under faults, job by job (research/flux.md §5.5 S4, S5, S7 and S9), without Airflow.
+"""Process pairs under faults, job by job (scenarios S4, S5, S7 and S9), without Airflow.
 
 Each job runs as its task instance would (the runtime, a Spark Connect client, the command
 line the operator builds), in a process of its own where a fault kills it (SIGKILL at the crash
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 DAG = "pairs_faults"
 JOBS = "falkirk.spark_jobs.sessions"
-# Flux's required results (research/flux.md §5.5): the sink, (sn, app, src, max, avg), each SN once;
+# Flux's required results: the sink, (sn, app, src, max, avg), each SN once;
 # per partition of stats, its state after epoch 2, (app, src, count, sum, max).
 SINK = [(3, "http", "a", 5, 5.0), (5, "ftp", "b", 8, 8.0), (6, "http", "a", 5, 4.0), (9, "http", "c", 4, 4.0),
         (10, "http", "a", 7, 5.0)]
@@ -197,7 +197,7 @@ def test_s7_both_replicas_lost_stops_the_readers(epoch_one) -> None:  # last: it
     assert Ledger(store).find(DAG, "stats", 2, replica_index(0, "A")) is None
 
 
-# research/flux.md §5.5 S2: the replicas each configuration loses (task, partition, replica), and
+# Scenario S2: the replicas each configuration loses (task, partition, replica), and
 # whether collection may release epoch 2 of the sessions outputs once the survivors commit it.
 QUARTETS = {
     "A": [("stats", 0, "B")],

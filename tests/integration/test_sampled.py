@@ -165,7 +165,7 @@ def test_the_sink_committed_in_small_transactions_while_the_producer_ran(run) ->
 
 
 def test_every_row_was_committed_after_its_determinants_were_saved(run) -> None:
-    """The §6.5 oracle on the real run: a row's transaction began after its chunk's checkpoint
+    """The bounded-pipeline oracle (falkirk.policies.marker_pairs) on the real run: a row's transaction began after its chunk's checkpoint
     (the step log's commit point) of the attempt that drew it."""
     t = targets(run.store, A)
     saved: dict[tuple[int, int], float] = {}

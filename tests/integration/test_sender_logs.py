@@ -8,7 +8,7 @@ jobs clients of the session's Spark Connect server, in two copies, each ending a
   Before epoch 5, ``total``'s scratch directory is deleted, and its epoch-5 job is SIGKILLed
   part-way through rebuilding its state: Airflow retries it, and the retry rebuilds the state of
   epoch 4 by replaying ``join``'s retained epochs 1-4, with no checkpoint read
-  (research/smith-watson.md §5.3 S2, S4). :data:`KILLS` lists the other faults (S1, S3, S6, S7, S9).
+  (Smith & Watson, CS-TR-836 §IV.C; scenarios S2, S4). :data:`KILLS` lists the other faults (S1, S3, S6, S7, S9).
 * ``regions_neg``: the same, but ``total`` declares ``join: immediate`` while keeping a state
   (``stateful=True``: a contract violation):
   garbage collection prunes ``join``'s epochs as soon as ``total`` commits them, the rebuild

@@ -1,5 +1,5 @@
-"""Marker pairs (spec §6): every row of §6.5's table on the pure protocol, its decisions
-(§6.4), and two properties over random bounded pipelines: with marker pairs every run
+"""Marker pairs (Fast Travellers): every row of the bounded pipeline's table on the pure protocol, its decisions
+(Fast Travellers, "Correctness"), and two properties over random bounded pipelines: with marker pairs every run
 completes and commits nothing whose determinants were not saved; with slow travellers only a
 run completes exactly when the data between two markers fits one transaction with the marker."""
 

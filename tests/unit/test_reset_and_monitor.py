@@ -1,4 +1,4 @@
-"""The reset's re-send queues (spec §5.3, Figure 7(a)) and the monitor's low-watermarks (spec §4.5, G1)."""
+"""The reset's re-send queues (Falkirk Wheel Figure 7(a)) and the monitor's low-watermarks (Falkirk Wheel §4.2-4.3)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_garbage_at_g1b_t4() -> None:
     (True, {"T2": (1, 1, 0), "T3": (1, 1, 1), "T4": (2, 2, 1)}),
 ])
 def test_ledger_watermarks_count_an_external_send_only_once_accepted(tally_logs: bool, expected) -> None:
-    """G1 from ledger rows: deliver's epochs are sent at once but accepted later (spec §4.2)."""
+    """G1 from ledger rows: deliver's epochs are sent at once but accepted later (Falkirk Wheel §4.3)."""
     from falkirk.policies.planning.chains import DataEdge, TaskGraph
     from falkirk.policies.planning.collector import watermarks
     from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef, external_uri, is_external

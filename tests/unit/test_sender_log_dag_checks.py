@@ -1,4 +1,4 @@
-"""The DAG-parse checks of sender-side logs (research/smith-watson.md §5.3 S10), through Airflow's
+"""The DAG-parse checks of sender-side logs (scenario S10), through Airflow's
 own DagBag: a DAG the protocol cannot run on fails to import, naming the tasks and the fix."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The data graph's conditions for sender-side logs (research/smith-watson.md §3, §5.3 S10):
+"""The data graph's conditions for sender-side logs (Smith & Watson, CS-TR-836 §IV; scenario S10):
 exact errors for the scenarios, and a property test of :func:`check_uniform` against a
 brute-force oracle that enumerates every walk of small random graphs."""
 

@@ -1,4 +1,4 @@
-"""Rebuilding a state from retained blocks (research/smith-watson.md §5.3), as pure decisions on
+"""Rebuilding a state from retained blocks (Smith & Watson, CS-TR-836 §IV.C), as pure decisions on
 each scenario's numbers: what is replayed, in which order, and the named refusal when a block
 is gone."""
 

@@ -1,5 +1,5 @@
 """Release policies and acknowledgements of sender-side logs, as pure decisions: exact values,
-clear refusals, and the retention bound of research/smith-watson.md §5.3 S11 on a simulated
+clear refusals, and the retention bound of scenario S11 on a simulated
 run (the run through Airflow and Delta is the integration tests')."""
 
 from __future__ import annotations
