@@ -300,11 +300,13 @@ class AirflowClient:
         self.request("PATCH", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances", task,
                                        *([index] if index >= 0 else [])), json=body, idempotent=True)
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
-        """The log of one try of a task instance, as text (one line per log event)."""
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
+        """The log of one try of a task instance (``map_index``: one of a mapped task's), as text
+        (one line per log event)."""
         data = self.request("GET", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances", task_id, "logs",
                                          try_number),
-                            params={"full_content": "true"}, headers={"Accept": "application/json"})
+                            params={"full_content": "true", "map_index": map_index},
+                            headers={"Accept": "application/json"})
         content = data.get("content", []) if isinstance(data, dict) else []
         lines = []
         for e in content:  # structured events: the message, then its details (an exception's among them)

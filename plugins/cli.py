@@ -47,6 +47,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import httpx
@@ -299,6 +300,7 @@ def _trigger(args: argparse.Namespace) -> int:
     latest = latest_run_epoch(args.dag, client, clock)
     first = clock.first_epoch if latest is None else latest + 1
     for epoch in range(first, first + args.epochs):
+        _check_date_free(client, args.dag, epoch, clock.logical_date(epoch))
         run = client.trigger(args.dag, f"manual__epoch-{epoch}", clock.logical_date(epoch))
         print(f"triggered {args.dag} epoch {epoch}: run {run['dag_run_id']} at {clock.logical_date(epoch).isoformat()}",
               flush=True)
@@ -312,13 +314,28 @@ def _trigger(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_date_free(client: AirflowClient, dag_id: str, epoch: int, date: datetime) -> None:
+    """Refuse, naming it and the command that deletes it, a run that holds epoch ``epoch``'s
+    logical date though it is no epoch of the DAG: a run of ``airflow dags test`` (Airflow
+    allows one run per logical date, and ``latest_run_epoch`` leaves test runs out)."""
+    from falkirk.plugins.dags_test import is_test_run
+
+    held = [r for r in client.runs_between(dag_id, date, date) if r.get("logical_date") and is_test_run(r)]
+    if held:
+        raise PlanError(f"epoch {epoch}'s logical date {date.isoformat()} is held by {held[0]['dag_run_id']}, a run "
+                        f"of `airflow dags test` (Airflow keeps one run per logical date); delete it with: falkirk "
+                        f"discard --dag {dag_id} --epochs {epoch} --yes (or the delete button in the DAG's runs list), "
+                        f"then trigger again")
+
+
 def _print_failures(client: AirflowClient, dag_id: str, run_id: str, lines: int = 15) -> None:
     """The end of each failed task instance's log, and where to go from there."""
     for task, ti in sorted(client.task_instances(dag_id, run_id).items()):
         if ti.get("state") != "failed":
             continue
         try:
-            log = client.task_log(dag_id, run_id, ti["task_id"], ti.get("try_number") or 1).splitlines()
+            log = client.task_log(dag_id, run_id, ti["task_id"], ti.get("try_number") or 1,
+                                  ti.get("map_index", -1)).splitlines()
         except AirflowError as exc:
             log = [f"(its log could not be read: {exc})"]
         print(f"--- {task} failed; the end of its log:", *log[-lines:], sep="\n", flush=True)

@@ -73,8 +73,8 @@ DAG_FILE = '''"""{name}: an Airflow DAG of Falkirk tasks; each DAG run is one ep
 
 Trigger it at an epoch's logical date (midnight UTC from {first}): the next epoch after the
 DAG's latest run (``falkirk trigger --dag {name}`` picks it). A backfill needs
-``--reprocess-behavior none`` (its tasks depend on their past): it then creates the epochs that
-have no run. Recover from a failure with the Falkirk view (the DAG's "Falkirk" tab) or
+``--reprocess-behavior failed`` (its tasks depend on their past, so Airflow refuses ``none``): it
+then creates the epochs that have no run, and runs failed ones again. Recover from a failure with the Falkirk view (the DAG's "Falkirk" tab) or
 ``falkirk plan`` / ``falkirk replay``.
 """
 

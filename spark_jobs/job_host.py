@@ -86,19 +86,19 @@ def serve(socket_path: Path, pid_file: Path | None, idle_seconds: float) -> None
                     selector.unregister(conn)
                     _kill(key.data)
         for pid, status in _reaped():
-            gone = jobs.pop(pid, None)
-            if gone is None:
+            client = jobs.pop(pid, None)  # the connection of the job that ended
+            if client is None:
                 continue
             try:
-                selector.unregister(gone)
+                selector.unregister(client)
             except (KeyError, ValueError):
                 pass
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
             try:
-                gone.sendall(b"\0falkirk-exit %d\n" % code)
+                client.sendall(b"\0falkirk-exit %d\n" % code)
             except OSError:
                 pass
-            conn.close()
+            client.close()
             last = time.monotonic()
         if not jobs and time.monotonic() - last > idle_seconds:
             print(f"job host {os.getpid()}: idle for {idle_seconds:.0f}s, exiting", flush=True)

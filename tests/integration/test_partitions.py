@@ -270,21 +270,31 @@ def test_garbage_collection_works_partition_by_partition(shards) -> None:
     assert rerun(p) == {"totals[3]": [6], "leaders[3]": [6], "report": [6]}
 
 
-def test_a_lost_partitions_failure_names_the_partition_level_plan_and_its_size(shards) -> None:
-    """Last (it leaves epoch 7 failed): totals[1]'s scratch directory is deleted and epoch 7 runs.
-    totals[1] fails with "state lost" and names the smallest plan that fixes it, the partition's
-    own directory, with that plan's size; `falkirk plan` with those words re-runs exactly that
-    many, fewer than the lost worker's plan would."""
+def test_a_lost_partitions_failure_names_the_partition_level_plan_and_its_size(shards, monkeypatch, capsys) -> None:
+    """Last (it leaves epoch 7 failed): totals[1]'s scratch directory is deleted and epoch 7 runs,
+    triggered with `falkirk trigger --wait`, which prints the end of the failed mapped instance's
+    log. totals[1] fails with "state lost" and names the smallest plan that fixes it, the
+    partition's own directory, with that plan's size; `falkirk plan` with those words re-runs
+    exactly that many, fewer than the lost worker's plan would."""
+    from falkirk.plugins.cli import main
     from falkirk.policies.workers import worker_name
 
     stack, store, client, _ = shards
+    for k, v in {**store.env(), "FALKIRK_AIRFLOW_URL": stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+        monkeypatch.setenv(k, v)
     where = store.table_uri(Tier.SCRATCH, A, "totals", "state", 1).rsplit("/", 1)[0]
     shutil.rmtree(where)
-    client.trigger(A, run_id_of(7), dag_epoch_clock(ROOT / "dags" / "falkirk_shards.py").logical_date(7))
-    wait_states(client, A, {7: {"totals[1]": {"failed"}, "leaders[1]": {"upstream_failed"},
-                                "report": {"upstream_failed"}}}, timeout=900)
+    assert main(["trigger", "--dag", A, "--wait"]) == 1
+    out = capsys.readouterr().out
+    assert f"triggered {A} epoch 7: run manual__epoch-7" in out, out[-3000:]
+    shown = out[out.index("--- totals[1] failed; the end of its log:"):]
+    assert "its log could not be read" not in shown and f"--lost-scratch {where}" in shown, out[-3000:]
+    states = {t: ti["state"] for t, ti in client.task_instances(A, "manual__epoch-7").items()}
+    assert {t: states[t] for t in ("totals[1]", "leaders[1]", "report")} == {
+        "totals[1]": "failed", "leaders[1]": "upstream_failed", "report": "upstream_failed"}, states
     log = "\n".join(p.read_text() for p in (stack.home / "logs").rglob("*.log")
-                    if f"dag_id={A}" in str(p) and "run_id=epoch-7" in str(p) and "task_id=totals" in str(p)
+                    if f"dag_id={A}" in str(p) and "run_id=manual__epoch-7" in str(p) and "task_id=totals" in str(p)
                     and "map_index=1" in str(p))
     found = re.search(rf"Recover with: falkirk plan --dag {A} --lost-scratch (\S+) \(re-runs (\d+) task instances "
                       rf"up to epoch 6, then epoch 7 on\)", log)

@@ -386,7 +386,7 @@ def test_a_far_ahead_epoch_left_by_a_deleted_run_is_discarded_and_plans_stop_at_
 
 
 def test_dags_test_of_an_unpaused_dag_with_the_scheduler_running_leaves_its_epochs_and_plans_as_they_were(
-        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig, tmp_path) -> None:
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig, tmp_path, monkeypatch, capsys) -> None:
     """`airflow dags test` of falkirk_orders (unpaused, the scheduler running) at the DAG's next
     epoch: its task instances run once each, in the test's process, into a store of their own; a
     failing test run leaves nothing for `falkirk plan --failed-task` to plan from; the real store is
@@ -416,8 +416,18 @@ def test_dags_test_of_an_unpaused_dag_with_the_scheduler_running_leaves_its_epoc
     assert "already completed" not in done.stdout + done.stderr
 
     # The test run holds the epoch's logical date: to test it again (or to trigger the real
-    # epoch) it is deleted first, by a discard that has no ledger row to roll back.
+    # epoch) it is deleted first, by a discard that has no ledger row to roll back; the trigger
+    # says so, naming the test run, instead of Airflow's raw 409.
+    from falkirk.plugins.cli import main
     from falkirk.plugins.discard import discard
+
+    for k, v in {**local_store.env(), "FALKIRK_AIRFLOW_URL": airflow_stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+        monkeypatch.setenv(k, v)
+    assert main(["trigger", "--dag", DAG_ID]) == 2
+    err = capsys.readouterr().err
+    assert f"is held by {run['dag_run_id']}, a run of `airflow dags test`" in err, err
+    assert f"falkirk discard --dag {DAG_ID} --epochs {latest + 1} --yes" in err and "Unique constraint" not in err, err
 
     gone = discard(DAG_ID, local_store, client, latest + 1, latest + 1, holder="admin", progress=print)
     assert (gone.rows, gone.runs) == ((), (run["dag_run_id"],))
