@@ -594,7 +594,7 @@ def make_discard(dag_id: str, spec: DiscardRequest, request: Request, user: GetU
         raise HTTPException(status_code=409, detail=f"the DAG's ledger changed since the preview (version "
                                                     f"{spec.ledger_version} then, {found.plan.ledger_version} now); "
                                                     f"preview again")
-    refused = [d.plan.dag_id for d in found.consumers for d in d.every() if not _may_discard(d.plan.dag_id, user)]
+    refused = [d.plan.dag_id for c in found.consumers for d in c.every() if not _may_discard(d.plan.dag_id, user)]
     if refused:
         raise HTTPException(status_code=403, detail=f"the discard withdraws epochs of {', '.join(sorted(set(refused)))}"
                                                     f", whose runs Airflow does not let this user delete or clear")

@@ -30,6 +30,7 @@ False
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import random
@@ -283,23 +284,31 @@ def filesystem(uri: str, storage_options: Mapping[str, str] | None = None) -> tu
     >>> type(fs).__name__, root
     ('LocalFileSystem', '/data/falkirk/orders/ingest/output')
     """
-    from urllib.parse import urlparse
-
     from pyarrow import fs
 
     if not uri.startswith("s3://"):
         return fs.LocalFileSystem(), uri.removeprefix("file://")
-    opts = storage_options or {}
+    return _s3_filesystem(tuple(sorted((storage_options or {}).items()))), uri[len("s3://"):]
+
+
+@functools.lru_cache(maxsize=16)
+def _s3_filesystem(options: tuple[tuple[str, str], ...]) -> pafs.FileSystem:
+    """One S3 filesystem per set of storage options, made once: making one sets up the AWS SDK
+    and its connection pool, which a read of a few files would otherwise pay every time."""
+    from urllib.parse import urlparse
+
+    from pyarrow import fs
+
+    opts = dict(options)
     endpoint = opts.get("AWS_ENDPOINT_URL")
     parsed = urlparse(endpoint) if endpoint else None
-    s3 = fs.S3FileSystem(
+    return fs.S3FileSystem(
         access_key=opts.get("AWS_ACCESS_KEY_ID"),
         secret_key=opts.get("AWS_SECRET_ACCESS_KEY"),
         region=opts.get("AWS_REGION", "us-east-1"),
         endpoint_override=parsed.netloc if parsed else None,
         scheme=parsed.scheme if parsed else "https",
     )
-    return s3, uri[len("s3://"):]
 
 
 def lost_files(table: DeltaTable, epoch: int, storage_options: Mapping[str, str] | None = None,

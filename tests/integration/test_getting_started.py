@@ -1,10 +1,12 @@
 """The getting-started page, followed as written: its ``bash`` blocks run in order, in one shell,
 in a fresh directory outside the repository (a virtual environment with the wheel built as the
 page says, the job and DAG made by ``falkirk new-job``, Spark Connect and ``airflow standalone``
-started as the page says), to a green DAG and a replayed recovery; then every table of the
-DAG equals what the job computes for epochs 1 and 2.
+started as the page says), to a green DAG and a replayed recovery, the tables shown, and a
+teardown after which no process of the page's is left; then every table of the DAG equals
+what the job computes for epochs 1 and 2.
 
-Only the ports differ from the page: 8080 and 15002 become free ones, so that the test runs
+The ports are free ones instead of 8080 and 15002, set through the variables the page names
+(``AIRFLOW_PORT``, ``SPARK_CONNECT_PORT``, Airflow's log-server ports), so that the test runs
 beside other Airflows and Spark servers.
 """
 
@@ -33,12 +35,13 @@ PAGE = PROJECT_ROOT / "docs" / "getting-started.md"
 DAG = "word_count"
 
 
-def page_script(api_port: int, connect_port: int) -> str:
-    """The page's bash blocks, in order, as one script that stops at the first failing command."""
+def page_script() -> str:
+    """The page's bash blocks, in order and unchanged, as one script that stops at the first
+    failing command."""
     blocks = re.findall(r"```bash\n(.*?)```", PAGE.read_text(), re.S)
-    assert len(blocks) >= 8, "the page lost its steps"
+    assert len(blocks) >= 10, "the page lost its steps"
     script = "\n".join(f"echo '>>> step {i}'\n{b}" for i, b in enumerate(blocks, 1))
-    return "set -euo pipefail\n" + script.replace("8080", str(api_port)).replace("15002", str(connect_port))
+    return "set -euo pipefail\n" + script
 
 
 def words_through(epoch: int) -> dict[str, int]:
@@ -60,17 +63,22 @@ def test_the_getting_started_page_runs_as_written_to_a_green_dag_and_a_recovery(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FALKIRK", "SPARK", "PYSPARK", "AWS_"))
            and k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     env.update({"PATH": os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not p.startswith(ours)),
-                "FALKIRK_SRC": str(PROJECT_ROOT),
-                # Airflow's other listening ports, which the page leaves at their defaults
-                "AIRFLOW__API__PORT": str(api_port),
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{api_port}/execution/",
+                # the variables the page reads (it says which), set as a reader on a busy machine would
+                "FALKIRK_SRC": str(PROJECT_ROOT), "AIRFLOW_PORT": str(api_port), "SPARK_CONNECT_PORT": str(connect_port),
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
                 "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())})
-    (tmp_path / "page.sh").write_text(page_script(api_port, connect_port))
+    (tmp_path / "page.sh").write_text(page_script())
     shell = subprocess.Popen(["bash", str(tmp_path / "page.sh")], cwd=project, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    left: list[str] = []
     try:
         out, _ = shell.communicate(timeout=2400)
+        left = _processes_of(project)  # after the page's teardown (processes signalled may take a moment)
+        for _ in range(30):
+            if not left:
+                break
+            time.sleep(1)
+            left = _processes_of(project)
     except subprocess.TimeoutExpired:
         shell.kill()
         out, _ = shell.communicate()
@@ -83,6 +91,8 @@ def test_the_getting_started_page_runs_as_written_to_a_green_dag_and_a_recovery(
     assert shell.returncode == 0, out[-6000:] + logs
     assert "manual__epoch-1: success" in out and "manual__epoch-2: success" in out, out[-3000:]
     assert re.search(r"plan \w+: done, 3 task instances re-ran", out), out[-3000:]
+    assert re.search(r"^\s*wheel\s+4$", out, re.M), out[-3000:]  # the tables step: epoch 2's count of "wheel"
+    assert left == [], left  # the teardown stopped Airflow, Spark Connect and the job host
 
     store = StoreConfig(str(project / "falkirk-store"), str(project / "falkirk-store-scratch"))
     rows = Ledger(store).entries(DAG)
@@ -91,6 +101,23 @@ def test_the_getting_started_page_runs_as_written_to_a_green_dag_and_a_recovery(
     state = scan(DeltaTable(store.table_uri(Tier.DURABLE, DAG, DAG, "state"))).to_pylist()
     for epoch in (1, 2):
         assert {r["word"]: r["total"] for r in state if r["epoch"] == epoch} == words_through(epoch), epoch
+
+
+def _processes_of(project: Path) -> list[str]:
+    """The processes still running for the page: those whose command line or environment names
+    the project directory (Airflow's home, the store, the job host's socket are all under it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            seen = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+        if str(project).encode() in seen:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{proc.name}: {command[:200]}")
+    return found
 
 
 def _stop_group(pid: int) -> None:
