@@ -78,7 +78,7 @@ from falkirk.plugins.shared_computations import SharedComputations
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, recovery_history
 from falkirk.policies.epochs import EpochClock, EpochError
-from falkirk.policies.ids import IdError, check_dag_id, is_airflow_key
+from falkirk.policies.ids import IdError, check_dag_id
 from falkirk.policies.partitions import processor_id, processors
 from falkirk.policies.planning.recovery import (
     BadEpoch,
@@ -105,7 +105,7 @@ def _valid_dag_id(request: Request) -> None:
     """Every route's ``dag_id`` is an id Airflow accepts (:mod:`falkirk.policies.ids`), checked
     before the route reads or writes anything: 422 naming the path parameter."""
     dag_id = request.path_params.get("dag_id")
-    if dag_id is not None and not is_airflow_key(dag_id):
+    if dag_id is not None:
         try:
             check_dag_id(dag_id, "dag_id")
         except IdError as exc:

@@ -54,7 +54,7 @@ import httpx
 from deltalake.exceptions import DeltaError
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, api_path
-from falkirk.policies.ids import check_task_id, is_airflow_key
+from falkirk.policies.ids import IdError, check_dag_id, check_task_id
 from falkirk.policies.planning.recovery import PlanError
 from falkirk.policies.rollback import cli as solver_cli
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable, plain_reason
@@ -418,19 +418,20 @@ def _seconds_arg(bounds: tuple[float, float]) -> Callable[[str], float]:
 
 
 def _dag_arg(value: str) -> str:
-    """An argparse type: a DAG id Airflow accepts (:func:`falkirk.policies.ids.check_dag_id`)."""
-    if not is_airflow_key(value):
-        raise argparse.ArgumentTypeError(f"{value[:80]!r}: not an Airflow DAG id: use letters, digits, _, . and - "
-                                         f"(at most 250 characters, no '..'), e.g. falkirk_orders")
-    return value
+    """An argparse type: a DAG id Airflow accepts (:func:`falkirk.policies.ids.check_dag_id`;
+    argparse names the flag)."""
+    try:
+        return check_dag_id(value, field="")
+    except IdError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _task_arg(value: str) -> str:
-    """An argparse type: a task id Airflow accepts."""
-    if not is_airflow_key(value):
-        raise argparse.ArgumentTypeError(f"{value[:80]!r}: not an Airflow task id: use letters, digits, _, . and - "
-                                         f"(at most 250 characters, no '..'), e.g. aggregate")
-    return value
+    """An argparse type: a task id Airflow accepts (:func:`falkirk.policies.ids.check_task_id`)."""
+    try:
+        return check_task_id(value, field="")
+    except IdError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _date_arg(value: str) -> str:

@@ -39,8 +39,9 @@ def is_airflow_key(value: object) -> bool:
 def _check(value: object, field: str, what: str, example: str) -> str:
     if not is_airflow_key(value):
         shown = repr(value)[:80] if isinstance(value, str) else f"{type(value).__name__}"
-        raise IdError(f"{field} {shown}: not an Airflow {what} id: use letters, digits, _, . and - (at most "
-                      f"{MAX_LENGTH} characters, no '..'), e.g. {example}")
+        named = f"{field} {shown}" if field else shown  # no field: argparse names the flag itself
+        raise IdError(f"{named}: not an Airflow {what} id: use letters, digits, _, . and - (at most {MAX_LENGTH} "
+                      f"characters, no '..'), e.g. {example}")
     return value  # type: ignore[return-value]
 
 
