@@ -8,6 +8,8 @@ all alike:
   epoch's words (``benchmarks.overhead_job``) and appends them to a Delta table;
 * ``bench_falkirk``: the same job as four Falkirk tasks, one per regime, one after another,
   each a client of the same server on the worker's job host;
+* ``bench_taskflow``: the same four written inline in the DAG file (``@task.falkirk``,
+  ``benchmarks/overhead_dags/bench_taskflow.py``), on the job host;
 * ``bench_falkirk_cold``: the same four with ``FALKIRK_JOB_HOST=off``: each job in a fresh
   interpreter, as every Falkirk task ran before the job host (the "before" figure);
 * ``bench_figure1`` and ``bench_figure1_cold``: the reference application
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             client = stack.client()
             from benchmarks.overhead_dags.bench_overhead import EPOCHS
 
-            dags = ["bench_plain", "bench_falkirk", "bench_falkirk_cold"]
+            dags = ["bench_plain", "bench_falkirk", "bench_taskflow", "bench_falkirk_cold"]
             for dag in dags:
                 client.wait_for_dag(dag)
                 client.set_paused(dag, False)
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     plain = statistics.median(times["bench_plain", "plain"])
     rows = [("plain Airflow task, own Spark Connect session (baseline)", times["bench_plain", "plain"])]
     rows += [(f"Falkirk {LABELS[r]}, job host", times["bench_falkirk", r]) for r in REGIMES]
+    rows += [(f"Falkirk {LABELS[r]}, @task.falkirk, job host", times["bench_taskflow", r]) for r in REGIMES]
     rows += [(f"Falkirk {LABELS[r]}, fresh interpreter", times["bench_falkirk_cold", r]) for r in REGIMES]
     print(f"\nper task instance, Airflow's start to end (median); {args.epochs} epochs, "
           f"{args.cold_epochs} for the fresh interpreter")
@@ -132,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         median = statistics.median(values)
         print(f"{label:<62} {len(values):>3} {median:>7.2f}s {median / plain:>9.2f} {median - plain:>+6.2f}s")
     host = [statistics.median(times["bench_falkirk", r]) for r in REGIMES]
+    inline = [statistics.median(times["bench_taskflow", r]) for r in REGIMES]
+    print(f"\nthe TaskFlow form (@task.falkirk) per task instance, by regime: "
+          f"{', '.join(f'{i / o:.2f}x' for i, o in zip(inline, host))} the operator form's, "
+          f"{', '.join(f'{i / plain:.2f}x' for i in inline)} the plain task's")
     cold = [statistics.median(times["bench_falkirk_cold", r]) for r in REGIMES]
     print(f"\nfour Falkirk task instances: {sum(host):.2f}s on the job host, {sum(cold):.2f}s in fresh interpreters "
           f"({sum(cold) / sum(host):.2f}x)")

@@ -61,16 +61,17 @@ class FalkirkJobHook:
         return SparkConnectHook(conn_id=self.conn_id).get_connection_url()
 
     def run_connect(self, application: str, args: Sequence[str], env: Mapping[str, str],
-                    spark_conf: Mapping[str, Any] | None = None) -> int:
+                    spark_conf: Mapping[str, Any] | None = None, preload: Sequence[str] = ()) -> int:
         """Run ``application`` with ``args`` as a client of the connection's server; returns its
-        exit code (negative: killed by that signal)."""
+        exit code (negative: killed by that signal). On the job host, ``preload`` names the
+        modules every such job imports, which a host of their own imports once."""
         url = self.connection_url()
         confs = ",".join(f"{k}={v}" for k, v in sorted((spark_conf or {}).items()))
         job_env = {**os.environ, **env, "SPARK_REMOTE": url, "FALKIRK_SPARK_CONF": confs}
         argv = [application, *args]
         if enabled(job_env):
             try:
-                host = JobHost(environ=job_env)
+                host = JobHost(environ=job_env, preload=preload)
                 self.log(f"Spark Connect client of {url} on the job host {host.socket_path}: {' '.join(argv)}")
                 return host.run(argv, job_env, on_line=self._line, on_started=self._started)
             except JobHostError as exc:

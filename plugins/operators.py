@@ -326,6 +326,9 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
                 raise ValueError(f"{self.task_id}: concurrent_inputs names {t!r}, which is also linked to it with "
                                  f">>: a concurrent input runs beside this task, so drop the Airflow edge")
 
+    # Modules the job imports besides the runtime, imported once by a job host of their own.
+    job_host_preload: tuple[str, ...] = ()
+
     def job_argv(self, spec: JobSpec) -> list[str]:
         """The job's command line: the spec, for a job file of its own."""
         return spec.argv()
@@ -356,7 +359,8 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
         conn = self._spark_connection()
         if conn.conn_type == "spark_connect":
             self._job_hook = FalkirkJobHook(self._conn_id, on_line=lambda line: self.log.info("%s", line))
-            code = self._job_hook.run_connect(self.application, self.application_args, self.env_vars, self.conf)
+            code = self._job_hook.run_connect(self.application, self.application_args, self.env_vars, self.conf,
+                                              preload=self.job_host_preload)
             if code == REFUSED_EXIT_CODE:
                 raise _refused(self._job_hook.refusal, spec)
             if code == TAKEN_OVER_EXIT_CODE:

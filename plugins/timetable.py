@@ -40,8 +40,9 @@ True
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction, Timetable
 from airflow.utils.types import DagRunType
@@ -55,7 +56,6 @@ class EpochTimetable(Timetable):
     and data interval ``[that date, the next epoch's)``. With ``scheduled=False`` (the default) the
     scheduler creates no runs by itself; manual runs and backfills still go through the grid."""
 
-    periodic = True
     run_ordering = ("logical_date",)
 
     def __init__(self, clock: EpochClock, *, scheduled: bool = False, dag_id: str | None = None) -> None:
@@ -85,6 +85,52 @@ class EpochTimetable(Timetable):
         return EpochTimetable(self.clock, scheduled=self.scheduled, dag_id=dag_id)
 
     @property
+    def periodic(self) -> bool:  # type: ignore[override]
+        """``True``: a Falkirk DAG can be backfilled, over a range that leaves no gap.
+
+        Airflow asks this first when it creates a backfill or previews one (``airflow backfill
+        create``, the REST API, the UI's Backfill dialog), before it reads the range's runs from
+        :meth:`next_dagrun_info` in a loop that logs and drops any exception: so this is where a
+        backfill that would leave epochs without a run is refused (:meth:`backfill_refusal`).
+        """
+        backfill = _caller_locals("airflow.models.backfill", ("_create_backfill", "_do_dry_run"))
+        if backfill is not None and backfill.get("from_date") is not None:
+            reason = self.backfill_refusal(backfill["from_date"], backfill.get("to_date"))
+            if reason is not None:
+                if _caller_locals("airflow.cli.commands.backfill_command", ("create_backfill",)) is not None:
+                    raise SystemExit(f"airflow backfill create --dag-id {self.dag_id} refused: {reason}")
+                from airflow.models.backfill import InvalidBackfillDate
+
+                raise InvalidBackfillDate(reason)  # the REST API answers 422 with it
+        return True
+
+    def backfill_refusal(self, from_date: datetime, to_date: datetime | None,
+                         latest: int | None = None) -> str | None:
+        """Why a backfill from ``from_date`` is refused, or ``None``: its first epoch would leave
+        a gap after the DAG's latest run (``latest``, read from Airflow's database when not given).
+
+        >>> from datetime import datetime, timedelta, timezone
+        >>> clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+        >>> table = EpochTimetable(clock, dag_id="orders")
+        >>> print(table.backfill_refusal(datetime(2026, 11, 24, tzinfo=timezone.utc),
+        ...                              datetime(2026, 11, 25, tzinfo=timezone.utc), latest=14))
+        a backfill from epoch 328 would leave epochs 15..327 of DAG orders without a run: its latest run is epoch 14, and a task that keeps state runs its epochs in order. Backfill from the next epoch: airflow backfill create --dag-id orders --from-date 2026-01-15T00:00:00+00:00 --to-date 2026-11-25T00:00:00+00:00 --reprocess-behavior failed
+        >>> table.backfill_refusal(datetime(2026, 1, 10, tzinfo=timezone.utc), None, latest=14) is None
+        True
+        """
+        latest = self.latest_run_epoch() if latest is None else latest
+        if latest is None:
+            return None
+        first = self.clock.epoch_at_or_after(from_date)
+        if first <= latest + 1:
+            return None
+        until = f" --to-date {to_date.isoformat()}" if to_date is not None else ""
+        return (f"a backfill from epoch {first} would leave epochs {latest + 1}..{first - 1} of DAG {self.dag_id} "
+                f"without a run: its latest run is epoch {latest}, and a task that keeps state runs its epochs in "
+                f"order. Backfill from the next epoch: airflow backfill create --dag-id {self.dag_id} --from-date "
+                f"{self.clock.logical_date(latest + 1).isoformat()}{until} --reprocess-behavior failed")
+
+    @property
     def summary(self) -> str:
         return f"epoch every {self.clock.period}"
 
@@ -111,13 +157,16 @@ class EpochTimetable(Timetable):
         """The interval of the epoch at ``run_after`` (the logical date being triggered); a date off
         the grid, or an epoch past the one after the DAG's latest run, is refused (a ``ValueError``:
         the REST API answers 400 with the message)."""
+        cli = _trigger_call()
+        if cli is not None and cli.get("coerced_logical_date") is not None:
+            run_after = cli["coerced_logical_date"]
         latest = self.latest_run_epoch()
         try:
             epoch = self.clock.epoch_of(run_after)
         except EpochError:
-            raise EpochError(self.refusal(run_after, latest)) from None
+            _refuse(cli, self.refusal(run_after, latest))
         if latest is not None and epoch > latest + 1:
-            raise EpochError(self.gap_refusal(epoch, latest))
+            _refuse(cli, self.gap_refusal(epoch, latest))
         return self.interval(epoch)
 
     def latest_run_epoch(self) -> int | None:
@@ -161,10 +210,11 @@ class EpochTimetable(Timetable):
                         **extra: Any) -> str:
         """``manual__epoch-7`` and ``scheduled__epoch-7``; a manual run without a logical date is refused."""
         if data_interval is None:
-            raise EpochError(
+            _refuse(_trigger_call(), (
                 "a run of this DAG is an epoch, so it needs a logical date on the epoch grid "
-                f"{self.clock.describe()}; trigger it with one (in the Trigger dialog), or trigger the "
-                f"next epoch with: falkirk trigger --dag DAG_ID")
+                f"{self.clock.describe()}; trigger it with one (in the Trigger dialog, or airflow dags trigger "
+                f"{self.dag_id or 'DAG_ID'} -l DATE), or trigger the next epoch with: falkirk trigger --dag "
+                f"{self.dag_id or 'DAG_ID'}"))
         epoch = self.clock.epoch_of(data_interval.start)
         return run_type.generate_run_id(suffix=f"epoch-{epoch}")
 
@@ -210,3 +260,49 @@ class EpochTimetable(Timetable):
         nearest = [e for e in (after - 1, after) if e >= self.clock.first_epoch]
         dates = " and ".join(f"epoch {e} at {self.clock.logical_date(e).isoformat()}" for e in nearest)
         return f"{head} Trigger it at an epoch's date (the nearest: {dates})."
+
+
+def _caller_locals(module: str, functions: tuple[str, ...]) -> dict[str, Any] | None:
+    """The locals of the nearest caller running one of ``functions`` of ``module``, else ``None``.
+
+    >>> _caller_locals("airflow.models.backfill", ("_create_backfill",)) is None
+    True
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in functions and frame.f_globals.get("__name__") == module:
+            return frame.f_locals
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def _trigger_call() -> dict[str, Any] | None:
+    """The locals of Airflow's ``_trigger_dag`` when it is the caller (``airflow dags trigger``, a
+    ``TriggerDagRunOperator``), else ``None``.
+
+    ``_trigger_dag`` asks :meth:`EpochTimetable.infer_manual_data_interval` with ``run_after=now``
+    rather than the logical date it was given (the REST API passes the logical date), so the date a
+    user typed is read from its frame; without that frame the timetable keeps to ``run_after``.
+
+    >>> _trigger_call() is None
+    True
+    """
+    return _caller_locals("airflow.api.common.trigger_dag", ("_trigger_dag",))
+
+
+def _refuse(trigger: dict[str, Any] | None, reason: str) -> NoReturn:
+    """Refuse a run: an :class:`EpochError` (the REST API answers 400 with it), or, in Airflow's own
+    CLI (which prints any exception with its traceback), the reason alone and exit status 1.
+
+    >>> _refuse(None, "epoch 9 would leave a gap")
+    Traceback (most recent call last):
+    ...
+    falkirk.policies.epochs.EpochError: epoch 9 would leave a gap
+    """
+    from airflow.utils.types import DagRunTriggeredByType
+
+    if trigger is not None and trigger.get("triggered_by") == DagRunTriggeredByType.CLI:
+        typed = trigger.get("coerced_logical_date")
+        raise SystemExit(f"airflow dags trigger {trigger.get('dag_id')}"
+                         f"{f' -l {typed.isoformat()}' if typed else ''} refused: {reason}")
+    raise EpochError(reason)

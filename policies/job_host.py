@@ -103,11 +103,23 @@ def hosts_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(tempfile.gettempdir()) / f"falkirk-job-hosts-{os.getuid()}"
 
 
+def import_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables that Airflow and the job's modules read when imported: ``AIRFLOW_HOME``, each
+    ``AIRFLOW__SECTION__KEY`` and ``PYTHONPATH`` (not a task's own ``AIRFLOW_CTX_*``, which change
+    from task to task). A host that preloads such modules serves only jobs with these values.
+
+    >>> import_env({"AIRFLOW_HOME": "/a", "AIRFLOW_CTX_TASK_ID": "t", "AIRFLOW__CORE__X": "1", "HOME": "/h"})
+    {'AIRFLOW_HOME': '/a', 'AIRFLOW__CORE__X': '1'}
+    """
+    return {k: v for k, v in sorted(environ.items())
+            if k in ("AIRFLOW_HOME", "AIRFLOW_CONFIG", "PYTHONPATH") or k.startswith("AIRFLOW__")}
+
+
 def code_stamp() -> str:
     """A digest of the package's code as it is on disk: a host started before a change serves no
     job after it (a new one starts beside it, and the old one exits once idle)."""
     digest = hashlib.sha1()
-    for folder in ("policies", "spark_jobs"):
+    for folder in ("policies", "spark_jobs", "plugins"):
         for path in sorted((_PACKAGE_ROOT / folder).rglob("*.py")):
             try:
                 stat = path.stat()
@@ -134,16 +146,29 @@ class JobHost:
 
     One host serves the tasks of one interpreter, worker (``FALKIRK_WORKER``) and code version;
     jobs with other environments share it, since each child takes the job's own environment.
+    ``preload`` names modules the host imports besides the libraries (the TaskFlow form's
+    Airflow, which its DAG file imports): such a host is one per :func:`import_env` too.
+
+    >>> plain = JobHost(Path("/tmp/hosts"), {"AIRFLOW__CORE__X": "1"}, stamp="s").socket_path
+    >>> plain == JobHost(Path("/tmp/hosts"), {"AIRFLOW__CORE__X": "2"}, stamp="s").socket_path
+    True
+    >>> warm = JobHost(Path("/tmp/hosts"), {"AIRFLOW__CORE__X": "1"}, stamp="s", preload=("airflow.sdk",))
+    >>> warm.socket_path == JobHost(Path("/tmp/hosts"), {"AIRFLOW__CORE__X": "2"}, stamp="s",
+    ...                             preload=("airflow.sdk",)).socket_path, warm.socket_path == plain
+    (False, False)
     """
 
     def __init__(self, directory: Path | None = None, environ: Mapping[str, str] | None = None,
-                 python: str = sys.executable, stamp: str | None = None) -> None:
+                 python: str = sys.executable, stamp: str | None = None, preload: Sequence[str] = ()) -> None:
         env = dict(os.environ if environ is None else environ)
         self.directory = directory or hosts_dir(env)
         self.python = python
         self.idle = idle_seconds(env)
+        self.preload = tuple(preload)
         stamp = code_stamp() if stamp is None else stamp
         identity = "|".join([python, env.get("FALKIRK_WORKER", ""), str(_PACKAGE_ROOT), stamp])
+        if self.preload:
+            identity += "|" + json.dumps([self.preload, import_env(env)])
         name = "host-" + hashlib.sha1(identity.encode()).hexdigest()[:12]
         path = self.directory / f"{name}.sock"
         if len(str(path)) > _MAX_SOCKET_PATH:  # keep the files where asked, the socket where it fits
@@ -178,7 +203,8 @@ class JobHost:
             with open(self.log_path, "ab") as log:
                 proc = subprocess.Popen(
                     [self.python, "-m", HOST_MODULE, "--socket", str(self.socket_path), "--pid-file",
-                     str(self.pid_path), "--idle-seconds", str(self.idle)],
+                     str(self.pid_path), "--idle-seconds", str(self.idle),
+                     *(arg for module in self.preload for arg in ("--preload", module))],
                     env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True,  # outlives the task that started it
                 )

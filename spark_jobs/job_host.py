@@ -44,8 +44,11 @@ PRELOAD = (
 _REQUEST_TIMEOUT = 30.0
 
 
-def preload() -> None:
-    for name in PRELOAD:
+def preload(extra: tuple[str, ...] = ()) -> None:
+    """Import :data:`PRELOAD`, then ``extra``: the modules a kind of job shares (``--preload``).
+    A host with ``extra`` is started with the environment those modules read when imported, and
+    serves only jobs with that environment (the client names hosts after it)."""
+    for name in (*PRELOAD, *extra):
         importlib.import_module(name)
 
 
@@ -215,11 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, type=Path, help="the Unix socket to listen on")
     parser.add_argument("--pid-file", type=Path, default=None)
     parser.add_argument("--idle-seconds", type=float, default=900.0)
+    parser.add_argument("--preload", action="append", default=[], metavar="MODULE",
+                        help="a module to import besides the libraries (repeatable)")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    preload()
-    print(f"job host {os.getpid()}: preloaded {len(PRELOAD)} modules in {time.monotonic() - started:.1f}s",
-          flush=True)
+    preload(tuple(args.preload))
+    print(f"job host {os.getpid()}: preloaded {len(PRELOAD) + len(args.preload)} modules in "
+          f"{time.monotonic() - started:.1f}s", flush=True)
     serve(args.socket, args.pid_file, args.idle_seconds)
     return 0
 

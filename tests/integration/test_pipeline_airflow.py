@@ -492,3 +492,54 @@ def test_a_run_the_replay_queued_again_is_not_overtaken_by_an_epoch_triggered_me
     for epoch in (first + 1, first + 2):
         assert client.wait_for_run(DAG_ID, run_id_of(epoch), progress=print, timeout=300) == "success"
     _assert_tables_equal_the_failure_free_run(local_store, list(range(1, first + 3)))
+
+
+def test_airflow_dags_trigger_and_backfill_create_run_the_next_epoch_and_refuse_a_gap_quoting_the_date(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig) -> None:
+    """Airflow's own commands keep to the epoch grid: ``airflow dags trigger -l`` of an off-grid
+    or far-ahead date is refused quoting that date, and ``airflow backfill create`` (and its dry
+    run, and the REST API the UI's Backfill dialog calls) from a date past the next epoch is
+    refused with the backfill that leaves no gap; each ends with a message, not a traceback, and
+    creates nothing. ``airflow dags trigger -l`` of the next epoch's date runs that epoch."""
+    client = airflow_stack.client()
+    clock = dag_epoch_clock()
+    latest = clock.epoch_of(client.latest_logical_date(DAG_ID))
+    runs_before = client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"]
+    backfills_before = client.request("GET", "/api/v2/backfills", params={"dag_id": DAG_ID})["total_entries"]
+    nxt = clock.logical_date(latest + 1).isoformat()
+
+    off = airflow_stack.airflow("dags", "trigger", DAG_ID, "-l", "2026-01-05T17:43:00+00:00", check=False)
+    assert off.returncode == 1 and "Traceback" not in off.stderr, off.stderr[-3000:]
+    assert (f"airflow dags trigger {DAG_ID} -l 2026-01-05T17:43:00+00:00 refused: logical date "
+            f"2026-01-05T17:43:00+00:00 is not an epoch of this DAG") in off.stderr, off.stderr[-3000:]
+    assert f"Trigger the next epoch, {latest + 1}, at logical date {nxt}." in off.stderr
+    ahead = clock.logical_date(latest + 5).isoformat()
+    far = airflow_stack.airflow("dags", "trigger", DAG_ID, "-l", ahead, check=False)
+    assert far.returncode == 1 and "Traceback" not in far.stderr, far.stderr[-3000:]
+    assert (f"refused: epoch {latest + 5} would leave epochs {latest + 1}..{latest + 4} of DAG {DAG_ID} without "
+            f"a run") in far.stderr, far.stderr[-3000:]
+
+    fix = (f"Backfill from the next epoch: airflow backfill create --dag-id {DAG_ID} --from-date {nxt} "
+           f"--to-date {clock.logical_date(latest + 4).isoformat()} --reprocess-behavior failed")
+    for dry in ([], ["--dry-run"]):
+        gap = airflow_stack.airflow("backfill", "create", "--dag-id", DAG_ID, "--from-date",
+                                    clock.logical_date(latest + 3).isoformat(), "--to-date",
+                                    clock.logical_date(latest + 4).isoformat(), "--reprocess-behavior", "failed",
+                                    *dry, check=False)
+        assert gap.returncode == 1 and "Traceback" not in gap.stderr, gap.stdout[-2000:] + gap.stderr[-3000:]
+        assert (f"airflow backfill create --dag-id {DAG_ID} refused: a backfill from epoch {latest + 3} would leave "
+                f"epochs {latest + 1}..{latest + 2} of DAG {DAG_ID} without a run") in gap.stderr, gap.stderr[-3000:]
+        assert fix in gap.stderr, gap.stderr[-3000:]
+    headers = {"Authorization": f"Bearer {client.token}"}
+    body = {"dag_id": DAG_ID, "from_date": clock.logical_date(latest + 3).isoformat(),
+            "to_date": clock.logical_date(latest + 4).isoformat(), "reprocess_behavior": "failed"}
+    for path in ("/api/v2/backfills", "/api/v2/backfills/dry_run"):
+        answer = httpx.post(f"{airflow_stack.base_url}{path}", headers=headers, json=body)
+        assert answer.status_code == 422 and fix in answer.text, (path, answer.status_code, answer.text)
+    assert client.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"] == runs_before
+    assert client.request("GET", "/api/v2/backfills", params={"dag_id": DAG_ID})["total_entries"] == backfills_before
+
+    done = airflow_stack.airflow("dags", "trigger", DAG_ID, "-l", nxt)
+    assert f"manual__epoch-{latest + 1}" in done.stdout, done.stdout[-2000:]
+    assert client.wait_for_run(DAG_ID, f"manual__epoch-{latest + 1}", progress=print) == "success"
+    _assert_tables_equal_the_failure_free_run(local_store, list(range(1, latest + 2)))
