@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     inline = [statistics.median(times["bench_taskflow", r]) for r in REGIMES]
     print(f"\nthe TaskFlow form (@task.falkirk) per task instance, by regime: "
           f"{', '.join(f'{i / o:.2f}x' for i, o in zip(inline, host))} the operator form's, "
-          f"{', '.join(f'{i / plain:.2f}x' for i in inline)} the plain task's")
+          f"{', '.join(f'{i / plain:.2f}x' for i in inline)} the plain task's; the four together "
+          f"{sum(inline):.2f}s against {sum(host):.2f}s as operators ({sum(inline) / sum(host):.2f}x) and "
+          f"{4 * plain:.2f}s as plain tasks ({sum(inline) / (4 * plain):.2f}x)")
     cold = [statistics.median(times["bench_falkirk_cold", r]) for r in REGIMES]
     print(f"\nfour Falkirk task instances: {sum(host):.2f}s on the job host, {sum(cold):.2f}s in fresh interpreters "
           f"({sum(cold) / sum(host):.2f}x)")

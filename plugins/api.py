@@ -443,7 +443,7 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
     # Scratch cells are read as the planner reads them: a deleted directory shows as lost.
     readable = StoreReadability(store, lambda: entries_of(snapshot.rows, set())[0])
     grid = grid_from_ledger(snapshot, dag_id, [p for t in tasks for p in processors(t.task_id, t.partitions, t.replicas)],
-                            collected_through=collected, readable=readable)
+                            collected_through=collected, readable=readable, collected=readable.collected)
     # Runs with no ledger row at all (each of their task instances failed or has not run yet).
     grid = with_runs(grid, _runs_at_epochs(dag_id, tasks, {run for _, run in live} - set(grid.runs.values())))
     events = RecoveryLog(store).events(dag_id)

@@ -23,6 +23,9 @@
   mistake (a trigger at a far-ahead date): their ledger rows are rolled back, their DAG runs
   deleted, and the discard recorded in the history (see :mod:`falkirk.plugins.discard`).
   Without ``--yes`` it prints what it would do.
+* ``falkirk keep --dag D --run RUN_ID [--yes]``: keep the results of a run whose re-run of
+  completed epochs its jobs refused: its refused instances, then the run, marked success (see
+  :mod:`falkirk.plugins.keep`). Without ``--yes`` it prints what it would do.
 * ``falkirk gc --dag D [--dry-run]``: garbage-collect what the DAG's low-watermarks
   release (see :mod:`falkirk.policies.planning.collector`) and print it, with the space reclaimed;
   ``--dry-run`` only prints. Needs only the store, not Airflow.
@@ -55,7 +58,7 @@ from deltalake.exceptions import DeltaError
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, api_path
 from falkirk.policies.ids import IdError, check_dag_id, check_task_id
-from falkirk.policies.planning.recovery import PlanError
+from falkirk.policies.planning.recovery import PlanError, RecoveryPlan
 from falkirk.policies.rollback import cli as solver_cli
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable, plain_reason
 
@@ -150,12 +153,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "  falkirk discard --dag falkirk_orders --epochs 9 --consumers --yes   # and what "
                              "falkirk_orders_leaders built on it\n")
     discard.add_argument("--dag", required=True, type=_dag_arg)
-    discard.add_argument("--epochs", required=True, type=_epochs_arg, metavar="FIRST[-LAST]",
+    discard.add_argument("--epochs", required=True, type=_epochs_arg, metavar="FIRST[-[LAST]]",
                          help="the epochs to withdraw: the DAG's newest, up to its last ledger row and DAG run")
     discard.add_argument("--consumers", action="store_true",
                          help="withdraw too the epochs of other DAGs that read these through an Asset (from the "
                               "first such epoch to each one's newest); without it such a discard is refused")
     discard.add_argument("--yes", action="store_true", help="do it (without: print what it would do, change nothing)")
+    keep = sub.add_parser("keep", help="keep the results of a DAG run whose re-run of completed epochs was refused: "
+                                       "mark its refused instances, then the run, success (previews unless --yes)",
+                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=STORE_VARIABLES
+                          + AIRFLOW_VARIABLES + "\nexample:\n  falkirk keep --dag falkirk_orders --run manual__epoch-6 "
+                          "--yes\n")
+    keep.add_argument("--dag", required=True, type=_dag_arg)
+    keep.add_argument("--run", required=True, type=_run_arg, metavar="RUN_ID", help="the DAG run's id")
+    keep.add_argument("--yes", action="store_true", help="do it (without: print what it would do, change nothing)")
     new_job = sub.add_parser("new-job", help="write a job and a DAG to start from (jobs/NAME.py, dags/NAME.py)",
                              formatter_class=argparse.RawDescriptionHelpFormatter,
                              epilog="example:\n  falkirk new-job word_count --project .\n")
@@ -205,13 +216,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                             f"default 30)")
     watch.add_argument("--poll", type=_seconds_arg(WATCH_POLL), default=5.0, metavar="SECONDS",
                        help=f"time between pings ({WATCH_POLL[0]:g} to {WATCH_POLL[1]:g}; default 5)")
-    for p in (plan, replay, discard, trigger, pairs, watch):
+    for p in (plan, replay, discard, keep, trigger, pairs, watch):
         p.add_argument("--airflow-url", default=os.environ.get("FALKIRK_AIRFLOW_URL"),
                        help="Airflow's base URL (default: $FALKIRK_AIRFLOW_URL)")
     args = parser.parse_args(argv)
     try:
         return {"plan": _plan, "replay": _replay, "gc": _gc, "delivered": _delivered,
-                "release": _release, "discard": _discard, "new-job": _new_job,
+                "release": _release, "discard": _discard, "keep": _keep, "new-job": _new_job,
                 "trigger": _trigger, "pairs": _pairs, "watch": _watch}[args.command](args)
     except (PlanError, AirflowError, ValueError) as exc:  # ScaffoldError and IdError are ValueErrors
         print(f"falkirk {args.command}: {exc}", file=sys.stderr)
@@ -362,15 +373,44 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _epochs_arg(value: str) -> tuple[int, int]:
-    first, _, last = value.partition("-")
+def _epochs_arg(value: str) -> tuple[int, int | None]:
+    """``FIRST-LAST``, one epoch, or ``FIRST-`` (through the DAG's newest epoch: ``None``).
+
+    >>> _epochs_arg("15-329"), _epochs_arg("7"), _epochs_arg("328-")
+    ((15, 329), (7, 7), (328, None))
+    """
+    first, dash, last = value.partition("-")
     try:
-        span = (_epoch_arg(first), _epoch_arg(last or first))
+        span = (_epoch_arg(first), None if dash and not last else _epoch_arg(last or first))
     except argparse.ArgumentTypeError:
         span = (0, 0)
-    if not 1 <= span[0] <= span[1]:
-        raise argparse.ArgumentTypeError(f"{value[:40]!r}: write FIRST-LAST (or one epoch), e.g. 15-329")
+    if not 1 <= span[0] <= (span[0] if span[1] is None else span[1]):
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}: write FIRST-LAST, one epoch, or FIRST- (through the "
+                                         f"newest), e.g. 15-329")
     return span
+
+
+def _run_arg(value: str) -> str:
+    """A DAG run id: what Airflow's runs list shows (at most 250 characters).
+
+    >>> _run_arg("manual__epoch-6")
+    'manual__epoch-6'
+    """
+    if not value.strip() or len(value) > 250:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}: give a DAG run's id, e.g. manual__epoch-6")
+    return value
+
+
+def _keep(args: argparse.Namespace) -> int:
+    from falkirk.plugins.keep import keep, plan_keep
+
+    client = _airflow(args.airflow_url)
+    if not args.yes:
+        print(plan_keep(args.dag, _store(), client, args.run).describe())
+        print(f"nothing was changed; do it with: falkirk keep --dag {args.dag} --run {args.run} --yes")
+        return 0
+    keep(args.dag, _store(), client, args.run, progress=lambda m: print(m, flush=True))
+    return 0
 
 
 def _discard(args: argparse.Namespace) -> int:
@@ -380,8 +420,10 @@ def _discard(args: argparse.Namespace) -> int:
     first, last = args.epochs
     also = " --consumers" if args.consumers else ""
     if not args.yes:
-        print(plan_discard(args.dag, _store(), client, first, last, consumers=args.consumers).describe())
-        print(f"nothing was changed; do it with: falkirk discard --dag {args.dag} --epochs {first}-{last}{also} --yes")
+        preview = plan_discard(args.dag, _store(), client, first, last, consumers=args.consumers)
+        print(preview.describe())
+        print(f"nothing was changed; do it with: falkirk discard --dag {args.dag} --epochs {first}-{preview.last}"
+              f"{also} --yes")
         return 0
     done = discard(args.dag, _store(), client, first, last, holder=_airflow_user(client),
                    progress=lambda m: print(m, flush=True), consumers=args.consumers)
@@ -543,12 +585,37 @@ def _plan(args: argparse.Namespace) -> int:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(result.table())
+        gap = _plan_gap(args.dag, result, client)
+        if gap is None or not gap[1]:
+            print(result.table())
+        if gap is not None:
+            print(gap[0])
         beyond = rows_beyond(Ledger(_store()).entries(args.dag), result.last_epoch)
         if beyond:
             print(beyond_note(args.dag, result.last_epoch, beyond))
         print(f"execute it with: falkirk replay {result.plan_id}")
     return 0
+
+
+def _plan_gap(dag_id: str, result: RecoveryPlan, client: AirflowClient | None) -> tuple[str, bool] | None:
+    """The note on a plan that re-runs epochs without a DAG run
+    (:func:`~falkirk.plugins.discard.run_gap`), and whether they are most of it (the note then
+    stands instead of the plan's table); ``None`` when it has none."""
+    from falkirk.plugins.discard import gap_note, run_epochs, run_gap
+    from falkirk.plugins.recovery import _regimes
+
+    rerun = result.rerun_set()
+    if client is None or not rerun:
+        return None
+    clock = _regimes(dag_id, client)[1]
+    if clock is None:
+        return None
+    epochs = sorted({e for _, e in rerun})
+    gap = run_gap(epochs, run_epochs(client, dag_id, clock, epochs[0], epochs[-1]))
+    if gap is None:
+        return None
+    in_gap = sum(1 for _, e in rerun if gap[0] <= e <= gap[1])
+    return gap_note(dag_id, gap, len(rerun), in_gap), 2 * in_gap > len(rerun)
 
 
 def _replay(args: argparse.Namespace) -> int:

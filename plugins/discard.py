@@ -83,9 +83,10 @@ class Discard:
         return "\n".join(lines)
 
 
-def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int,
+def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int | None,
                  consumers: bool = False) -> Discard:
-    """What discarding epochs ``first..last`` of ``dag_id`` withdraws; changes nothing.
+    """What discarding epochs ``first..last`` of ``dag_id`` withdraws (``last=None``: through the
+    DAG's newest epoch, :func:`newest_epoch`); changes nothing.
     Raises :class:`PlanError`, naming the fix, when the discard would leave the DAG inconsistent.
 
     Epochs of other DAGs that read the rows withdrawn through an Asset would stay current, built
@@ -95,6 +96,11 @@ def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: 
     from falkirk.plugins.recovery import _regimes, latest_run_epoch
 
     check_dag_id(dag_id)
+    if last is None:  # --epochs A-: through the DAG's newest epoch
+        if client.dag_exists(dag_id) and (clock := _regimes(dag_id, client)[1]) is not None:
+            last = max(first, newest_epoch(dag_id, store, client, clock))
+        else:
+            last = first
     if not 1 <= first <= last:
         raise PlanError(f"--epochs {first}-{last}: give FIRST-LAST with 1 <= FIRST <= LAST")
     if not client.dag_exists(dag_id):
@@ -191,7 +197,7 @@ def _epoch_of_run(clock: EpochClock, run: Mapping[str, Any]) -> int | None:
         return None
 
 
-def discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int,
+def discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int | None,
             holder: str | None = None, progress: Callable[[str], None] = print, consumers: bool = False) -> Discard:
     """Discard epochs ``first..last`` of ``dag_id`` (see the module docstring), and with
     ``consumers`` the epochs other DAGs built on them, consumers first: for each, check, record,
@@ -256,6 +262,60 @@ def beyond_note(dag_id: str, last_epoch: int, beyond: tuple[int, int]) -> str:
     return (f"the ledger has rows of epochs {first}..{last} past the DAG's latest run (epoch {last_epoch}), left out "
             f"of this plan; if those runs were made by mistake, withdraw them: falkirk discard --dag {dag_id} "
             f"--epochs {first}-{last}")
+
+
+def run_gap(planned: Sequence[int], runs: Sequence[int]) -> tuple[int, int, int] | None:
+    """The longest span of epochs a plan re-runs that have no DAG run while a later epoch has one:
+    ``(first, last, resume)``, ``resume`` the first run after it; ``None`` when there is none.
+    Such a gap comes from a run made at a date far ahead (or a deleted run): a plan re-runs the
+    stateful tasks through it, and a replay cannot run an epoch without a run.
+
+    >>> run_gap(range(14, 331), [*range(1, 15), 328, 329, 330])
+    (15, 327, 328)
+    >>> run_gap([4, 5], [1, 2, 3, 4, 5]) is None
+    True
+    """
+    have = set(runs)
+    best: tuple[int, int, int] | None = None
+    start: int | None = None
+    previous = 0
+    for epoch in sorted(set(planned)):
+        if epoch in have:
+            if start is not None and (best is None or previous - start > best[1] - best[0]):
+                best = (start, previous, epoch)
+            start = None
+        elif start is None or epoch != previous + 1:
+            start = epoch
+        previous = epoch
+    return best
+
+
+def gap_note(dag_id: str, gap: tuple[int, int, int], rerun: int, in_gap: int) -> str:
+    """What a plan whose size comes from epochs without a run says instead of its table.
+
+    >>> print(gap_note("orders", (15, 327, 328), 1816, 1771))
+    1771 of this plan's 1816 re-runs are epochs 15..327, which have no DAG run: the DAG's runs jump from epoch 14 to 328, and a replay cannot run an epoch without a run. If the runs from epoch 328 on were made at a date far ahead by mistake, withdraw them instead (it previews; add --yes): falkirk discard --dag orders --epochs 328-
+    """
+    first, last, resume = gap
+    return (f"{in_gap} of this plan's {rerun} re-runs are epochs {first}..{last}, which have no DAG run: the DAG's "
+            f"runs jump from epoch {first - 1} to {resume}, and a replay cannot run an epoch without a run. If the "
+            f"runs from epoch {resume} on were made at a date far ahead by mistake, withdraw them instead (it "
+            f"previews; add --yes): falkirk discard --dag {dag_id} --epochs {resume}-")
+
+
+def run_epochs(client: AirflowClient, dag_id: str, clock: EpochClock, first: int, last: int) -> list[int]:
+    """The epochs ``first..last`` of ``dag_id`` that have a DAG run."""
+    runs = client.runs_between(dag_id, clock.logical_date(first), clock.logical_date(last))
+    return [e for r in runs if (e := _epoch_of_run(clock, r)) is not None]
+
+
+def newest_epoch(dag_id: str, store: StoreConfig, client: AirflowClient, clock: EpochClock) -> int:
+    """The DAG's newest epoch, of a current ledger row or of a DAG run (0: none): where an
+    open-ended ``--epochs A-`` ends."""
+    from falkirk.plugins.recovery import latest_run_epoch
+
+    rows = max((e.epoch for e in LedgerSnapshot(Ledger(store), dag_id).entries()), default=0)
+    return max(rows, latest_run_epoch(dag_id, client, clock) or 0)
 
 
 def _span(epochs: list[int]) -> str:

@@ -38,7 +38,7 @@ take milliseconds.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -141,6 +141,7 @@ def grid_from_rows(
     last_epoch: int | None = None,
     collected_through: Mapping[str, int] | None = None,
     readable: Readable | None = None,
+    collected: Callable[[str, CommitKey], bool] | None = None,
 ) -> CheckpointGrid:
     """The grid from ledger rows (dicts, or columns as from ``pyarrow.Table.to_pydict``).
 
@@ -148,7 +149,9 @@ def grid_from_rows(
     back; ``collected_through`` each task's last garbage-collected epoch. ``tasks`` are
     processors: a partition of a partitioned task has a row of its own, ``task[i]``. With
     ``readable`` (and the columns ``dag_id`` and ``state_uri``), a scratch-only cell whose
-    scratch tables no longer hold its commit is ``lost``.
+    scratch tables no longer hold its commit is ``lost``, unless ``collected`` says garbage
+    collection deleted its epoch from each of them (an output no reader needs any more): then
+    it is ``collected``.
     """
     cols = rows if isinstance(rows, Mapping) else _columns(list(rows))
     n = len(cols.get("task_id", ()))
@@ -168,8 +171,8 @@ def grid_from_rows(
     last = last_epoch if last_epoch is not None else max(runs, default=0)
     if readable is not None:
         for cell, (inc, code) in best.items():
-            if code == CheckpointStatus.SCRATCH.code and _scratch_gone(cols, row_of[cell], readable):
-                best[cell] = (inc, CheckpointStatus.LOST.code)
+            if code == CheckpointStatus.SCRATCH.code:
+                best[cell] = (inc, _scratch_status(cols, row_of[cell], readable, collected).code)
     cells = {t: [CheckpointStatus.MISSING.code] * last for t in tasks}
     for (task, epoch), (_, code) in best.items():
         if task in cells and 1 <= epoch <= last:
@@ -183,7 +186,8 @@ def grid_from_rows(
 
 def grid_from_ledger(ledger: Ledger | LedgerSnapshot, dag_id: str, tasks: Sequence[str],
                      collected_through: Mapping[str, int] | None = None,
-                     readable: Readable | None = None) -> CheckpointGrid:
+                     readable: Readable | None = None,
+                     collected: Callable[[str, CommitKey], bool] | None = None) -> CheckpointGrid:
     """The grid of ``dag_id`` from one read of the ledger and one of its invalidations (none
     when given a snapshot of the DAG); with ``readable``, scratch-only cells whose files are
     gone show as lost."""
@@ -191,17 +195,26 @@ def grid_from_ledger(ledger: Ledger | LedgerSnapshot, dag_id: str, tasks: Sequen
     cols = snapshot.rows.select(["dag_id", "task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier",
                                  "state_uri", "outputs"]).to_pydict()
     gone = {(t, m, e, i) for _, t, m, e, i in snapshot.gone}
-    return grid_from_rows(tasks, cols, gone, collected_through=collected_through, readable=readable)
+    return grid_from_rows(tasks, cols, gone, collected_through=collected_through, readable=readable,
+                          collected=collected)
 
 
-def _scratch_gone(cols: Mapping[str, list], i: int, readable: Readable) -> bool:
-    """Whether a scratch table of row ``i`` no longer holds its commit."""
+def _scratch_status(cols: Mapping[str, list], i: int, readable: Readable,
+                    collected: Callable[[str, CommitKey], bool] | None) -> CheckpointStatus:
+    """Row ``i``'s scratch cell: ``scratch`` while its scratch tables hold its commit; else
+    ``collected`` when garbage collection deleted it from each table that lost it, ``lost``
+    when something else did (a deleted directory, a lost worker's disk)."""
     key = CommitKey(cols["dag_id"][i], cols["task_id"][i], cols["epoch"][i], cols["map_index"][i],
                     cols["incarnation"][i])
     uris = [o["uri"] for o in json.loads(cols["outputs"][i] or "[]") if o["tier"] == Tier.SCRATCH.value]
     if cols["state_tier"][i] == Tier.SCRATCH.value and cols["state_uri"][i]:
         uris.append(cols["state_uri"][i])
-    return any(not readable(uri, key) for uri in uris)
+    gone = [uri for uri in uris if not readable(uri, key)]
+    if not gone:
+        return CheckpointStatus.SCRATCH
+    if collected is not None and all(collected(uri, key) for uri in gone):
+        return CheckpointStatus.COLLECTED
+    return CheckpointStatus.LOST
 
 
 _NOT_CHECKPOINTED = (CheckpointStatus.MISSING.code, CheckpointStatus.INVALIDATED.code)

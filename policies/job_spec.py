@@ -61,7 +61,8 @@ def completed_epoch_refusal(spec: JobSpec, run_id: str, try_number: int, plan_si
     (or preview and replay it in the Falkirk view):
         falkirk plan --dag d --bad-epoch agg:2
         falkirk replay PLAN_ID
-    To keep the result as it is, mark this task instance success.
+    To keep the results as they are (this run's refused instances, then the run, marked success):
+        falkirk keep --dag d --run epoch-2 --yes
     """
     return "\n".join([
         f"{spec.processor} epoch {spec.epoch} already completed (committed by run {run_id}, try {try_number}) and "
@@ -71,8 +72,30 @@ def completed_epoch_refusal(spec: JobSpec, run_id: str, try_number: int, plan_si
         "(or preview and replay it in the Falkirk view):",
         f"    falkirk plan --dag {spec.dag_id} --bad-epoch {spec.processor}:{spec.epoch}{plan_size}",
         "    falkirk replay PLAN_ID",
-        "To keep the result as it is, mark this task instance success.",
+        "To keep the results as they are (this run's refused instances, then the run, marked success):",
+        f"    falkirk keep --dag {spec.dag_id} --run {spec.run_id} --yes",
     ])
+
+
+def previous_epoch_refusal(dag_id: str, processor: str, epoch: int, rolled_back: bool, kept: int | None) -> str:
+    """Why a stateful task's ``epoch`` does not start when the epoch before it has no checkpoint:
+    ``rolled_back`` by a recovery not finished, or never committed (its newest checkpoint before
+    is ``kept``). Airflow's ``depends_on_past`` lets an epoch run when the one before has no DAG
+    run at all, as after a run made at a date far ahead: the message names the discard too.
+
+    >>> print(previous_epoch_refusal("orders", "aggregate", 329, False, 14))
+    aggregate epoch 329: the previous epoch 328 has no checkpoint (its task instance failed or never ran). Not restoring an older checkpoint across the gap. Once epoch 328 is redone this epoch can run: a running recovery clears it when it finishes; otherwise plan one with falkirk plan --dag orders --failed-task aggregate:328. If epochs 15..328 have no DAG run (this run's date was far ahead by mistake), withdraw this run and the ones after it instead (it previews; add --yes): falkirk discard --dag orders --epochs 329-
+    """
+    why = ("was rolled back by a recovery and has not been redone yet" if rolled_back
+           else "has no checkpoint (its task instance failed or never ran)")
+    ahead = "" if rolled_back or kept is None else (
+        f" If epochs {kept + 1}..{epoch - 1} have no DAG run (this run's date was far ahead by mistake), withdraw "
+        f"this run and the ones after it instead (it previews; add --yes): falkirk discard --dag {dag_id} --epochs "
+        f"{epoch}-")
+    return (f"{processor} epoch {epoch}: the previous epoch {epoch - 1} {why}. Not restoring an older checkpoint "
+            f"across the gap. Once epoch {epoch - 1} is redone this epoch can run: a running recovery clears it when "
+            f"it finishes; otherwise plan one with falkirk plan --dag {dag_id} --failed-task {processor}:{epoch - 1}."
+            f"{ahead}")
 
 
 def replaced_input_refusal(spec: JobSpec, producer: str, epoch: int, read: int, now: int,

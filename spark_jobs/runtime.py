@@ -44,6 +44,7 @@ from falkirk.policies.job_spec import (
     TAKEN_OVER_EXIT_CODE,
     JobSpec,
     completed_epoch_refusal,
+    previous_epoch_refusal,
     replaced_input_refusal,
 )
 from falkirk.policies.lineage import TableRead, reads_line
@@ -399,14 +400,9 @@ class EpochContext:
             previous = max((e for e in before if e.epoch == a.epoch - 1), key=lambda e: e.incarnation, default=None)
             earlier = [e.epoch for e in [*before, *rolled_back] if e.epoch < a.epoch]
             if previous is None and earlier and a.regime.keeps_state:
-                gone = sorted({e.epoch for e in rolled_back if e.epoch == a.epoch - 1})
-                why = ("was rolled back by a recovery and has not been redone yet" if gone
-                       else "has no checkpoint (its task instance failed or never ran)")
-                raise RolledBack(
-                    f"{a.processor} epoch {a.epoch}: the previous epoch {a.epoch - 1} {why}. Not restoring an "
-                    f"older checkpoint across the gap. Once epoch {a.epoch - 1} is redone this epoch can run: "
-                    f"a running recovery clears it when it finishes; otherwise plan one with "
-                    f"falkirk plan --dag {a.dag_id} --failed-task {a.processor}:{a.epoch - 1}")
+                gone = any(e.epoch == a.epoch - 1 for e in rolled_back)
+                kept = max(e.epoch for e in before) if before else None
+                raise RolledBack(previous_epoch_refusal(a.dag_id, a.processor, a.epoch, gone, kept))
             self._previous = previous if a.regime.keeps_state else (
                 max(before, key=lambda e: (e.epoch, e.incarnation), default=None))
         return self._previous  # type: ignore[return-value]

@@ -437,12 +437,12 @@ def live_partitions(store: StoreConfig, uri: str, by_rows: bool = False) -> dict
 
 
 def _delete_epochs(store: StoreConfig, uri: str, epochs: tuple[int, ...], retain_hours: int) -> int:
-    from falkirk.policies.store.commits import open_table
+    from falkirk.policies.store.commits import collection_properties, open_table
 
     table = open_table(uri, store.options_for(uri))
     if table is None:
         return 0
-    table.delete(f"epoch IN ({', '.join(str(int(e)) for e in epochs)})")
+    table.delete(f"epoch IN ({', '.join(str(int(e)) for e in epochs)})", commit_properties=collection_properties(epochs))
     removed = len(table.vacuum(retention_hours=retain_hours, enforce_retention_duration=False, dry_run=False))
     if "://" not in uri:  # a local table keeps its emptied partition directories; object stores have none
         import os

@@ -243,6 +243,39 @@ def epoch_rows(table: DeltaTable) -> dict[int, int]:
     return rows
 
 
+# The commit info key of garbage collection's deletes: the epochs each one removed (a JSON list).
+COLLECTED_METADATA = "falkirk.collected_epochs"
+
+
+def collection_properties(epochs: Iterable[int]) -> CommitProperties:
+    """The commit properties of a delete that collects ``epochs``: its commit info names them, so
+    that a reader can tell an epoch collected from one lost (:func:`collected_epochs`)."""
+    import json
+
+    return CommitProperties(custom_metadata={COLLECTED_METADATA: json.dumps(sorted(int(e) for e in epochs))})
+
+
+def collected_epochs(table: DeltaTable) -> set[int]:
+    """The epochs garbage collection deleted from ``table``, as its log records them.
+
+    >>> import tempfile, pyarrow as pa
+    >>> uri = tempfile.mkdtemp() + "/t"
+    >>> for e in (1, 2, 3):
+    ...     _ = commit_epoch(uri, pa.table({"epoch": [e], "x": [e]}), CommitKey("d", "t", epoch=e))
+    >>> _ = open_table(uri).delete("epoch IN (1, 2)", commit_properties=collection_properties([1, 2]))
+    >>> _ = open_table(uri).delete("epoch = 3")  # a delete that is no collection
+    >>> sorted(collected_epochs(open_table(uri)))
+    [1, 2]
+    """
+    import json
+
+    found: set[int] = set()
+    for commit in table.history():
+        if COLLECTED_METADATA in commit:
+            found |= set(json.loads(commit[COLLECTED_METADATA]))
+    return found
+
+
 def missing_commit(table: DeltaTable | None, uri: str, key: CommitKey, rows: int | None,
                    held: Callable[[], Mapping[int, int]] | None = None) -> str | None:
     """Why ``table`` no longer holds the commit of ``key`` with its ``rows`` rows (``None``: it does).

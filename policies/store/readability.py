@@ -26,7 +26,15 @@ from collections.abc import Callable, Iterable
 
 from falkirk.policies.partitions import processor_id
 from falkirk.policies.regimes import Tier
-from falkirk.policies.store.commits import CommitKey, epoch_rows, lost_files, missing_commit, open_table, table_files
+from falkirk.policies.store.commits import (
+    CommitKey,
+    collected_epochs,
+    epoch_rows,
+    lost_files,
+    missing_commit,
+    open_table,
+    table_files,
+)
 from falkirk.policies.store.config import StoreConfig
 from falkirk.policies.store.control import Collections, Deliveries
 from falkirk.policies.store.ledger import Ledger, LedgerEntry, is_external
@@ -53,6 +61,7 @@ class StoreReadability:
         self._exists: dict[str, bool] = {}
         self._epoch_rows: dict[str, dict[int, int]] = {}
         self._listed: dict[str, set[str]] = {}
+        self._collected_epochs: dict[str, set[int]] = {}
         self._collected: dict[str, dict[str, int]] = {}
         self._delivered: dict[str, dict[str, int]] = {}
         self._rows: dict[str, dict[tuple[str, str, int], int]] = {}
@@ -86,6 +95,14 @@ class StoreReadability:
             return False
         # a table whose log names data files that are gone (a disk wiped in part) is lost as well
         return not lost_files(table, key.epoch, present=lambda: self._files(uri))  # type: ignore[arg-type]
+
+    def collected(self, uri: str, key: CommitKey) -> bool:
+        """Whether garbage collection deleted ``key``'s epoch from the table at ``uri`` (its log
+        says so): an epoch gone that way was no longer needed, unlike one lost."""
+        if uri not in self._collected_epochs:
+            table = open_table(uri, self.store.options_for(uri))
+            self._collected_epochs[uri] = collected_epochs(table) if table is not None else set()
+        return key.epoch in self._collected_epochs[uri]
 
     def _files(self, uri: str) -> set[str]:
         if uri not in self._listed:

@@ -781,3 +781,50 @@ def test_an_admin_discards_epochs_left_past_the_latest_run_from_the_view(view_st
     assert max(e.epoch for e in Ledger(vs.store).entries(WIDE)) == 5
     [latest] = call(vs, "GET", f"dags/{WIDE}/recoveries", "viewer").json()["recoveries"][:1]
     assert (latest["failures"], latest["by"], latest["outcome"]) == (["discarded epochs 6..500"], "admin", "finished")
+
+
+def test_after_falkirk_gc_the_view_shows_collected_epochs_as_collected_the_last_one_included(
+        view_stack: ViewStack, browser) -> None:
+    """``falkirk gc`` of clicks_ui deletes what no task needs any more, scratch outputs of epochs
+    past a task's own collected ledger rows among them (source's output, once clean has logged
+    its own): the view shows every such cell as garbage-collected, none as lost."""
+    import subprocess
+
+    from devstack.processes import VENV_BIN
+    from falkirk.policies.store.control import Collections
+
+    vs = view_stack
+    before = call(vs, "GET", f"dags/{DAG}/view", "admin").json()["status"]
+    done = subprocess.run([str(VENV_BIN / "falkirk"), "gc", "--dag", DAG], env={**os.environ, **vs.store.env()},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(done.stdout)
+    through = Collections(vs.store).through(DAG)
+    reclaimed = {(line.split()[0], e) for line in done.stdout.splitlines() if "(scratch output): epochs" in line
+                 for e in _epochs_named(line.split("epochs ", 1)[1].split(" of ")[0])}
+    # the scratch-only cells whose output gc deleted past the task's collected rows: the case the
+    # view once showed as lost
+    past_marks = {(t, e) for t, e in reclaimed if e > through.get(t, 0) and before[t][e - 1] == "S"}
+    assert past_marks, (through, reclaimed, before)
+    grid = call(vs, "GET", f"dags/{DAG}/view", "admin").json()["status"]
+    assert "X" not in "".join(grid.values()), grid
+    assert all(grid[t][e - 1] == "G" for t, e in past_marks), (grid, past_marks)
+    assert all(grid[t][e - 1] == "G" for t, e in through.items() if e >= 1), (grid, through)
+    context, page = login(browser, vs, "admin")
+    try:
+        open_view(page, vs, DAG)
+        shown = {t: "".join(page.get_by_test_id(f"cell-{t}-{e}").get_attribute("data-status") for e in EPOCHS)
+                 for t in TASKS}
+        assert shown == {t: grid[t][:len(EPOCHS)] for t in TASKS}, shown
+        shot(page, "12-collected-after-gc")
+    finally:
+        context.close()
+
+
+def _epochs_named(ranges: str) -> list[int]:
+    """``1-3, 5`` as ``[1, 2, 3, 5]``."""
+    out: list[int] = []
+    for part in ranges.split(","):
+        first, _, last = part.strip().partition("-")
+        out += list(range(int(first), int(last or first) + 1))
+    return out

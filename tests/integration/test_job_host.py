@@ -121,3 +121,28 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_a_host_that_preloads_airflow_serves_the_jobs_of_its_airflow_configuration_only(tmp_path: Path) -> None:
+    """The TaskFlow form's host (``preload``): a host of its own, which has imported the modules
+    named before the first job; a job with another Airflow configuration gets another host, and
+    a task's own ``AIRFLOW_CTX_*`` variables do not count."""
+    job = tmp_path / "job.py"
+    job.write_text("import sys\nprint('warm', 'airflow.sdk' in sys.modules)\n")
+    env = {**os.environ, "FALKIRK_JOB_HOST_DIR": str(tmp_path / "hosts"), "AIRFLOW_HOME": str(tmp_path / "af"),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite://"}
+    try:
+        said: list[str] = []
+        plain = JobHost(environ=env)
+        assert plain.run([str(job)], env, on_line=said.append) == 0 and said == ["warm False"]
+        for task in ("a", "b"):
+            said.clear()
+            task_env = {**env, "AIRFLOW_CTX_TASK_ID": task}
+            warm = JobHost(environ=task_env, preload=("airflow.sdk",))
+            assert warm.run([str(job)], task_env, on_line=said.append) == 0 and said == ["warm True"], said
+        assert len(list((tmp_path / "hosts").glob("*.pid"))) == 2  # the plain host and one warm host
+        other = {**env, "AIRFLOW__CORE__PARALLELISM": "7"}
+        assert JobHost(environ=other, preload=("airflow.sdk",)).run([str(job)], other, on_line=said.append) == 0
+        assert len(list((tmp_path / "hosts").glob("*.pid"))) == 3
+    finally:
+        stop_hosts(tmp_path / "hosts")

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from datetime import datetime, timezone
 
 import httpx
 import pytest
 
-from devstack.airflow import AirflowStack
+from devstack.airflow import PROJECT_ROOT, AirflowStack
 from devstack.demo import DAG_ID, dag_epoch_clock, run_id_of
 from devstack.processes import wait_until
 from falkirk.plugins.recovery import plan, replay
@@ -224,10 +225,14 @@ def test_the_maintenance_dag_collects_on_its_schedule(three_epochs, airflow_stac
 
 # After the collection above, the tests below add epochs 4-6. They compare each table from epoch
 # 4 on (the collection deleted earlier epochs of what is not a product) and the product whole.
-def _assert_tables_equal_the_failure_free_run(store: StoreConfig, epochs: list[int]) -> None:
+def _assert_tables_equal_the_failure_free_run(store: StoreConfig, epochs: list[int],
+                                              withdrawn: tuple[int, ...] = ()) -> None:
+    """``withdrawn``: epochs a discard rolled back, whose rows stay in the tables (readers ignore
+    them) until a collection reclaims them."""
     expected = expected_tables(epochs)
     for name in TABLES:
-        keep = (lambda r: True) if name == "publish/output" else (lambda r: r["epoch"] >= 4)
+        keep = (lambda r: r["epoch"] not in withdrawn) if name == "publish/output" else (
+            lambda r: r["epoch"] >= 4 and r["epoch"] not in withdrawn)
         assert canonical([r for r in table_rows(store, name) if keep(r)]) == canonical(
             [r for r in expected[name] if keep(r)]), name
 
@@ -543,3 +548,226 @@ def test_airflow_dags_trigger_and_backfill_create_run_the_next_epoch_and_refuse_
     assert f"manual__epoch-{latest + 1}" in done.stdout, done.stdout[-2000:]
     assert client.wait_for_run(DAG_ID, f"manual__epoch-{latest + 1}", progress=print) == "success"
     _assert_tables_equal_the_failure_free_run(local_store, list(range(1, latest + 2)))
+
+
+# A DAG run made past the timetable's checks (by an older deployment, or in the metadata database
+# by hand), as Airflow's own CLI would make it.
+_FAR_AHEAD_RUN = """
+import sys
+from airflow.models.dagbag import DBDagBag
+from airflow.utils.session import create_session
+from airflow.utils.state import DagRunState
+from airflow.utils.types import DagRunTriggeredByType, DagRunType
+dag_id, epoch = sys.argv[1], int(sys.argv[2])
+with create_session() as session:
+    dag = DBDagBag().get_latest_version_of_dag(dag_id, session=session)
+    interval = dag.timetable.interval(epoch)
+    dag.create_dagrun(run_id=f"manual__epoch-{epoch}", logical_date=interval.start, data_interval=interval,
+                      run_after=interval.end, run_type=DagRunType.MANUAL, triggered_by=DagRunTriggeredByType.CLI,
+                      state=DagRunState.QUEUED, session=session)
+"""
+
+
+def test_a_far_ahead_run_is_refused_by_its_stateful_task_and_planned_around_naming_the_discard_that_withdraws_it(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig, monkeypatch, capsys) -> None:
+    """A run four epochs past the DAG's latest runs: its stateless ingest commits, its stateful
+    aggregate refuses to start across the gap and names ``falkirk discard --dag D --epochs N-``;
+    ``falkirk plan --failed-task '*'`` says that most of its re-runs are epochs without a run, with
+    the same discard, instead of a table of them; the discard withdraws the run (printing the
+    epoch the next trigger makes) and the tables equal the failure-free run's."""
+    import subprocess
+
+    from falkirk.plugins.cli import main
+
+    client = airflow_stack.client()
+    for k, v in {**local_store.env(), "FALKIRK_AIRFLOW_URL": airflow_stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+        monkeypatch.setenv(k, v)
+    clock = dag_epoch_clock()
+    latest = clock.epoch_of(client.latest_logical_date(DAG_ID))
+    far = latest + 4
+    subprocess.run([str(airflow_stack.venv_bin / "python"), "-c", _FAR_AHEAD_RUN, DAG_ID, str(far)], check=True,
+                   env=airflow_stack.env(), cwd=airflow_stack.home, capture_output=True, text=True)
+    run_id = f"manual__epoch-{far}"
+    assert client.wait_for_run(DAG_ID, run_id, progress=print) == "failed"
+    tis = client.task_instances(DAG_ID, run_id)
+    assert {t: ti["state"] for t, ti in tis.items()} == {
+        "ingest": "success", "aggregate": "failed", "publish": "upstream_failed"}, tis
+    log = client.task_log(DAG_ID, run_id, "aggregate", tis["aggregate"]["try_number"])
+    assert (f"If epochs {latest + 1}..{far - 1} have no DAG run (this run's date was far ahead by mistake), withdraw "
+            f"this run and the ones after it instead (it previews; add --yes): falkirk discard --dag {DAG_ID} "
+            f"--epochs {far}-") in log, log[-3000:]
+
+    assert main(["plan", "--dag", DAG_ID, "--failed-task", "*"]) == 0
+    out = capsys.readouterr().out
+    assert (f"re-runs are epochs {latest + 1}..{far - 1}, which have no DAG run: the DAG's runs jump from epoch "
+            f"{latest} to {far}") in out and f"falkirk discard --dag {DAG_ID} --epochs {far}-" in out, out
+    assert "clear-downstream re-runs" not in out, out  # the note stands instead of the table
+
+    assert main(["discard", "--dag", DAG_ID, "--epochs", f"{far}-"]) == 0
+    out = capsys.readouterr().out
+    assert f"do it with: falkirk discard --dag {DAG_ID} --epochs {far}-{far} --yes" in out, out
+    assert main(["discard", "--dag", DAG_ID, "--epochs", f"{far}-", "--yes"]) == 0
+    assert f"discarded epochs {far}..{far} of {DAG_ID}; its next epoch is {latest + 1}" in capsys.readouterr().out
+    assert client.latest_logical_date(DAG_ID) == clock.logical_date(latest)
+    assert max(e.epoch for e in Ledger(local_store).entries(DAG_ID)) == latest
+    _assert_tables_equal_the_failure_free_run(local_store, list(range(1, latest + 1)), withdrawn=(far,))
+
+
+MISTAKES = PROJECT_ROOT / "docs" / "howto" / "mistakes.md"
+PAGE_LATEST = 14  # the page's DAG `orders`: one epoch a day from 2026-01-01, its latest run epoch 14
+
+
+def _page_commands() -> list[list[str]]:
+    """The mistakes page's command blocks (fenced without a language), in page order."""
+    blocks: list[list[str]] = []
+    current: list[str] | None = None
+    fence: str | None = None  # the info string of the open fence
+    for line in MISTAKES.read_text().splitlines():
+        if fence is None and line.startswith("```"):
+            fence, current = line[3:].strip(), []
+        elif fence is not None and line == "```":
+            if fence == "" and current:
+                blocks.append(current)
+            fence, current = None, None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def _as_here(line: str, latest: int, run_ids: dict[int, str]) -> str:
+    """A page command for ``falkirk_orders`` at its ``latest`` epoch: the page's DAG, epochs and
+    dates moved by as many epochs as the two DAGs' latest runs are apart (both clocks are daily
+    from 2026-01-01), and a run id the one of the run of that epoch here (``run_ids``)."""
+    shift = latest - PAGE_LATEST
+    clock = dag_epoch_clock()
+    line = re.sub(r"--run manual__epoch-(\d+)", lambda m: f"--run {run_ids[int(m[1]) + shift]}", line)
+
+    def date(m: re.Match) -> str:
+        epoch = clock.epoch_of(datetime.fromisoformat(m[1]).replace(tzinfo=timezone.utc)) + shift
+        moved = clock.logical_date(epoch)
+        return moved.isoformat() if m[2] else moved.date().isoformat()
+
+    line = re.sub(r"(?<!\w)orders\b", DAG_ID, line)
+    line = re.sub(r"--epochs (\d+)(-?)(\d*)", lambda m: f"--epochs {int(m[1]) + shift}{m[2]}"
+                  + (str(int(m[3]) + shift) if m[3] else ""), line)
+    return re.sub(r"(2026-\d\d-\d\d)(T00:00:00\+00:00)?", date, line)
+
+
+def test_the_mistakes_pages_commands_do_what_it_says(three_epochs, airflow_stack: AirflowStack,
+                                                    local_store: StoreConfig) -> None:
+    """Each command of ``docs/howto/mistakes.md``, in page order, on falkirk_orders in the state
+    its section describes (a run far ahead; ledger rows of a deleted run): each exits 0, and the
+    tables then equal the failure-free run's."""
+    import shlex
+    import subprocess
+
+    client = airflow_stack.client()
+    clock = dag_epoch_clock()
+    env = {**airflow_stack.env(), **local_store.env(), "FALKIRK_AIRFLOW_URL": airflow_stack.base_url,
+           "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin"}
+    ledger = Ledger(local_store)
+    blocks = _page_commands()
+    assert [b[0].split()[:2] for b in blocks] == [
+        ["falkirk", "trigger"], ["airflow", "dags"], ["falkirk", "discard"], ["falkirk", "discard"],
+        ["falkirk", "discard"], ["falkirk", "keep"], ["airflow", "backfill"]], blocks
+    withdrawn: list[int] = []
+    start = clock.epoch_of(client.latest_logical_date(DAG_ID))
+    for block in blocks:
+        latest = clock.epoch_of(client.latest_logical_date(DAG_ID))
+        far = 329 + latest - PAGE_LATEST
+        if "--epochs 329-" in block[0]:  # "A run far ahead of the others"
+            subprocess.run([str(airflow_stack.venv_bin / "python"), "-c", _FAR_AHEAD_RUN, DAG_ID, str(far)],
+                           check=True, env=airflow_stack.env(), cwd=airflow_stack.home)
+            assert client.wait_for_run(DAG_ID, f"manual__epoch-{far}", progress=print) == "failed"
+            withdrawn.append(far)
+        elif "--epochs 329" in block[0]:  # "Rows of a run that should not have existed"
+            for row in [e for e in ledger.entries(DAG_ID) if e.epoch == latest]:
+                # a later incarnation: the section before rolled back this epoch's first one
+                assert ledger.append(dataclasses.replace(row, epoch=far, run_id=f"manual__epoch-{far}",
+                                                         incarnation=row.incarnation + 1))
+        elif block[0].startswith("falkirk keep"):  # "Clear on a finished epoch", kept
+            [run] = client.runs_between(DAG_ID, clock.logical_date(latest), clock.logical_date(latest))
+            client.request("POST", f"/api/v2/dags/{DAG_ID}/clearTaskInstances", json={
+                "dry_run": False, "task_ids": ["ingest"], "dag_run_id": run["dag_run_id"], "only_failed": False,
+                "include_downstream": True, "include_upstream": False, "reset_dag_runs": True})
+            assert client.wait_for_run(DAG_ID, run["dag_run_id"], progress=print) == "failed"
+        run_ids = {e: r["dag_run_id"] for r in client.runs_between(DAG_ID, clock.logical_date(max(1, latest - 2)),
+                                                                   clock.logical_date(latest))
+                   if (e := clock.epoch_of(datetime.fromisoformat(r["logical_date"].replace("Z", "+00:00"))))}
+        for line in block:
+            argv = shlex.split(_as_here(line, latest, run_ids))
+            if argv[0] == "airflow":
+                done = airflow_stack.airflow(*argv[1:], check=False)
+            else:
+                done = subprocess.run([str(airflow_stack.venv_bin / "falkirk"), *argv[1:]], env=env,
+                                      capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, (line, done.stdout[-3000:], done.stderr[-3000:])
+            print(f"$ {shlex.join(argv)}\n{done.stdout[-1500:]}")
+        if block[0].split()[:2] in (["falkirk", "trigger"], ["airflow", "dags"]):
+            assert client.wait_for_run(DAG_ID, f"manual__epoch-{latest + 1}", progress=print) == "success"
+        if block[0].startswith("airflow backfill"):
+            [backfill] = [b for b in client.request("GET", "/api/v2/backfills", params={"dag_id": DAG_ID})["backfills"]
+                          if b["completed_at"] is None] or [None]
+            if backfill is not None:
+                wait_until("the page's backfill", lambda: client.request(
+                    "GET", f"/api/v2/backfills/{backfill['id']}")["completed_at"] is not None, 900,
+                    airflow_stack.services, interval=3)
+            assert clock.epoch_of(client.latest_logical_date(DAG_ID)) == latest + 2
+    final = clock.epoch_of(client.latest_logical_date(DAG_ID))
+    assert {e.epoch for e in ledger.entries(DAG_ID)} == set(range(1, final + 1))
+    runs = client.runs_between(DAG_ID, clock.logical_date(start), clock.logical_date(final))
+    assert sorted((clock.epoch_of(datetime.fromisoformat(r["logical_date"].replace("Z", "+00:00"))), r["state"])
+                  for r in runs) == [(e, "success") for e in range(start, final + 1)], runs
+    _assert_tables_equal_the_failure_free_run(local_store, list(range(1, final + 1)), withdrawn=tuple(withdrawn))
+
+
+def test_a_refused_clear_of_a_completed_run_is_kept_as_advised_and_the_run_ends_green(
+        three_epochs, airflow_stack: AirflowStack, local_store: StoreConfig, monkeypatch, capsys) -> None:
+    """Airflow's Clear of the latest run's ingest, with downstream: ingest's job refuses (the epoch
+    completed), its downstream end upstream_failed, the run fails. The refusal names
+    ``falkirk keep``; as advised, it marks the three instances and the run success, changing no
+    table, and the next epoch then runs on them."""
+    from falkirk.plugins.cli import main
+
+    client = airflow_stack.client()
+    for k, v in {**local_store.env(), "FALKIRK_AIRFLOW_URL": airflow_stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+        monkeypatch.setenv(k, v)
+    clock = dag_epoch_clock()
+    latest = clock.epoch_of(client.latest_logical_date(DAG_ID))
+    [run] = client.runs_between(DAG_ID, clock.logical_date(latest), clock.logical_date(latest))
+    run_id = run["dag_run_id"]
+    before = snapshot(local_store)
+    client.request("POST", f"/api/v2/dags/{DAG_ID}/clearTaskInstances", json={
+        "dry_run": False, "task_ids": ["ingest"], "dag_run_id": run_id, "only_failed": False,
+        "include_downstream": True, "include_upstream": False, "reset_dag_runs": True})
+    assert client.wait_for_run(DAG_ID, run_id, progress=print) == "failed"
+    tis = client.task_instances(DAG_ID, run_id)
+    assert {t: ti["state"] for t, ti in tis.items()} == {
+        "ingest": "failed", "aggregate": "upstream_failed", "publish": "upstream_failed"}, tis
+    log = client.task_log(DAG_ID, run_id, "ingest", tis["ingest"]["try_number"])
+    assert f"    falkirk keep --dag {DAG_ID} --run {run_id} --yes" in log, log[-3000:]
+
+    assert main(["keep", "--dag", DAG_ID, "--run", run_id]) == 0
+    out = capsys.readouterr().out
+    assert (f"keep DAG run {run_id} of {DAG_ID} (epoch {latest}) as committed: marks publish, aggregate, ingest "
+            f"success, then the run") in out, out
+    assert client.dag_run(DAG_ID, run_id)["state"] == "failed"  # a preview changes nothing
+    assert main(["keep", "--dag", DAG_ID, "--run", run_id, "--yes"]) == 0
+    capsys.readouterr()
+    assert client.dag_run(DAG_ID, run_id)["state"] == "success"
+    assert {ti["state"] for ti in client.task_instances(DAG_ID, run_id).values()} == {"success"}
+    time.sleep(5)  # nothing Airflow might clear or start after the marks
+    assert client.dag_run(DAG_ID, run_id)["state"] == "success"
+    assert {ti["state"] for ti in client.task_instances(DAG_ID, run_id).values()} == {"success"}
+    assert snapshot(local_store) == before
+    assert main(["keep", "--dag", DAG_ID, "--run", run_id]) == 2
+    assert "already success; nothing to keep" in capsys.readouterr().err
+    assert main(["keep", "--dag", DAG_ID, "--run", "no-such-run"]) == 2
+    assert "has no run of an epoch with that id" in capsys.readouterr().err
+
+    client.trigger(DAG_ID, run_id_of(latest + 1), clock.logical_date(latest + 1))
+    assert client.wait_for_run(DAG_ID, run_id_of(latest + 1), progress=print) == "success"
+    _assert_tables_equal_the_failure_free_run(local_store, list(range(1, latest + 2)),
+                                              withdrawn=tuple(range(latest + 2, 400)))  # discarded above
