@@ -719,7 +719,10 @@ def test_the_mistakes_pages_commands_do_what_it_says(three_epochs, airflow_stack
     runs = client.runs_between(DAG_ID, clock.logical_date(start), clock.logical_date(final))
     assert sorted((clock.epoch_of(datetime.fromisoformat(r["logical_date"].replace("Z", "+00:00"))), r["state"])
                   for r in runs) == [(e, "success") for e in range(start, final + 1)], runs
-    _assert_tables_equal_the_failure_free_run(local_store, list(range(1, final + 1)), withdrawn=tuple(withdrawn))
+    assert withdrawn and min(withdrawn) > final
+    # the epochs discarded here and by the tests above stay in the tables until a collection
+    _assert_tables_equal_the_failure_free_run(local_store, list(range(1, final + 1)),
+                                              withdrawn=tuple(range(final + 1, 400)))
 
 
 def test_a_refused_clear_of_a_completed_run_is_kept_as_advised_and_the_run_ends_green(

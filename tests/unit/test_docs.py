@@ -17,7 +17,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 
 from falkirk_docs import command_help, message_of  # noqa: E402
 
-COMMANDS = ["", "trigger", "plan", "replay", "discard", "gc", "release", "delivered", "pairs", "watch", "new-job",
+COMMANDS = ["", "trigger", "plan", "replay", "discard", "keep", "gc", "release", "delivered", "pairs", "watch", "new-job",
             "solve"]
 MESSAGE = re.compile(r"```\{falkirk-message\}\n(.*?)```", re.S)
 
