@@ -230,11 +230,6 @@ class AirflowClient:
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.request("GET", api_path("dags", dag_id, "dagRuns", run_id))
 
-    def downstream(self, dag_id: str) -> dict[str, list[str]]:
-        """Each task of the DAG and the tasks right downstream of it (its ``>>`` edges)."""
-        data = self.request("GET", api_path("dags", dag_id, "tasks"))
-        return {t["task_id"]: list(t.get("downstream_task_ids") or []) for t in data["tasks"]}
-
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         """The run's task instances by processor: ``task``, or ``task[i]`` for a mapped one."""
         data = self.request("GET", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances"),
