@@ -86,7 +86,7 @@ class Discard:
 def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: int, last: int | None,
                  consumers: bool = False) -> Discard:
     """What discarding epochs ``first..last`` of ``dag_id`` withdraws (``last=None``: through the
-    DAG's newest epoch, :func:`newest_epoch`); changes nothing.
+    DAG's newest epoch, of a current ledger row or of a DAG run); changes nothing.
     Raises :class:`PlanError`, naming the fix, when the discard would leave the DAG inconsistent.
 
     Epochs of other DAGs that read the rows withdrawn through an Asset would stay current, built
@@ -96,12 +96,7 @@ def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: 
     from falkirk.plugins.recovery import _regimes, latest_run_epoch
 
     check_dag_id(dag_id)
-    if last is None:  # --epochs A-: through the DAG's newest epoch
-        if client.dag_exists(dag_id) and (clock := _regimes(dag_id, client)[1]) is not None:
-            last = max(first, newest_epoch(dag_id, store, client, clock))
-        else:
-            last = first
-    if not 1 <= first <= last:
+    if not 1 <= first <= (first if last is None else last):
         raise PlanError(f"--epochs {first}-{last}: give FIRST-LAST with 1 <= FIRST <= LAST")
     if not client.dag_exists(dag_id):
         raise PlanError(f"--dag: Airflow has no DAG {dag_id!r}")
@@ -110,13 +105,15 @@ def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: 
         raise PlanError(f"--dag {dag_id}: it has no Falkirk task, so it has no epochs to discard")
     snapshot = LedgerSnapshot(Ledger(store), dag_id)
     current = snapshot.entries()
-    rows = tuple(sorted((e for e in current if first <= e.epoch <= last), key=lambda e: (e.epoch, e.processor)))
     newest = max((e.epoch for e in current), default=0)
+    latest_epoch = latest_run_epoch(dag_id, client, clock)
+    if last is None:  # --epochs A-: through the DAG's newest ledger row or run
+        last = max(first, newest, latest_epoch or 0)
+    rows = tuple(sorted((e for e in current if first <= e.epoch <= last), key=lambda e: (e.epoch, e.processor)))
     if newest > last:
         raise PlanError(f"--epochs {first}-{last}: the ledger has rows up to epoch {newest}; a discard withdraws "
                         f"the newest epochs only (a later epoch may be built on a discarded one): give --epochs "
                         f"{first}-{newest}")
-    latest_epoch = latest_run_epoch(dag_id, client, clock)
     if latest_epoch is not None and latest_epoch > last:
         raise PlanError(f"--epochs {first}-{last}: the DAG has a run at epoch {latest_epoch}; a discard withdraws "
                         f"the newest epochs only: give --epochs {first}-{latest_epoch}")
@@ -179,10 +176,8 @@ def _consumer_discard(store: StoreConfig, client: AirflowClient, dag_id: str, fi
 def _next_epoch(client: AirflowClient, dag_id: str, clock: EpochClock, first: int, kept: int) -> int:
     """The epoch the DAG's next trigger makes once epochs ``first..`` are discarded: the one after
     its newest run or ledger row before ``first``."""
-    earlier = client.runs_between(dag_id, clock.logical_date(clock.first_epoch), clock.logical_date(first - 1)) \
-        if first > clock.first_epoch else []
-    epochs = [kept] + [e for r in earlier if (e := _epoch_of_run(clock, r)) is not None]
-    return max(max(epochs) + 1, clock.first_epoch)
+    earlier = run_epochs(client, dag_id, clock, clock.first_epoch, first - 1) if first > clock.first_epoch else []
+    return max(max([kept, *earlier]) + 1, clock.first_epoch)
 
 
 def _epoch_of_run(clock: EpochClock, run: Mapping[str, Any]) -> int | None:
@@ -307,15 +302,6 @@ def run_epochs(client: AirflowClient, dag_id: str, clock: EpochClock, first: int
     """The epochs ``first..last`` of ``dag_id`` that have a DAG run."""
     runs = client.runs_between(dag_id, clock.logical_date(first), clock.logical_date(last))
     return [e for r in runs if (e := _epoch_of_run(clock, r)) is not None]
-
-
-def newest_epoch(dag_id: str, store: StoreConfig, client: AirflowClient, clock: EpochClock) -> int:
-    """The DAG's newest epoch, of a current ledger row or of a DAG run (0: none): where an
-    open-ended ``--epochs A-`` ends."""
-    from falkirk.plugins.recovery import latest_run_epoch
-
-    rows = max((e.epoch for e in LedgerSnapshot(Ledger(store), dag_id).entries()), default=0)
-    return max(rows, latest_run_epoch(dag_id, client, clock) or 0)
 
 
 def _span(epochs: list[int]) -> str:

@@ -81,9 +81,7 @@ def test_clearing_a_completed_epoch_is_refused_naming_the_plan_that_redoes_it(
     before = snapshot(local_store)
     client = airflow_stack.client()
     run_id = run_id_of(2)
-    cleared = client.request("POST", f"/api/v2/dags/{DAG_ID}/clearTaskInstances", json={
-        "dry_run": False, "task_ids": ["aggregate"], "dag_run_id": run_id, "only_failed": False,
-        "include_downstream": True, "include_upstream": False, "reset_dag_runs": True})["task_instances"]
+    cleared = _clear_with_downstream(client, run_id, "aggregate")
     assert sorted(ti["task_id"] for ti in cleared) == ["aggregate", "publish"]
     assert client.wait_for_run(DAG_ID, run_id, progress=print) == "failed"
     tis = client.task_instances(DAG_ID, run_id)
@@ -426,8 +424,7 @@ def test_dags_test_of_an_unpaused_dag_with_the_scheduler_running_leaves_its_epoc
     from falkirk.plugins.cli import main
     from falkirk.plugins.discard import discard
 
-    for k, v in {**local_store.env(), "FALKIRK_AIRFLOW_URL": airflow_stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
-                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+    for k, v in _cli_env(airflow_stack, local_store).items():
         monkeypatch.setenv(k, v)
     assert main(["trigger", "--dag", DAG_ID]) == 2
     err = capsys.readouterr().err
@@ -550,6 +547,27 @@ def test_airflow_dags_trigger_and_backfill_create_run_the_next_epoch_and_refuse_
     _assert_tables_equal_the_failure_free_run(local_store, list(range(1, latest + 2)))
 
 
+def _cli_env(airflow_stack: AirflowStack, store: StoreConfig) -> dict[str, str]:
+    """What the ``falkirk`` command reads: the store and Airflow's URL and admin credentials."""
+    return {**store.env(), "FALKIRK_AIRFLOW_URL": airflow_stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
+            "FALKIRK_AIRFLOW_PASSWORD": "admin"}
+
+
+def _clear_with_downstream(client, run_id: str, task_id: str) -> list[dict]:
+    """Airflow's Clear of one task instance of ``run_id`` with its downstream (the UI's default);
+    returns the instances cleared."""
+    return client.request("POST", f"/api/v2/dags/{DAG_ID}/clearTaskInstances", json={
+        "dry_run": False, "task_ids": [task_id], "dag_run_id": run_id, "only_failed": False,
+        "include_downstream": True, "include_upstream": False, "reset_dag_runs": True})["task_instances"]
+
+
+def _make_far_ahead_run(airflow_stack: AirflowStack, epoch: int) -> None:
+    import subprocess
+
+    subprocess.run([str(airflow_stack.venv_bin / "python"), "-c", _FAR_AHEAD_RUN, DAG_ID, str(epoch)], check=True,
+                   env=airflow_stack.env(), cwd=airflow_stack.home, capture_output=True, text=True)
+
+
 # A DAG run made past the timetable's checks (by an older deployment, or in the metadata database
 # by hand), as Airflow's own CLI would make it.
 _FAR_AHEAD_RUN = """
@@ -575,19 +593,16 @@ def test_a_far_ahead_run_is_refused_by_its_stateful_task_and_planned_around_nami
     ``falkirk plan --failed-task '*'`` says that most of its re-runs are epochs without a run, with
     the same discard, instead of a table of them; the discard withdraws the run (printing the
     epoch the next trigger makes) and the tables equal the failure-free run's."""
-    import subprocess
 
     from falkirk.plugins.cli import main
 
     client = airflow_stack.client()
-    for k, v in {**local_store.env(), "FALKIRK_AIRFLOW_URL": airflow_stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
-                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+    for k, v in _cli_env(airflow_stack, local_store).items():
         monkeypatch.setenv(k, v)
     clock = dag_epoch_clock()
     latest = clock.epoch_of(client.latest_logical_date(DAG_ID))
     far = latest + 4
-    subprocess.run([str(airflow_stack.venv_bin / "python"), "-c", _FAR_AHEAD_RUN, DAG_ID, str(far)], check=True,
-                   env=airflow_stack.env(), cwd=airflow_stack.home, capture_output=True, text=True)
+    _make_far_ahead_run(airflow_stack, far)
     run_id = f"manual__epoch-{far}"
     assert client.wait_for_run(DAG_ID, run_id, progress=print) == "failed"
     tis = client.task_instances(DAG_ID, run_id)
@@ -664,8 +679,7 @@ def test_the_mistakes_pages_commands_do_what_it_says(three_epochs, airflow_stack
 
     client = airflow_stack.client()
     clock = dag_epoch_clock()
-    env = {**airflow_stack.env(), **local_store.env(), "FALKIRK_AIRFLOW_URL": airflow_stack.base_url,
-           "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin"}
+    env = {**airflow_stack.env(), **_cli_env(airflow_stack, local_store)}
     ledger = Ledger(local_store)
     blocks = _page_commands()
     assert [b[0].split()[:2] for b in blocks] == [
@@ -677,8 +691,7 @@ def test_the_mistakes_pages_commands_do_what_it_says(three_epochs, airflow_stack
         latest = clock.epoch_of(client.latest_logical_date(DAG_ID))
         far = 329 + latest - PAGE_LATEST
         if "--epochs 329-" in block[0]:  # "A run far ahead of the others"
-            subprocess.run([str(airflow_stack.venv_bin / "python"), "-c", _FAR_AHEAD_RUN, DAG_ID, str(far)],
-                           check=True, env=airflow_stack.env(), cwd=airflow_stack.home)
+            _make_far_ahead_run(airflow_stack, far)
             assert client.wait_for_run(DAG_ID, f"manual__epoch-{far}", progress=print) == "failed"
             withdrawn.append(far)
         elif "--epochs 329" in block[0]:  # "Rows of a run that should not have existed"
@@ -688,9 +701,7 @@ def test_the_mistakes_pages_commands_do_what_it_says(three_epochs, airflow_stack
                                                          incarnation=row.incarnation + 1))
         elif block[0].startswith("falkirk keep"):  # "Clear on a finished epoch", kept
             [run] = client.runs_between(DAG_ID, clock.logical_date(latest), clock.logical_date(latest))
-            client.request("POST", f"/api/v2/dags/{DAG_ID}/clearTaskInstances", json={
-                "dry_run": False, "task_ids": ["ingest"], "dag_run_id": run["dag_run_id"], "only_failed": False,
-                "include_downstream": True, "include_upstream": False, "reset_dag_runs": True})
+            _clear_with_downstream(client, run["dag_run_id"], "ingest")
             assert client.wait_for_run(DAG_ID, run["dag_run_id"], progress=print) == "failed"
         run_ids = {e: r["dag_run_id"] for r in client.runs_between(DAG_ID, clock.logical_date(max(1, latest - 2)),
                                                                    clock.logical_date(latest))
@@ -734,17 +745,14 @@ def test_a_refused_clear_of_a_completed_run_is_kept_as_advised_and_the_run_ends_
     from falkirk.plugins.cli import main
 
     client = airflow_stack.client()
-    for k, v in {**local_store.env(), "FALKIRK_AIRFLOW_URL": airflow_stack.base_url, "FALKIRK_AIRFLOW_USER": "admin",
-                 "FALKIRK_AIRFLOW_PASSWORD": "admin"}.items():
+    for k, v in _cli_env(airflow_stack, local_store).items():
         monkeypatch.setenv(k, v)
     clock = dag_epoch_clock()
     latest = clock.epoch_of(client.latest_logical_date(DAG_ID))
     [run] = client.runs_between(DAG_ID, clock.logical_date(latest), clock.logical_date(latest))
     run_id = run["dag_run_id"]
     before = snapshot(local_store)
-    client.request("POST", f"/api/v2/dags/{DAG_ID}/clearTaskInstances", json={
-        "dry_run": False, "task_ids": ["ingest"], "dag_run_id": run_id, "only_failed": False,
-        "include_downstream": True, "include_upstream": False, "reset_dag_runs": True})
+    _clear_with_downstream(client, run_id, "ingest")
     assert client.wait_for_run(DAG_ID, run_id, progress=print) == "failed"
     tis = client.task_instances(DAG_ID, run_id)
     assert {t: ti["state"] for t, ti in tis.items()} == {
