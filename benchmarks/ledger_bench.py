@@ -80,7 +80,7 @@ def measure(store: StoreConfig, rows: list[dict], args: argparse.Namespace, loca
 
     def held_and_one_more_commit() -> LedgerSnapshot:
         held = LedgerSnapshot(ledger, DAG)
-        ledger.append(LedgerEntry(DAG, task, next(extra), "eager_checkpoint", "epoch-x", 1, map_index=part))
+        ledger.append(LedgerEntry(dag_id=DAG, task_id=task, epoch=next(extra), regime="eager_checkpoint", run_id="epoch-x", try_number=1, map_index=part))
         return held
 
     def bring_up_to_date(held: LedgerSnapshot) -> None:

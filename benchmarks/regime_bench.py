@@ -138,7 +138,7 @@ def run_epoch(spark, variant: Variant, epoch: int, source: Path, store: StoreCon
 
     ledger = Ledger(store)
     task = "running" if variant.stateful else "totals"
-    spec = JobSpec(DAG, task, epoch, variant.regime, f"epoch-{epoch}")
+    spec = JobSpec(dag_id=DAG, task_id=task, epoch=epoch, regime=variant.regime, run_id=f"epoch-{epoch}")
     if ledger.find(DAG, task, epoch) is not None:  # run_job's own check before any work
         raise SystemExit(f"{variant.name}: epoch {epoch} already committed; the store was not empty")
     ctx = EpochContext(spec, store, ledger, spark)

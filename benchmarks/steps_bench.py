@@ -39,7 +39,7 @@ DAG = "bench_steps"
 def attempt(store: StoreConfig, remote: str, epoch: int, every: int, iterations: int, pages: int, cut: int,
             try_number: int = 1, crash_at: int | None = None) -> tuple[float, str]:
     """Run one attempt of the job's ``epoch``; (seconds, its log). ``crash_at``: kill it as that iteration starts."""
-    spec = JobSpec(DAG, f"rank_every_{every}", epoch=epoch, regime=Batch(log_outputs=True), run_id=f"epoch-{epoch}",
+    spec = JobSpec(dag_id=DAG, task_id=f"rank_every_{every}", epoch=epoch, regime=Batch(log_outputs=True), run_id=f"epoch-{epoch}",
                    try_number=try_number)
     env = {**os.environ, **store.env(), "SPARK_REMOTE": remote, "BENCH_EVERY": str(every),
            "BENCH_ITERATIONS": str(iterations), "BENCH_PAGES": str(pages), "BENCH_CUT": str(cut),

@@ -38,6 +38,7 @@ from devstack.cluster import Cluster, ClusterServers
 from devstack.processes import VENV_BIN
 from falkirk.plugins.airflow_rest import AirflowClient, api_path
 from falkirk.policies import EpochClock
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.policies.store import StoreConfig
@@ -67,12 +68,12 @@ class ClusterOutcome:
     epochs: int
     move_at: int
     lose_at: int
-    placed: dict[str, dict[tuple[str, int], str]]  # per DAG, the worker Airflow records per (task, epoch)
-    stuck: dict[str, dict[str, Any]]  # falkirk_figure1's task instances of epoch lose_at before the recovery
+    placed: dict[str, dict[tuple[ProcessorId, int], str]]  # per DAG, the worker Airflow records per (task, epoch)
+    stuck: dict[ProcessorId, dict[str, Any]]  # falkirk_figure1's task instances of epoch lose_at before the recovery
     planned: str  # what `falkirk plan` printed
     plan: RecoveryPlan
     replay_output: str
-    reran_on: dict[tuple[str, int], str]  # after the replay: the worker of each re-run instance
+    reran_on: dict[tuple[ProcessorId, int], str]  # after the replay: the worker of each re-run instance
     logs: dict[tuple[str, int, int], str]  # (task, epoch, try) -> the task's log, for the instances read
     ledger: list[LedgerEntry]  # falkirk_figure1's current rows
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
@@ -261,7 +262,7 @@ def _wait_for_queue(client: AirflowClient, dag_id: str, task_id: str, queue: str
         time.sleep(2)
 
 
-def _workers(client: AirflowClient, dag_id: str, first: int, last: int) -> dict[tuple[str, int], str]:
+def _workers(client: AirflowClient, dag_id: str, first: int, last: int) -> dict[tuple[ProcessorId, int], str]:
     return {(t, e): ti["hostname"] for e in range(first, last + 1)
             for t, ti in client.task_instances(dag_id, f"epoch-{e}").items()}
 

@@ -39,6 +39,7 @@ from devstack.figure1_report import Strategy, strategies_png, timeline_png, writ
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.airflow_rest import AirflowClient
 from falkirk.plugins.recovery import plan, replay
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table, scan
@@ -69,8 +70,8 @@ class DemoOutcome:
 
     store: StoreConfig
     plan: RecoveryPlan
-    reran: frozenset[tuple[str, int]]  # task instances whose try number the replay raised, read from Airflow
-    final: dict[tuple[str, int], dict[str, Any]]  # every task instance after the replay, as Airflow reports it
+    reran: frozenset[tuple[ProcessorId, int]]  # task instances whose try number the replay raised, read from Airflow
+    final: dict[tuple[ProcessorId, int], dict[str, Any]]  # every task instance after the replay, as Airflow reports it
     acknowledged: dict[int, int]  # after each epoch's wave: the clickstream's acknowledgement point
     checks: list[tuple[str, bool, str]]
     report: Path
@@ -80,15 +81,15 @@ class DemoOutcome:
         return all(ok for _, ok, _ in self.checks)
 
 
-def wait_for(client: AirflowClient, epochs: list[int], tasks: list[str],
-             expected: set[str | None] | dict[tuple[str, int], set[str | None]], timeout: float = 900,
-             progress: Callable[[str], None] = say) -> dict[tuple[str, int], dict]:
+def wait_for(client: AirflowClient, epochs: list[int], tasks: list[ProcessorId],
+             expected: set[str | None] | dict[tuple[ProcessorId, int], set[str | None]], timeout: float = 900,
+             progress: Callable[[str], None] = say) -> dict[tuple[ProcessorId, int], dict]:
     """Wait until every (task, epoch) is in an expected state (``None``: never ran), reporting
     changes; ``expected`` is one set for all or a set per (task, epoch). A failure that is not
     expected stops the wait with the place of its log."""
     want = expected if isinstance(expected, dict) else {(t, e): expected for t in tasks for e in epochs}
     deadline = time.monotonic() + timeout
-    seen: dict[tuple[str, int], str | None] = {}
+    seen: dict[tuple[ProcessorId, int], str | None] = {}
     started = time.monotonic()
     while True:
         client.on_poll()
@@ -176,7 +177,7 @@ def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DE
     root.mkdir(parents=True)
     store = StoreConfig(str(root / "store"), str(root / "scratch"))
     dag = _dag_module()
-    tasks = list(dag.REGIMES)
+    tasks = [ProcessorId(task=t) for t in dag.REGIMES]
     all_epochs = list(range(1, epochs + 1))
     env = {RECORDS_ENV: str(records)}
     source = ClickstreamSource.for_dag(store.durable_uri, DAG_ID)
@@ -221,7 +222,7 @@ def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DE
             # rank fails on its lost state; what reads it fails upstream, and later epochs of the
             # tasks that depend on their past never start.
             blocked = _downstream(dag.EDGES, "rank")
-            expected: dict[tuple[str, int], set[str | None]] = {
+            expected: dict[tuple[ProcessorId, int], set[str | None]] = {
                 (t, e): ({"failed"} if t == "rank" and e == lose_at else
                          {"upstream_failed"} if t in blocked and e == lose_at else
                          {None} if t == "rank" or t in blocked else {"success"})
@@ -284,8 +285,8 @@ def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DE
     return DemoOutcome(store, p, reran, final, acknowledged, checks, page)
 
 
-def _strategies(p: RecoveryPlan, tasks: list[str], epochs: list[int],
-                normal: dict[tuple[str, int], dict[str, Any]]) -> list[Strategy]:
+def _strategies(p: RecoveryPlan, tasks: list[ProcessorId], epochs: list[int],
+                normal: dict[tuple[ProcessorId, int], dict[str, Any]]) -> list[Strategy]:
     """Re-run work per strategy, in task instances and in task-seconds at each task's mean measured duration."""
     durations: Counter[str] = Counter()
     counts: Counter[str] = Counter()

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from falkirk.policies.ids import ProcessorId
+
 # Cell kinds of the timeline, in legend order.
 KINDS = {"ran": ("ran once", "#38a169"), "failed": ("failed, then re-run by the recovery", "#e53e3e"),
          "blocked": ("held back by the failure, then run by the recovery", "#ed8936"),
@@ -28,8 +30,8 @@ class Strategy:
     task_seconds: float
 
 
-def timeline_png(path: Path, tasks: Sequence[str], epochs: Sequence[int],
-                 kinds: Mapping[tuple[str, int], str]) -> Path:
+def timeline_png(path: Path, tasks: Sequence[ProcessorId], epochs: Sequence[int],
+                 kinds: Mapping[tuple[ProcessorId, int], str]) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -77,12 +77,12 @@ def run_in_process(
             for task in order:
                 replicas = regimes[task].replicas
                 for index in range(counts[task] * replicas) if task in counts else (-1,):
-                    spec = JobSpec(dag_id, task, epoch, regimes[task], f"epoch-{epoch}", inputs=upstream[task],
+                    spec = JobSpec(dag_id=dag_id, task_id=task, epoch=epoch, regime=regimes[task], run_id=f"epoch-{epoch}", inputs=upstream[task],
                                    map_index=index, partitions=counts.get(task),
                                    input_partitions=tuple((u, counts[u]) for u in upstream[task] if u in counts),
                                    replicas=replicas,
                                    paired_inputs=tuple(u for u in upstream[task] if regimes[u].replicas > 1),
-                                   consumed=tuple(ConsumedEvent(asset, CommittedEpoch(d, t, epoch))
+                                   consumed=tuple(ConsumedEvent(asset, CommittedEpoch(dag_id=d, task_id=t, epoch=epoch))
                                                   for asset, (d, t) in (consumes or {}).items()))
                     if spec.processor in skip:
                         continue

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import httpx
 
 from falkirk.policies.asset_events import run_date
-from falkirk.policies.partitions import processor_id, split_processor
+from falkirk.policies.ids import ProcessorId
 
 TERMINAL_RUN_STATES = {"success", "failed"}
 FALKIRK_API = "/falkirk/api/v1"  # the plugin's own routes (falkirk.plugins.api)
@@ -230,13 +230,13 @@ class AirflowClient:
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.request("GET", api_path("dags", dag_id, "dagRuns", run_id))
 
-    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+    def task_instances(self, dag_id: str, run_id: str) -> dict[ProcessorId, dict[str, Any]]:
         """The run's task instances by processor: ``task``, or ``task[i]`` for a mapped one."""
         data = self.request("GET", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances"),
                             params={"limit": 1000})
         return _by_processor(data["task_instances"])
 
-    def task_instances_by_run(self, dag_id: str) -> dict[str, dict[str, dict[str, Any]]]:
+    def task_instances_by_run(self, dag_id: str) -> dict[str, dict[ProcessorId, dict[str, Any]]]:
         """Every task instance of the DAG, by run id and then as :meth:`task_instances` keys
         them: one request per page of 100 for all runs, where one per run would ask again for
         each."""
@@ -281,9 +281,8 @@ class AirflowClient:
         Retried on a server error: a database error rolls the clear back, and clearing the same
         task instances again only resets them once more."""
         markers: list[Any] = []
-        for name in task_ids:
-            task, index = split_processor(name)
-            markers.append([task, index] if index >= 0 else task)
+        for p in map(ProcessorId.parse, task_ids):
+            markers.append([p.task, p.map_index] if p.partitioned else p.task)
         body = {
             "dry_run": dry_run, "task_ids": markers, "dag_run_id": run_id, "only_failed": False,
             "include_downstream": False, "include_upstream": False, "reset_dag_runs": True,
@@ -296,9 +295,9 @@ class AirflowClient:
         body: dict[str, Any] = {"new_state": state}
         if note:
             body["note"] = note[:1000]
-        task, index = split_processor(task_id)
-        self.request("PATCH", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances", task,
-                                       *([index] if index >= 0 else [])), json=body, idempotent=True)
+        p = ProcessorId.parse(task_id)
+        self.request("PATCH", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances", p.task,
+                                       *([p.map_index] if p.partitioned else [])), json=body, idempotent=True)
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
         """The log of one try of a task instance (``map_index``: one of a mapped task's), as text
@@ -447,12 +446,12 @@ def partition_date_of(run: Mapping[str, Any]) -> datetime | None:
                     run.get("partition_key"))
 
 
-def _by_processor(task_instances: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _by_processor(task_instances: list[dict[str, Any]]) -> dict[ProcessorId, dict[str, Any]]:
     """Task instances keyed ``task``, or ``task[i]`` for a mapped one."""
-    return {processor_id(ti["task_id"], ti.get("map_index", -1)): ti for ti in task_instances}
+    return {ProcessorId(task=ti["task_id"], map_index=ti.get("map_index", -1)): ti for ti in task_instances}
 
 
-def failed_runs(client: Any, dag_id: str, run_ids: Iterable[str]) -> dict[str, tuple[str, dict[str, str | None]]]:
+def failed_runs(client: Any, dag_id: str, run_ids: Iterable[str]) -> dict[str, tuple[str, dict[ProcessorId, str | None]]]:
     """Of ``run_ids``, the runs Airflow holds failed, each with its task instances' states by
     processor: what :func:`falkirk.policies.planning.replay_decisions.runs_to_settle` decides on.
     ``client`` is an :class:`AirflowClient` or anything with its ``dag_run`` and ``task_instances``."""

@@ -78,8 +78,8 @@ from falkirk.plugins.shared_computations import SharedComputations
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, recovery_history
 from falkirk.policies.epochs import EpochClock, EpochError
-from falkirk.policies.ids import IdError, check_dag_id
-from falkirk.policies.partitions import processor_id, processors
+from falkirk.policies.ids import IdError, ProcessorId, check_dag_id
+from falkirk.policies.partitions import processors
 from falkirk.policies.planning.recovery import (
     BadEpoch,
     FailedTask,
@@ -375,7 +375,7 @@ def _consumer_plans(dag_id: str, plan: RecoveryPlan, record: bool) -> list[Recov
     """The plans of the DAGs that read, through an Asset, an epoch ``plan`` redoes (and of the
     DAGs reading those), producers first: the rest of the plan across DAGs
     (:func:`falkirk.plugins.asset_recovery.with_consumers`)."""
-    def regimes(dag: str) -> dict[str, Regime]:
+    def regimes(dag: str) -> dict[ProcessorId, Regime]:
         try:
             tasks = _dag_tasks(dag)
         except HTTPException:  # in the ledger, no longer in Airflow: planned from its rows alone
@@ -435,7 +435,7 @@ def view(dag_id: str, user: GetUserDep) -> dict[str, Any]:
         rows = session.execute(select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.run_id,
                                       TaskInstance.state).where(
             TaskInstance.dag_id == dag_id, (TaskInstance.state != "success") | TaskInstance.state.is_(None))).all()
-    live = {(processor_id(task, index), run): (str(state.value if hasattr(state, "value") else state) if state else None)
+    live = {(ProcessorId(task=task, map_index=index), run): (str(state.value if hasattr(state, "value") else state) if state else None)
             for task, index, run, state in rows}
     snapshot = LedgerSnapshot(Ledger(store), dag_id)  # one read of the ledger and one of its rollbacks
     version = snapshot.dag_version
@@ -474,7 +474,6 @@ def _pairs(store: StoreConfig, dag_id: str) -> dict[str, Any] | None:
     """The DAG's process pairs (``None``: it has none): each replica's worker, status and
     generation, and what happened to them (take-overs, catch-ups, fold-ins), newest last."""
     from falkirk.policies.pairs import layout_events
-    from falkirk.policies.partitions import replica_index
     from falkirk.policies.store.control import PairLayouts
 
     layouts = PairLayouts(store)
@@ -483,7 +482,7 @@ def _pairs(store: StoreConfig, dag_id: str) -> dict[str, Any] | None:
     if layout is None:
         return None
     replicas = [{"name": r.name, "task_id": r.task, "partition": r.partition, "replica": r.replica,
-                 "processor": processor_id(r.task, replica_index(r.partition, r.replica)), "worker": r.worker,
+                 "processor": r.id.processor, "worker": r.worker,
                  "status": r.status.value, "generation": r.generation} for r in layout.replicas]
     return {"replicas": replicas, "events": [asdict(e) for e in layout_events(records)]}
 
@@ -500,7 +499,7 @@ def _succeeded_without_row(dag_id: str, tasks: list[DagTask], grid: CheckpointGr
     with create_session() as session:
         rows = session.execute(select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.run_id).where(
             TaskInstance.dag_id == dag_id, TaskInstance.state == "success", TaskInstance.run_id.in_(runs))).all()
-    return {(processor_id(t, m), r) for t, m, r in rows if (processor_id(t, m), r) in missing}
+    return {(ProcessorId(task=t, map_index=m), r) for t, m, r in rows if (ProcessorId(task=t, map_index=m), r) in missing}
 
 
 @app.post("/api/v1/dags/{dag_id}/preview", dependencies=[ReadDag])

@@ -38,6 +38,7 @@ from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, api_path
 from falkirk.plugins.recovery import Progress, ReplayReport, _regimes, _run_ids, check_may_clear, plan, replay
 from falkirk.policies.asset_events import run_date
 from falkirk.policies.epochs import EpochClock, EpochError
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.planning.assets import AssetEdge, CrossDagPlan, asset_edges, plan_across_dags
 from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import Failure, PlanError, RecoveryPlan
@@ -65,7 +66,7 @@ def plan_across(dag_id: str, store: StoreConfig, client: AirflowClient | None = 
     return across
 
 
-def with_consumers(producer: RecoveryPlan, store: StoreConfig, regimes: Callable[[str], Mapping[str, Regime]],
+def with_consumers(producer: RecoveryPlan, store: StoreConfig, regimes: Callable[[str], Mapping[ProcessorId, Regime]],
                    record: bool = False) -> CrossDagPlan:
     """``producer`` (a plan already made) and, through the asset edges the ledger records, the
     plans of the DAGs that read an epoch it redoes, producers first; ``regimes``: a DAG's

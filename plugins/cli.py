@@ -57,7 +57,7 @@ import httpx
 from deltalake.exceptions import DeltaError
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, api_path
-from falkirk.policies.ids import IdError, check_dag_id, check_task_id
+from falkirk.policies.ids import IdError, ProcessorId, check_dag_id, check_task_id
 from falkirk.policies.planning.recovery import PlanError, RecoveryPlan
 from falkirk.policies.rollback import cli as solver_cli
 from falkirk.policies.store.commits import StoreUnreachable, UnreadableTable, plain_reason
@@ -705,9 +705,8 @@ def _task_epoch(flag: str, value: str) -> tuple[str, int]:
 
 def _processor(flag: str, value: str) -> str:
     """``value``, a task or one partition of it (``task[i]``), whose task id Airflow accepts."""
-    from falkirk.policies.partitions import task_of
 
-    check_task_id(task_of(value), flag)
+    check_task_id(ProcessorId.parse(value).task, flag)
     return value
 
 

@@ -152,13 +152,12 @@ def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: 
 def _consumer_epochs(store: StoreConfig, producer: str, rows: Sequence[LedgerEntry]) -> dict[str, list[int]]:
     """The epochs of other DAGs whose current ledger rows read one of ``rows`` through an Asset,
     by DAG."""
-    withdrawn = {(e.task_id, e.map_index, e.epoch, e.incarnation) for e in rows}
+    withdrawn = {e.commit_id for e in rows}
     ledger = Ledger(store)
     readers: dict[str, set[int]] = {}
     for dag in sorted({r.dag_id for r in ledger.asset_reads() if r.dag_id != producer}):
         for row in LedgerSnapshot(ledger, dag).entries():
-            if any(read.dag_id == producer and (read.task_id, read.map_index, read.epoch, read.incarnation) in withdrawn
-                   for read in row.asset_inputs):
+            if any(read.commit_id in withdrawn for read in row.asset_inputs):
                 readers.setdefault(dag, set()).add(row.epoch)
     return {dag: sorted(epochs) for dag, epochs in readers.items()}
 
@@ -239,7 +238,7 @@ def rows_beyond(entries: list[LedgerEntry], last_epoch: int) -> tuple[int, int] 
     """The first and last epoch of current ledger rows past ``last_epoch`` (``None``: none).
 
     >>> from falkirk.policies.store.ledger import LedgerEntry
-    >>> rows = [LedgerEntry("d", "t", e, "batch", f"r{e}", 1) for e in (1, 2, 329)]
+    >>> rows = [LedgerEntry(dag_id="d", task_id="t", epoch=e, regime="batch", run_id=f"r{e}", try_number=1) for e in (1, 2, 329)]
     >>> rows_beyond(rows, 2), rows_beyond(rows, 329)
     ((329, 329), None)
     """

@@ -21,11 +21,11 @@ take milliseconds.
 
 >>> from falkirk.policies.store.ledger import LedgerEntry, OutputRef
 >>> out = lambda tier: (OutputRef("output", "/t", tier, 1, 3),)
->>> rows = [LedgerEntry("d", "clean", 1, "batch(log_outputs=true)", "r1", 1, outputs=out("durable")),
-...         LedgerEntry("d", "clean", 2, "batch(log_outputs=true)", "r2", 1, outputs=out("durable")),
-...         LedgerEntry("d", "model", 1, "lazy_checkpoint(every=2)", "r1", 1, state_tier="scratch"),
-...         LedgerEntry("d", "model", 2, "lazy_checkpoint(every=2)", "r2", 1, state_tier="durable")]
->>> grid = grid_from_rows(["clean", "model"], [r.to_row() for r in rows], invalidated={("clean", -1, 2, 0)},
+>>> rows = [LedgerEntry(dag_id="d", task_id="clean", epoch=1, regime="batch(log_outputs=true)", run_id="r1", try_number=1, outputs=out("durable")),
+...         LedgerEntry(dag_id="d", task_id="clean", epoch=2, regime="batch(log_outputs=true)", run_id="r2", try_number=1, outputs=out("durable")),
+...         LedgerEntry(dag_id="d", task_id="model", epoch=1, regime="lazy_checkpoint(every=2)", run_id="r1", try_number=1, state_tier="scratch"),
+...         LedgerEntry(dag_id="d", task_id="model", epoch=2, regime="lazy_checkpoint(every=2)", run_id="r2", try_number=1, state_tier="durable")]
+>>> grid = grid_from_rows(["clean", "model"], [r.to_row() for r in rows], invalidated={rows[1].commit_id},
 ...                       last_epoch=3)
 >>> grid.status
 {'clean': 'LI-', 'model': 'SD-'}
@@ -38,12 +38,12 @@ take milliseconds.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from falkirk.policies.partitions import processor_id
+from falkirk.policies.ids import CommitId, ProcessorId
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store.commits import CommitKey
 from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
@@ -137,7 +137,7 @@ def trimmed(grid: CheckpointGrid, last_epoch: int) -> CheckpointGrid:
 def grid_from_rows(
     tasks: Sequence[str],
     rows: Iterable[Mapping[str, Any]] | Mapping[str, list],
-    invalidated: set[tuple[str, int, int, int]] = frozenset(),  # type: ignore[assignment]
+    invalidated: Set[CommitId] = frozenset(),
     last_epoch: int | None = None,
     collected_through: Mapping[str, int] | None = None,
     readable: Readable | None = None,
@@ -145,8 +145,7 @@ def grid_from_rows(
 ) -> CheckpointGrid:
     """The grid from ledger rows (dicts, or columns as from ``pyarrow.Table.to_pydict``).
 
-    ``invalidated`` holds the (task, map index, epoch, incarnation) keys recoveries rolled
-    back; ``collected_through`` each task's last garbage-collected epoch. ``tasks`` are
+    ``invalidated`` holds the commits recoveries rolled back; ``collected_through`` each task's last garbage-collected epoch. ``tasks`` are
     processors: a partition of a partitioned task has a row of its own, ``task[i]``. With
     ``readable`` (and the columns ``dag_id`` and ``state_uri``), a scratch-only cell whose
     scratch tables no longer hold its commit is ``lost``, unless ``collected`` says garbage
@@ -157,12 +156,13 @@ def grid_from_rows(
     n = len(cols.get("task_id", ()))
     runs: dict[int, str] = {}
     # (task, epoch) -> (incarnation, code) of its latest current row; or "I" if only rolled back
-    best: dict[tuple[str, int], tuple[int, str]] = {}
-    row_of: dict[tuple[str, int], int] = {}
+    best: dict[tuple[ProcessorId, int], tuple[int, str]] = {}
+    row_of: dict[tuple[ProcessorId, int], int] = {}
     for i in range(n):
-        task, epoch, inc = processor_id(cols["task_id"][i], cols["map_index"][i]), cols["epoch"][i], cols["incarnation"][i]
+        task = ProcessorId(task=cols["task_id"][i], map_index=cols["map_index"][i])
+        epoch, inc = cols["epoch"][i], cols["incarnation"][i]
         runs[epoch] = cols["run_id"][i]
-        if (cols["task_id"][i], cols["map_index"][i], epoch, inc) in invalidated:
+        if invalidated and CommitId(dag=cols["dag_id"][i], processor=task, epoch=epoch, incarnation=inc) in invalidated:
             best.setdefault((task, epoch), (-1, CheckpointStatus.INVALIDATED.code))
             continue
         if inc >= best.get((task, epoch), (-1, ""))[0]:
@@ -174,13 +174,13 @@ def grid_from_rows(
             if code == CheckpointStatus.SCRATCH.code:
                 best[cell] = (inc, _scratch_status(cols, row_of[cell], readable, collected).code)
     cells = {t: [CheckpointStatus.MISSING.code] * last for t in tasks}
-    for (task, epoch), (_, code) in best.items():
-        if task in cells and 1 <= epoch <= last:
-            cells[task][epoch - 1] = code
-    for task, through in (collected_through or {}).items():
+    for (processor, epoch), (_, code) in best.items():
+        if processor in cells and 1 <= epoch <= last:
+            cells[processor][epoch - 1] = code
+    for name, through in (collected_through or {}).items():
         for epoch in range(1, min(through, last) + 1):
-            if task in cells and cells[task][epoch - 1] != CheckpointStatus.MISSING.code:
-                cells[task][epoch - 1] = CheckpointStatus.COLLECTED.code
+            if name in cells and cells[name][epoch - 1] != CheckpointStatus.MISSING.code:
+                cells[name][epoch - 1] = CheckpointStatus.COLLECTED.code
     return CheckpointGrid({t: "".join(c) for t, c in cells.items()}, dict(sorted(runs.items())), last)
 
 
@@ -194,8 +194,7 @@ def grid_from_ledger(ledger: Ledger | LedgerSnapshot, dag_id: str, tasks: Sequen
     snapshot = ledger if isinstance(ledger, LedgerSnapshot) else LedgerSnapshot(ledger, dag_id)
     cols = snapshot.rows.select(["dag_id", "task_id", "map_index", "epoch", "incarnation", "run_id", "state_tier",
                                  "state_uri", "outputs"]).to_pydict()
-    gone = {(t, m, e, i) for _, t, m, e, i in snapshot.gone}
-    return grid_from_rows(tasks, cols, gone, collected_through=collected_through, readable=readable,
+    return grid_from_rows(tasks, cols, snapshot.gone, collected_through=collected_through, readable=readable,
                           collected=collected)
 
 
@@ -204,8 +203,8 @@ def _scratch_status(cols: Mapping[str, list], i: int, readable: Readable,
     """Row ``i``'s scratch cell: ``scratch`` while its scratch tables hold its commit; else
     ``collected`` when garbage collection deleted it from each table that lost it, ``lost``
     when something else did (a deleted directory, a lost worker's disk)."""
-    key = CommitKey(cols["dag_id"][i], cols["task_id"][i], cols["epoch"][i], cols["map_index"][i],
-                    cols["incarnation"][i])
+    key = CommitKey(dag_id=cols["dag_id"][i], task_id=cols["task_id"][i], epoch=cols["epoch"][i], map_index=cols["map_index"][i],
+                    incarnation=cols["incarnation"][i])
     uris = [o["uri"] for o in json.loads(cols["outputs"][i] or "[]") if o["tier"] == Tier.SCRATCH.value]
     if cols["state_tier"][i] == Tier.SCRATCH.value and cols["state_uri"][i]:
         uris.append(cols["state_uri"][i])

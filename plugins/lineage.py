@@ -23,9 +23,9 @@ Example (what the provider receives for a committed epoch)::
 
     >>> from falkirk.policies.asset_events import CommittedEpoch, CommittedOutput
     >>> from falkirk.policies.lineage import TableRead
-    >>> done = CommittedEpoch("orders", "publish", 3, incarnation=1,
+    >>> done = CommittedEpoch(dag_id="orders", task_id="publish", epoch=3, incarnation=1,
     ...                       outputs=(CommittedOutput("output", "/lake/orders/publish/output", 9, 5),))
-    >>> read = TableRead("orders", "aggregate", 3, 1, "output", "/lake/orders/aggregate/output", 7)
+    >>> read = TableRead(dag_id="orders", task_id="aggregate", epoch=3, incarnation=1, output="output", uri="/lake/orders/aggregate/output", version=7)
     >>> lineage = operator_lineage("batch(log_outputs=True)", "orders", "publish", 3, committed=done, reads=(read,))
     >>> [(d.name, d.facets["version"].datasetVersion) for d in lineage.inputs]
     [('/lake/orders/aggregate/output', '7')]

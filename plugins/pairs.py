@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from falkirk.plugins import hookimpl
 from falkirk.policies.faults import crash_point
+from falkirk.policies.ids import IdError, ProcessorId, ReplicaId
 
 if TYPE_CHECKING:
     from falkirk.policies.store.ledger import InputRef
@@ -84,8 +85,11 @@ def take_over(dag_id: str, store: Any, client: Any, *, worker: str | None = None
     if worker is not None:
         after = before.fail(worker)
     else:
-        task, partition, name = parse_replica(replica or "")
-        after = before.fail_replica(task, partition, name)
+        try:
+            rid = ReplicaId.parse(replica or "")
+        except IdError as exc:
+            raise PairsError(f"--replica {exc}") from None
+        after = before.fail_replica(rid.task, rid.partition, rid.replica)
     layouts.save(dag_id, after, before=before)
     dead = [r for r in after.replicas if r.status is Status.DEAD and r not in before.replicas]
     progress(f"{dag_id}: {', '.join(r.name for r in dead) or 'nothing new'} declared dead ({reason}); their twins "
@@ -94,9 +98,10 @@ def take_over(dag_id: str, store: Any, client: Any, *, worker: str | None = None
     for run, processor in skipped:
         progress(f"  {run}: {processor} skipped (taken over)")
     for task, partition in after.lost_partitions():
-        progress(f"  {task}[{partition}] lost both replicas: its task instances stay failed (the epoch is not done "
-                 f"without it); restore it on the durable path: falkirk plan --dag {dag_id} --failed-task "
-                 f"{task}[{2 * partition}]:EPOCH --failed-task {task}[{2 * partition + 1}]:EPOCH, then falkirk replay")
+        a, b = ReplicaId.pair(task=task, partition=partition)
+        progress(f"  {ReplicaId.partition_name(task, partition)} lost both replicas: its task instances stay failed "
+                 f"(the epoch is not done without it); restore it on the durable path: falkirk plan --dag {dag_id} "
+                 f"--failed-task {a.processor}:EPOCH --failed-task {b.processor}:EPOCH, then falkirk replay")
     settled = _settle(dag_id, client, touched)
     for run in settled:
         progress(f"  {run}: every task instance done: the DAG run is success")
@@ -104,12 +109,11 @@ def take_over(dag_id: str, store: Any, client: Any, *, worker: str | None = None
 
 
 def _skip_dead(dag_id: str, client: Any, layout: Any, dead: Sequence[Any]) -> tuple[list[tuple[str, str]], set[str]]:
-    from falkirk.policies.partitions import processor_id, replica_index
 
     # A replica whose twin is dead too is not taken over by anyone: its partition is lost, and its
     # failed instances stay failed until the durable path restores it.
     lost = set(layout.lost_partitions())
-    wanted = {processor_id(r.task, replica_index(r.partition, r.replica)): r for r in dead
+    wanted = {r.id.processor: r for r in dead
               if (r.task, r.partition) not in lost}
     skipped, touched = [], set()
     for run, instances in sorted(client.task_instances_by_run(dag_id).items()):
@@ -229,12 +233,11 @@ def _fold_in_now(layouts: Any, dag_id: str, task: str, partition: int, replica: 
 
 def _upstream_first(snapshot: Any, tasks: list[str]) -> list[str]:
     """The paired tasks in the order their ledger rows read each other, upstream first."""
-    from falkirk.policies.partitions import task_of
 
     reads: dict[str, set[str]] = {t: set() for t in tasks}
     for e in snapshot.entries():
         if e.task_id in reads:
-            reads[e.task_id] |= {task_of(i.task_id) for i in e.inputs if task_of(i.task_id) in reads}
+            reads[e.task_id] |= {ProcessorId.parse(i.task_id).task for i in e.inputs if ProcessorId.parse(i.task_id).task in reads}
     order: list[str] = []
     while len(order) < len(tasks):
         ready = sorted(t for t in tasks if t not in order and reads[t] <= set(order) | {t})
@@ -249,18 +252,18 @@ def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, 
     standby's key), with a ledger row each: the standby's next epoch restores from ``v``, and its
     checkpoints have no gap for a recovery to mistake for a failure. Epochs garbage collection has
     released of the survivor are not copied (their files are gone, and no recovery reads them)."""
-    from falkirk.policies.partitions import processor_id, replica_index
     from falkirk.policies.store.control import Collections
     from falkirk.policies.store.ledger import Ledger
 
-    src_index, dst_index = replica_index(partition, survivor), replica_index(partition, standby)
+    src_index = ReplicaId(task=task, partition=partition, replica=survivor).map_index
+    dst_index = ReplicaId(task=task, partition=partition, replica=standby).map_index
     current = snapshot.entries()
     rows = {e.epoch: e for e in current if e.task_id == task and e.map_index == src_index}
     if not rows:
-        raise ValueError(f"{task}[{partition}].{survivor} has committed nothing yet: nothing to copy")
+        raise ValueError(f"{ReplicaId(task=task, partition=partition, replica=survivor)} has committed nothing yet: nothing to copy")
     held = {e.epoch for e in current if e.task_id == task and e.map_index == dst_index}
     v = max(rows)
-    collected = Collections(store).through(dag_id).get(processor_id(task, src_index), 0)
+    collected = Collections(store).through(dag_id).get(ProcessorId(task=task, map_index=src_index), 0)
     missed = [e for e in sorted(rows) if e not in held and e > max(held, default=0) and e > collected]
     totals = {"bytes": 0, "rows": {}}
     ledger = Ledger(store)
@@ -273,7 +276,7 @@ def _install(store: Any, snapshot: Any, dag_id: str, task: str, partition: int, 
         crash_point("catch-up", epoch, "after-copy", dag_id=dag_id)
         ledger.append(row)
     return {"epoch": v, "epochs": missed, "bytes": totals["bytes"], "rows": totals["rows"],
-            "from": f"{task}[{src_index}]"}
+            "from": ProcessorId(task=task, map_index=src_index)}
 
 
 def carried_inputs(before: Sequence[InputRef], copied: Sequence[InputRef]) -> tuple[InputRef, ...]:
@@ -283,8 +286,8 @@ def carried_inputs(before: Sequence[InputRef], copied: Sequence[InputRef]) -> tu
     chain (a copy that dropped the standby's reads made every later plan of the DAG fail).
 
     >>> from falkirk.policies.store.ledger import InputRef
-    >>> own = (InputRef("sessions", "output", 9, map_index=1), InputRef("sessions", "output", 3, map_index=0))
-    >>> twin = (InputRef("sessions", "output", 10, map_index=0), InputRef("sessions", "output", 4, map_index=1))
+    >>> own = (InputRef(task_id="sessions", output="output", through=9, map_index=1), InputRef(task_id="sessions", output="output", through=3, map_index=0))
+    >>> twin = (InputRef(task_id="sessions", output="output", through=10, map_index=0), InputRef(task_id="sessions", output="output", through=4, map_index=1))
     >>> [(i.processor, i.through) for i in carried_inputs(own, twin)]
     [('sessions[0]', 10), ('sessions[1]', 9)]
     """
@@ -304,7 +307,7 @@ def _copied_row(store: Any, snapshot: Any, dag_id: str, source: Any, dst_index: 
     from falkirk.policies.store.ledger import is_external
 
     incarnation = snapshot.next_incarnation(source.task_id, source.epoch, dst_index)
-    key = CommitKey(dag_id, source.task_id, source.epoch, dst_index, incarnation)
+    key = CommitKey(dag_id=dag_id, task_id=source.task_id, epoch=source.epoch, map_index=dst_index, incarnation=incarnation)
 
     def copy(uri: str, name: str) -> tuple[str, int, int]:
         data = read_epoch(uri, source.epoch, store.options_for(uri))
@@ -338,9 +341,8 @@ def _settled_slot(dag_id: str, client: Any, task: str, partition: int, replica: 
     the standby's to run, and is cleared only once it has ended (a clear of a running instance
     could race its end). One that starts after reads the standby and its copies."""
     from falkirk.plugins.airflow_rest import AirflowError
-    from falkirk.policies.partitions import processor_id, replica_index
 
-    processor = processor_id(task, replica_index(partition, replica))
+    processor = ReplicaId(task=task, partition=partition, replica=replica).processor
     deadline, said = time.monotonic() + wait, False
     while True:
         runs = client.task_instances_by_run(dag_id)
@@ -365,9 +367,8 @@ def _clear_after(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, A
     """Clear the standby's task instances of the epochs after ``epoch`` that its dead
     predecessor left skipped or failed: Airflow runs them on the spare, in epoch order. (One
     done already, on a resumed catch-up, is left alone.)"""
-    from falkirk.policies.partitions import processor_id, replica_index
 
-    processor = processor_id(task, replica_index(partition, replica))
+    processor = ReplicaId(task=task, partition=partition, replica=replica).processor
     cleared = []
     for run, instances in sorted(runs.items(), key=lambda item: epochs.get(item[0], 0)):
         ti = instances.get(processor)
@@ -403,39 +404,23 @@ def _run_epochs(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, An
     return epochs
 
 
-def parse_replica(text: str) -> tuple[str, int, str]:
-    """``task[p].R`` as ``(task, p, R)``.
-
-    >>> parse_replica("stats[1].B")
-    ('stats', 1, 'B')
-    """
-    import re
-
-    from falkirk.policies.pairs import PairsError
-
-    m = re.fullmatch(r"([^\[\]]+)\[(\d+)\]\.([AB])", text.strip())
-    if not m:
-        raise PairsError(f"--replica {text!r:.60}: write TASK[PARTITION].A or .B, e.g. stats[1].B")
-    return m[1], int(m[2]), m[3]
-
 
 def layout_table(layout: Any, snapshot: Any | None = None) -> str:
     """The layout as ``falkirk pairs`` prints it: one line per replica, with its latest epoch."""
-    from falkirk.policies.partitions import replica_index
 
     lines = [f"{'replica':<22} {'worker':<14} {'status':<7} {'gen':>3}  latest epoch"]
     for r in layout.replicas:
         latest = "-"
         if snapshot is not None:
             epochs = [e.epoch for e in snapshot.entries()
-                      if e.task_id == r.task and e.map_index == replica_index(r.partition, r.replica)]
+                      if e.task_id == r.task and e.map_index == r.id.map_index]
             latest = str(max(epochs)) if epochs else "-"
         lines.append(f"{r.name:<22} {r.worker:<14} {r.status.value:<7} {r.generation:>3}  {latest}")
     lost = layout.lost_partitions()
     if lost:
         lines.append("lost (no active replica; restore on the durable path): "
-                     + ", ".join(f"{t}[{p}]" for t, p in lost))
+                     + ", ".join(ReplicaId.partition_name(t, p) for t, p in lost))
     return "\n".join(lines)
 
 
-__all__ = ["CatchUp", "TakeOver", "catch_up", "dag_policy", "layout_table", "parse_replica", "take_over"]
+__all__ = ["CatchUp", "TakeOver", "catch_up", "dag_policy", "layout_table", "take_over"]

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from falkirk.plugins import hookimpl
+from falkirk.policies.ids import ReplicaId
 from falkirk.policies.workers import configured_workers
 
 # Airflow loads this module while it initializes, in every process: the store's modules
@@ -168,7 +169,6 @@ def replica_worker(store: Any, dag_id: str, task_id: str, partitions: int | None
     before its first epoch records it); a replica declared dead runs on its twin's worker, where
     it ends skipped at once."""
     from falkirk.policies.pairs import Status, with_task
-    from falkirk.policies.partitions import replica_of
     from falkirk.policies.store.commits import latest_version
     from falkirk.policies.store.control import PairLayouts
 
@@ -182,7 +182,8 @@ def replica_worker(store: Any, dag_id: str, task_id: str, partitions: int | None
         with _FACTS_LOCK:
             _LAYOUTS[key] = held
     layout = with_task(held[1], task_id, partitions or 1, workers)
-    partition, name = replica_of(map_index)
+    rid = ReplicaId.of(task=task_id, map_index=map_index)
+    partition, name = rid.partition, rid.replica
     replica = layout.replica(task_id, partition, name)
     if replica.status is Status.DEAD:
         return next(r.worker for r in layout.pair(task_id, partition) if r.replica != name)

@@ -51,7 +51,8 @@ from falkirk.plugins.discard import beyond_note, rows_beyond
 from falkirk.plugins.outlet_events import emit_missing_events
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.faults import crash_point
-from falkirk.policies.partitions import processor_id, processors, task_of
+from falkirk.policies.ids import ProcessorId, ReplicaId
+from falkirk.policies.partitions import processors
 from falkirk.policies.planning.chains import TaskGraph, current_rows, state_available
 from falkirk.policies.planning.from_ledger import MAX_EPOCHS_AHEAD, compute_plan, taken_over_replicas  # noqa: F401
 from falkirk.policies.planning.recovery import (
@@ -75,6 +76,7 @@ from falkirk.policies.planning.recovery_log import (
 )
 from falkirk.policies.planning.replay_decisions import (
     AirflowRun,
+    Instance,
     LaterRow,
     RolledBack,
     affected_later,
@@ -365,7 +367,7 @@ def _check_no_rows_without_runs(recovery: RecoveryPlan, ledger: Ledger, client: 
                         f"again")
 
 
-def _clear(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress) -> None:
+def _clear(running: RunningReplay, todo: set[Instance], progress: Progress) -> None:
     recovery = running.plan
     for epoch in sorted({e for _, e in todo}):
         tasks = tuple(sorted(t for t, e in todo if e == epoch))
@@ -407,7 +409,7 @@ def _settle_kept_instances(running: RunningReplay, ledger: Ledger, progress: Pro
 
 
 def _to_clear(running: RunningReplay, ledger: Ledger, progress: Progress,
-              wanted: Iterable[tuple[str, int]] | None = None) -> set[tuple[str, int]]:
+              wanted: Iterable[Instance] | None = None) -> set[Instance]:
     """Of ``wanted`` (the plan's re-run set), the task instances that still need a clear: not
     redone (no current ledger row) and settled in Airflow, or never run in a run that ended;
     and those redone but marked failed in Airflow (killed after their commit: the re-run finds
@@ -453,7 +455,6 @@ def _restore_lost_pairs(running: RunningReplay, progress: Progress) -> None:
     """Partitions of paired tasks that lost both replicas and that the plan re-executes (the
     durable path) get two new replicas, active, on live workers, before anything is cleared."""
     from falkirk.policies.pairs import restore_workers
-    from falkirk.policies.partitions import replica_of, split_processor
     from falkirk.policies.store.control import PairLayouts
     from falkirk.policies.workers import pair_workers
 
@@ -464,8 +465,8 @@ def _restore_lost_pairs(running: RunningReplay, progress: Progress) -> None:
     if before is None:
         return
     lost = set(before.lost_partitions())
-    wanted = {(task, replica_of(index)[0]) for task, index in (split_processor(p) for p, _ in running.plan.rerun_set())
-              if index >= 0} & lost
+    wanted = {(p.task, ReplicaId.of(task=p.task, map_index=p.map_index).partition)
+              for p in (ProcessorId.parse(name) for name, _ in running.plan.rerun_set()) if p.partitioned} & lost
     if not wanted:
         return
     live = restore_workers(before, pair_workers())
@@ -473,7 +474,7 @@ def _restore_lost_pairs(running: RunningReplay, progress: Progress) -> None:
     for task, partition in sorted(wanted):
         after = after.restore(task, partition, live)
     layouts.save(running.plan.dag_id, after, before=before)
-    progress(f"plan {running.plan.plan_id}: restored {', '.join(f'{t}[{p}]' for t, p in sorted(wanted))} on the "
+    progress(f"plan {running.plan.plan_id}: restored {', '.join(ReplicaId.partition_name(t, p) for t, p in sorted(wanted))} on the "
              f"durable path: both replicas re-run from their durable state on {', '.join(live)}")
 
 
@@ -523,7 +524,7 @@ def _mark_completed(running: RunningReplay, entry: LedgerEntry, progress: Progre
                                   f"re-running it (refused) would change nothing")
 
 
-def _affected_later(running: RunningReplay, ledger: Ledger) -> set[str]:
+def _affected_later(running: RunningReplay, ledger: Ledger) -> set[ProcessorId]:
     """The tasks whose epochs after the plan's last one depend on epochs the plan redoes: the
     stateful tasks it re-runs, and every task downstream of a task it re-runs."""
     graph = TaskGraph.from_ledger(ledger.entries(running.plan.dag_id, include_invalidated=True))
@@ -552,16 +553,16 @@ def _sweep_later_rows(running: RunningReplay, ledger: Ledger, progress: Progress
     since = ledger.invalidations.recorded_at(recovery.dag_id, recovery.plan_id)
     if since is None:  # the plan rolled nothing back: nothing later was computed from it
         return 0
-    rolled = [RolledBack(processor_id(t, m), e, v)
+    rolled = [RolledBack(ProcessorId(task=t, map_index=m), e, v)
               for t, m, e, v in ledger.invalidations.rolled_back_by(recovery.dag_id, recovery.plan_id)]
-    rows = {LaterRow(e.processor, e.epoch, e.incarnation, e.rollbacks_seen, e.committed_at): e
+    rows = {LaterRow(processor=e.processor, epoch=e.epoch, incarnation=e.incarnation, rollbacks_seen=e.rollbacks_seen, committed_at=e.committed_at): e
             for e in ledger.entries(recovery.dag_id) if e.epoch > recovery.last_epoch}
     swept = rows_to_sweep(rows, recovery.last_epoch, _affected_later(running, ledger), rolled,
                           _upstream(running, ledger), since, CLOCK_SKEW)
     later = [rows[r] for r in swept]
     if not later:
         return 0
-    digest = ",".join(sorted(f"{e.processor}:{e.epoch}:{e.incarnation}" for e in later))
+    digest = ",".join(sorted(str(e.commit_id) for e in later))
     n = ledger.invalidations.record(later, f"{recovery.plan_id}+later:{_short_hash(digest)}")
     if n:
         progress(f"plan {recovery.plan_id}: invalidated {n} rows of later DAG runs computed from rolled-back epochs")
@@ -574,7 +575,7 @@ def _upstream(running: RunningReplay, ledger: Ledger) -> dict[str, set[str]]:
     return {t: {u for u in graph.tasks if t in graph.downstream(u)} | {t} for t in graph.tasks}
 
 
-def _later_runs(running: RunningReplay, progress: Progress) -> set[tuple[str, int]]:
+def _later_runs(running: RunningReplay, progress: Progress) -> set[Instance]:
     """Task instances of DAG runs after the plan's last epoch that need a re-run because of it
     (they failed waiting for a rolled-back epoch, or their rows were swept), cleared here."""
     if running.store is None:
@@ -621,7 +622,7 @@ def _validate(recovery: RecoveryPlan, store: StoreConfig, resuming: bool) -> Non
                 problems.append(f"{t.task_id}'s state of epoch {t.restore_from.epoch} at {t.restore_from.uri}")
         for src, output, epochs in t.rereads:
             for epoch in epochs:
-                row = by_key.get((src, epoch))
+                row = by_key.get((ProcessorId.parse(src), epoch))
                 ref = next((o for o in row.outputs if o.name == output), None) if row else None
                 if ref is None or row is None or not readable(ref.uri, row.key):
                     where = f" at {ref.uri}" if ref else ""
@@ -646,14 +647,14 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _wait(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress, timeout: float,
+def _wait(running: RunningReplay, todo: set[Instance], progress: Progress, timeout: float,
           poll: float) -> None:
     client, recovery, runs, started = running.client, running.plan, running.runs, running.started
-    seen: dict[tuple[str, int], str | None] = {}
-    settled: set[tuple[str, int]] = set()  # refused after their redo committed: settled once each
+    seen: dict[Instance, str | None] = {}
+    settled: set[Instance] = set()  # refused after their redo committed: settled once each
     deadline = time.monotonic() + timeout
     changed = looked = time.monotonic()
-    states: dict[tuple[str, int], str | None] = {}
+    states: dict[Instance, str | None] = {}
     while True:
         client.on_poll()
         running.renew()
@@ -696,7 +697,7 @@ _QUIET_SECONDS = 10.0
 """How long a replay's task instances stay as they are before it looks at their DAG runs."""
 
 
-def _queue_failed_runs(running: RunningReplay, waiting: set[tuple[str, int]], progress: Progress) -> str | None:
+def _queue_failed_runs(running: RunningReplay, waiting: set[Instance], progress: Progress) -> str | None:
     """Queue again the failed DAG runs that hold instances this replay waits for, not started,
     and nothing else not done (:func:`~falkirk.policies.planning.replay_decisions.runs_to_settle`).
     Airflow clears the instances downstream of one the replay marks success (a refused re-run it
@@ -718,7 +719,7 @@ def _queue_failed_runs(running: RunningReplay, waiting: set[tuple[str, int]], pr
         f"{run} ({why})" for run, why in sorted(decided.left.items())) + "; clear those instances or mark them success"
 
 
-def _settle_refused_redos(running: RunningReplay, failed: set[tuple[str, int]], settled: set[tuple[str, int]],
+def _settle_refused_redos(running: RunningReplay, failed: set[Instance], settled: set[Instance],
                           progress: Progress) -> bool:
     """Settle the re-runs Airflow shows failed although this replay's redo of their epoch is
     committed: a task process killed after its commit (with the scheduler that ran it) is run
@@ -742,7 +743,7 @@ def _settle_refused_redos(running: RunningReplay, failed: set[tuple[str, int]], 
     return True
 
 
-def _let_earlier_epochs_through(running: RunningReplay, todo: set[tuple[str, int]], progress: Progress) -> str | None:
+def _let_earlier_epochs_through(running: RunningReplay, todo: set[Instance], progress: Progress) -> str | None:
     """Queue again the later runs that hold the DAG's ``max_active_runs`` slots while the epochs
     this replay waits for stay queued (:func:`~falkirk.policies.planning.replay_decisions.slots_to_free`);
     returns a diagnosis when the slots are held by runs this cannot free, else ``None``."""
@@ -911,7 +912,7 @@ def _wait_until_started(client: AirflowClient, dag_id: str, runs: set[str], dead
 
 
 def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequence[LedgerEntry],
-                             every: Sequence[LedgerEntry], regimes: Mapping[str, Regime],
+                             every: Sequence[LedgerEntry], regimes: Mapping[ProcessorId, Regime],
                              collected: Mapping[str, int], newest_runs: int = 100) -> list[FailedTask]:
     """Instances of Falkirk tasks that Airflow reports successful although the ledger has no
     current row for them (see :func:`falkirk.plugins.grid_status.unrecorded`), among the newest
@@ -937,7 +938,7 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
     successful in Airflow without a ledger row, which must run again as well. A run with no
     ledger row at all gets its epoch from its logical date and the DAG's epoch clock."""
     epoch_of = {e.run_id: e.epoch for e in entries}
-    found = [f for f in unrecorded if "*" in tasks or f.task_id in tasks or task_of(f.task_id) in tasks]
+    found = [f for f in unrecorded if "*" in tasks or f.task_id in tasks or ProcessorId.parse(f.task_id).task in tasks]
     failed = [ti for ti in client.failed_task_instances(dag_id) if not is_test_instance(ti)]
     # A run a recovery settled (a second run of a redone epoch, refused, then set to success
     # naming the plan that redid it) keeps its refused instance failed: that is no failure.
@@ -946,7 +947,7 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
     for ti in failed:
         if ti["dag_run_id"] in settled:
             continue
-        name = processor_id(ti["task_id"], ti.get("map_index", -1))
+        name = ProcessorId(task=ti["task_id"], map_index=ti.get("map_index", -1))
         if "*" in tasks or ti["task_id"] in tasks or name in tasks:
             if ti["dag_run_id"] not in epoch_of and clock is not None and (date := _run_date(dag_id, client, ti)):
                 try:
@@ -958,7 +959,7 @@ def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str
                                 f"run is in the ledger, so its epoch is unknown; use --failed-task TASK:EPOCH")
             if FailedTask(name, epoch_of[ti["dag_run_id"]]) not in found:
                 found.append(FailedTask(name, epoch_of[ti["dag_run_id"]]))
-    named = {f.task_id for f in found} | {task_of(f.task_id) for f in found}
+    named = {f.task_id for f in found} | {ProcessorId.parse(f.task_id).task for f in found}
     for task in tasks:
         if task != "*" and task not in named:
             raise PlanError(f"--failed-task {task}: Airflow reports no failed instance of {task!r} in {dag_id!r}; "
@@ -977,7 +978,7 @@ def _run_date(dag_id: str, client: AirflowClient, ti: Mapping[str, Any]) -> date
     return partition_date_of(client.dag_run(dag_id, ti["dag_run_id"]))
 
 
-def _regimes(dag_id: str, client: AirflowClient) -> tuple[dict[str, Regime], EpochClock | None]:
+def _regimes(dag_id: str, client: AirflowClient) -> tuple[dict[ProcessorId, Regime], EpochClock | None]:
     """The regimes of the DAG's tasks and its epoch clock, as the plugin reads them from the
     serialized DAG."""
     try:

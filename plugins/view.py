@@ -21,7 +21,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from falkirk.plugins.grid_status import CheckpointGrid, CheckpointStatus
-from falkirk.policies.partitions import processors, replica_label, split_processor
+from falkirk.policies.ids import ProcessorId, ReplicaId
+from falkirk.policies.partitions import processors
 from falkirk.policies.planning.recovery import RecoveryPlan
 from falkirk.policies.planning.recovery_log import GC_PREFIX, lease_seconds
 from falkirk.policies.regimes import Regime, RegimeError
@@ -82,7 +83,7 @@ def dag_view(
     dag_id: str,
     tasks: Sequence[DagTask],
     grid: CheckpointGrid,
-    live_states: Mapping[tuple[str, str], str | None],
+    live_states: Mapping[tuple[ProcessorId, str], str | None],
     recovery_events: Sequence[Mapping[str, Any]],
     scratch_uri: str,
     ledger_version: int | None,
@@ -104,10 +105,10 @@ def dag_view(
     ordered = topological(tasks)
     # The grid's rows: a task, or each partition of a partitioned one (falkirk.policies.partitions).
     rows: list[dict[str, Any]] = [{"row_id": p, "task_id": t.task_id,
-             "partition": split_processor(p)[1] // t.replicas if t.partitions else None,
-             "replica": replica_label(t.task_id, split_processor(p)[1]) if t.replicas > 1 else None}
+             "partition": p.map_index // t.replicas if t.partitions else None,
+             "replica": str(ReplicaId.of(task=t.task_id, map_index=p.map_index)) if t.replicas > 1 else None}
             for t in ordered for p in processors(t.task_id, t.partitions, t.replicas)]
-    ids: list[str] = [r["row_id"] for r in rows]
+    ids: list[ProcessorId] = [r["row_id"] for r in rows]
     task_ids = [t.task_id for t in ordered]
     runs, last = grid.runs, grid.last_epoch
     epoch_of = {run: epoch for epoch, run in runs.items()}
@@ -117,10 +118,10 @@ def dag_view(
             overlay.setdefault(task, {})[str(epoch_of[run])] = state or "cleared"
     failed = [{"task_id": t, "epoch": epoch_of[r], "run_id": r} for (t, r), s in live_states.items()
               if s == "failed" and t in ids and r in epoch_of]
-    for task, epoch, run in unrecorded:
-        if task in ids:
-            overlay.setdefault(task, {})[str(epoch)] = UNRECORDED
-            failed.append({"task_id": task, "epoch": epoch, "run_id": run, "why": UNRECORDED_WHY})
+    for name, epoch, run in unrecorded:
+        if name in ids:
+            overlay.setdefault(name, {})[str(epoch)] = UNRECORDED
+            failed.append({"task_id": name, "epoch": epoch, "run_id": run, "why": UNRECORDED_WHY})
     failed.sort(key=lambda f: (f["epoch"], f["task_id"]))
     scratch = f"{scratch_uri.rstrip('/')}/{dag_id}"
     return {
@@ -238,11 +239,11 @@ def epoch_progress(checkpoints: Iterable[Any]) -> dict[str, dict[int, str]]:
     from :class:`~falkirk.policies.store.steps.StepCheckpoint` objects: the newest incarnation's furthest step.
 
     >>> from falkirk.policies.store.steps import StepCheckpoint
-    >>> cp = lambda step, inc=0: StepCheckpoint("d", "rank", -1, 7, inc, "iteration", step, 30, "/t", "durable", 0, 1)
+    >>> cp = lambda step, inc=0: StepCheckpoint(dag_id="d", task_id="rank", map_index=-1, epoch=7, incarnation=inc, kind="iteration", step=step, of=30, uri="/t", tier="durable", version=0, rows=1)
     >>> epoch_progress([cp(10), cp(20), cp(5, inc=1)])
     {'rank': {7: 'iteration 5 of 30'}}
     """
-    latest: dict[tuple[str, int], Any] = {}
+    latest: dict[tuple[ProcessorId, int], Any] = {}
     for c in checkpoints:
         key = (c.processor, c.epoch)
         if key not in latest or (c.incarnation, c.step) > (latest[key].incarnation, latest[key].step):

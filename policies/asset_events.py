@@ -13,7 +13,7 @@ records which producer epochs (and incarnations) each of its runs consumed.
 The job prints the record as one line after its commit (:data:`COMMITTED_PREFIX` and JSON):
 the operator learns it from the job's output, without reading the store itself.
 
->>> done = CommittedEpoch("orders", "publish", epoch=3, incarnation=1,
+>>> done = CommittedEpoch(dag_id="orders", task_id="publish", epoch=3, incarnation=1,
 ...                       outputs=(CommittedOutput("output", "/store/orders/publish/output", 7, 5),))
 >>> CommittedEpoch.parse_line(done.line()) == done
 True
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from falkirk.policies.partitions import processor_id
+from falkirk.policies.ids import OfCommit
 
 if TYPE_CHECKING:
     from falkirk.policies.store.ledger import LedgerEntry
@@ -60,8 +60,8 @@ class CommittedOutput:
     rows: int
 
 
-@dataclass(frozen=True)
-class CommittedEpoch:
+@dataclass(frozen=True, kw_only=True)
+class CommittedEpoch(OfCommit):
     """A task's (or one partition's) commit of one epoch, as its asset events carry it."""
 
     dag_id: str
@@ -71,20 +71,12 @@ class CommittedEpoch:
     map_index: int = -1
     outputs: tuple[CommittedOutput, ...] = ()
 
-    @property
-    def processor(self) -> str:
-        """The producer as the planner names it: ``task`` or, for one partition, ``task[i]``.
-
-        >>> CommittedEpoch("d", "tally", 2, map_index=1).processor
-        'tally[1]'
-        """
-        return processor_id(self.task_id, self.map_index)
 
     @property
     def replacement(self) -> bool:
         """Whether this commit redoes an epoch a recovery rolled back (it replaces earlier events).
 
-        >>> CommittedEpoch("d", "t", 2).replacement, CommittedEpoch("d", "t", 2, incarnation=1).replacement
+        >>> CommittedEpoch(dag_id="d", task_id="t", epoch=2).replacement, CommittedEpoch(dag_id="d", task_id="t", epoch=2, incarnation=1).replacement
         (False, True)
         """
         return self.incarnation > 0
@@ -94,22 +86,22 @@ class CommittedEpoch:
         """The record of a ledger row (its tables only: records sent outside the store are no table).
 
         >>> from falkirk.policies.store.ledger import LedgerEntry, OutputRef
-        >>> row = LedgerEntry("d", "t", 4, "eager_checkpoint", "epoch-4", 1, incarnation=2,
+        >>> row = LedgerEntry(dag_id="d", task_id="t", epoch=4, regime="eager_checkpoint", run_id="epoch-4", try_number=1, incarnation=2,
         ...                   outputs=(OutputRef("output", "/s/d/t/output", "durable", 9, 3),))
         >>> CommittedEpoch.from_entry(row).outputs
         (CommittedOutput(name='output', uri='/s/d/t/output', version=9, rows=3),)
         """
         from falkirk.policies.store.ledger import is_external
 
-        return cls(entry.dag_id, entry.task_id, entry.epoch, entry.incarnation, entry.map_index,
-                   tuple(CommittedOutput(o.name, o.uri, o.version, o.rows) for o in entry.outputs
+        return cls(dag_id=entry.dag_id, task_id=entry.task_id, epoch=entry.epoch, incarnation=entry.incarnation,
+                   map_index=entry.map_index, outputs=tuple(CommittedOutput(o.name, o.uri, o.version, o.rows) for o in entry.outputs
                          if not is_external(o.uri)))
 
     def same_commit(self, other: CommittedEpoch | None) -> bool:
         """Whether ``other`` records the same commit: the same task instance, epoch and incarnation.
 
-        >>> redo = CommittedEpoch("d", "t", 2, incarnation=1)
-        >>> redo.same_commit(CommittedEpoch("d", "t", 2, 1)), redo.same_commit(CommittedEpoch("d", "t", 2))
+        >>> redo = CommittedEpoch(dag_id="d", task_id="t", epoch=2, incarnation=1)
+        >>> redo.same_commit(CommittedEpoch(dag_id="d", task_id="t", epoch=2, incarnation=1)), redo.same_commit(CommittedEpoch(dag_id="d", task_id="t", epoch=2))
         (True, False)
         >>> redo.same_commit(None)
         False
@@ -178,7 +170,8 @@ class CommittedEpoch:
                            for name, o in sorted(outputs.items()))
         except (KeyError, TypeError, ValueError) as exc:
             raise AssetEventError(f"{where}: outputs: each needs uri, version and rows ({exc!r})") from exc
-        return cls(record["dag_id"], record["task_id"], record["epoch"], record["incarnation"], map_index, tables)
+        return cls(dag_id=record["dag_id"], task_id=record["task_id"], epoch=record["epoch"],
+                   incarnation=record["incarnation"], map_index=map_index, outputs=tables)
 
 
 @dataclass(frozen=True)
@@ -188,7 +181,7 @@ class ConsumedEvent:
     the incarnation the producer's ledger names when it runs (a newer one after a recovery's
     redo), not at the one the event carried.
 
-    >>> event = ConsumedEvent("orders.ranking", CommittedEpoch("orders", "publish", 2))
+    >>> event = ConsumedEvent("orders.ranking", CommittedEpoch(dag_id="orders", task_id="publish", epoch=2))
     >>> ConsumedEvent.from_json(event.to_json()) == event
     True
     >>> ConsumedEvent.from_json({"dag_id": "orders", "task_id": "publish", "epoch": 2, "incarnation": 0})

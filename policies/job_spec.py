@@ -4,25 +4,25 @@ The operator renders a :class:`JobSpec` as ``spark-submit`` application argument
 runtime parses them back. Keeping both directions here means the two sides cannot drift.
 
 >>> from falkirk.policies.regimes import EagerCheckpoint
->>> spec = JobSpec("orders", "aggregate", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", inputs=("ingest",),
+>>> spec = JobSpec(dag_id="orders", task_id="aggregate", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", inputs=("ingest",),
 ...                products=("output",))
 >>> JobSpec.parse(spec.argv()) == spec
 True
->>> part = JobSpec("clicks", "tally", 2, EagerCheckpoint(), "epoch-2", map_index=1, partitions=4,
+>>> part = JobSpec(dag_id="clicks", task_id="tally", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", map_index=1, partitions=4,
 ...                inputs=("events",), input_partitions=(("events", 2),))
 >>> JobSpec.parse(part.argv()) == part
 True
->>> JobSpec.parse(JobSpec("s", "draw", 1, EagerCheckpoint(), "epoch-1", deterministic=False).argv()).deterministic
+>>> JobSpec.parse(JobSpec(dag_id="s", task_id="draw", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", deterministic=False).argv()).deterministic
 False
->>> JobSpec.parse(JobSpec("s", "draw", 1, EagerCheckpoint(), "epoch-1", task_instance=True).argv()).task_instance
+>>> JobSpec.parse(JobSpec(dag_id="s", task_id="draw", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", task_instance=True).argv()).task_instance
 True
->>> pair = JobSpec("f", "stats", 1, EagerCheckpoint(), "epoch-1", map_index=3, partitions=2, replicas=2,
+>>> pair = JobSpec(dag_id="f", task_id="stats", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", map_index=3, partitions=2, replicas=2,
 ...                inputs=("sessions",), input_partitions=(("sessions", 2),), paired_inputs=("sessions",))
->>> JobSpec.parse(pair.argv()) == pair, pair.processor, pair.replica
+>>> JobSpec.parse(pair.argv()) == pair, pair.processor, str(pair.replica)
 (True, 'stats[3]', 'stats[1].B')
 >>> from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent
->>> fed = JobSpec("reports", "report", 3, EagerCheckpoint(), "partition-3",
-...               consumed=(ConsumedEvent("orders.ranking", CommittedEpoch("orders", "publish", 3, 1)),))
+>>> fed = JobSpec(dag_id="reports", task_id="report", epoch=3, regime=EagerCheckpoint(), run_id="partition-3",
+...               consumed=(ConsumedEvent("orders.ranking", CommittedEpoch(dag_id="orders", task_id="publish", epoch=3, incarnation=1)),))
 >>> JobSpec.parse(fed.argv()) == fed
 True
 """
@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from falkirk.policies.asset_events import AssetEventError, ConsumedEvent
-from falkirk.policies.partitions import processor_id, replica_label
+from falkirk.policies.ids import OfCommit, ReplicaId
 from falkirk.policies.regimes import Regime, RegimeError
 
 # The exit code of a job that refused to re-run an epoch whose Airflow task instance completed
@@ -54,7 +54,7 @@ def completed_epoch_refusal(spec: JobSpec, run_id: str, try_number: int, plan_si
     commands without scrolling.
 
     >>> from falkirk.policies.regimes import EagerCheckpoint
-    >>> print(completed_epoch_refusal(JobSpec("d", "agg", 2, EagerCheckpoint(), "epoch-2"), "epoch-2", 1))
+    >>> print(completed_epoch_refusal(JobSpec(dag_id="d", task_id="agg", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2"), "epoch-2", 1))
     agg epoch 2 already completed (committed by run epoch-2, try 1) and no recovery has rolled it back:
     running it again would change nothing, neither its result nor any result built on it.
     To redo the epoch (after correcting its input, say), plan a recovery and replay it
@@ -105,7 +105,7 @@ def replaced_input_refusal(spec: JobSpec, producer: str, epoch: int, read: int, 
     producer's DAG has replaced by ``now``; the plan that redoes it and the epochs built on it.
 
     >>> from falkirk.policies.regimes import EagerCheckpoint
-    >>> print(replaced_input_refusal(JobSpec("leaders", "leaders", 3, EagerCheckpoint(), "asset_triggered__x"),
+    >>> print(replaced_input_refusal(JobSpec(dag_id="leaders", task_id="leaders", epoch=3, regime=EagerCheckpoint(), run_id="asset_triggered__x"),
     ...                              "falkirk_orders.publish", 3, 0, 1))
     leaders epoch 3 read falkirk_orders.publish epoch 3 as incarnation 0, which a recovery there has replaced
     (incarnation 1): this epoch, and every later one built on it, is stale. Airflow started this run on the
@@ -125,8 +125,8 @@ def replaced_input_refusal(spec: JobSpec, producer: str, epoch: int, read: int, 
     ])
 
 
-@dataclass(frozen=True)
-class JobSpec:
+@dataclass(frozen=True, kw_only=True)
+class JobSpec(OfCommit):
     """What the operator tells a job: which task, which epoch, under which regime, reading what."""
 
     dag_id: str
@@ -158,15 +158,11 @@ class JobSpec:
     # asset events that a Falkirk task emitted).
     consumed: tuple[ConsumedEvent, ...] = ()
 
-    @property
-    def processor(self) -> str:
-        """The task, or its partition ``task[i]``, as the planner and the CLI name it."""
-        return processor_id(self.task_id, self.map_index)
 
     @property
-    def replica(self) -> str | None:
-        """``task[p].R`` for a replica of a paired task (``None`` otherwise), as logs name it."""
-        return replica_label(self.task_id, self.map_index) if self.replicas > 1 else None
+    def replica(self) -> ReplicaId | None:
+        """The replica (``task[p].R``) of a paired task's instance (``None`` otherwise), as logs name it."""
+        return ReplicaId.of(task=self.task_id, map_index=self.map_index) if self.replicas > 1 else None
 
     @classmethod
     def parse(cls, argv: Sequence[str] | None = None) -> JobSpec:
@@ -219,9 +215,10 @@ class JobSpec:
             regime = Regime.parse(ns.regime)
         except RegimeError as exc:
             parser.error(f"--regime: {exc}")
-        return cls(ns.dag_id, ns.task_id, ns.epoch, regime, ns.run_id, ns.try_number, ns.map_index,
-                   ns.incarnation, tuple(ns.inputs), tuple(ns.products), ns.partitions, tuple(counts),
-                   deterministic=not ns.nondeterministic, task_instance=ns.task_instance,
+        return cls(dag_id=ns.dag_id, task_id=ns.task_id, epoch=ns.epoch, regime=regime, run_id=ns.run_id,
+                   try_number=ns.try_number, map_index=ns.map_index, incarnation=ns.incarnation,
+                   inputs=tuple(ns.inputs), products=tuple(ns.products), partitions=ns.partitions,
+                   input_partitions=tuple(counts), deterministic=not ns.nondeterministic, task_instance=ns.task_instance,
                    replicas=ns.replicas, paired_inputs=tuple(ns.paired_inputs), consumed=tuple(consumed))
 
     def argv(self) -> list[str]:

@@ -10,7 +10,7 @@ the store itself.
 Tables are named as OpenLineage names datasets (:func:`dataset_name`): a table on S3 is
 ``s3://bucket`` + its key, a table on a local disk is ``file`` + its path.
 
->>> read = TableRead("orders", "aggregate", 3, 1, "output", "s3://lake/orders/aggregate/output", 12)
+>>> read = TableRead(dag_id="orders", task_id="aggregate", epoch=3, incarnation=1, output="output", uri="s3://lake/orders/aggregate/output", version=12)
 >>> parse_reads_line(reads_line([read])) == (read,)
 True
 >>> read.producer
@@ -28,14 +28,14 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
-from falkirk.policies.partitions import processor_id
+from falkirk.policies.ids import OfCommit, ProcessorId
 
 READS_PREFIX = "[falkirk] read: "
 """The start of the line a job prints, after its commit, naming the committed tables it read."""
 
 
-@dataclass(frozen=True)
-class TableRead:
+@dataclass(frozen=True, kw_only=True)
+class TableRead(OfCommit):
     """One output table of one commit that an epoch read: whose commit, where, at which Delta version."""
 
     dag_id: str
@@ -51,10 +51,10 @@ class TableRead:
     def producer(self) -> str:
         """The commit read, as people name it.
 
-        >>> TableRead("d", "tally", 2, 0, "output", "/s/t", 4, map_index=1).producer
+        >>> TableRead(dag_id="d", task_id="tally", epoch=2, incarnation=0, output="output", uri="/s/t", version=4, map_index=1).producer
         'd.tally[1] epoch 2 (incarnation 0)'
         """
-        return f"{self.dag_id}.{processor_id(self.task_id, self.map_index)} epoch {self.epoch} " \
+        return f"{self.dag_id}.{ProcessorId(task=self.task_id, map_index=self.map_index)} epoch {self.epoch} " \
                f"(incarnation {self.incarnation})"
 
 

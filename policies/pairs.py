@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-REPLICAS = ("A", "B")
+from falkirk.policies.ids import ReplicaId
 
 
 class PairsError(ValueError):
@@ -53,7 +53,7 @@ class Status(Enum):
     STDBY = "STDBY"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Replica:
     """One replica of one partition of a paired task: where it runs and how far it got."""
 
@@ -66,13 +66,22 @@ class Replica:
     generation: int = 0  # raised on every take-over and replacement: commits of an older one are fenced
 
     @property
+    def id(self) -> ReplicaId:
+        """Which replica this is, and the task instance (map index) it runs as.
+
+        >>> Replica(task="stats", partition=1, replica="B", worker="w2").id.processor
+        'stats[3]'
+        """
+        return ReplicaId(task=self.task, partition=self.partition, replica=self.replica)
+
+    @property
     def name(self) -> str:
         """``task[p].R``, as logs and the view name it.
 
-        >>> Replica("stats", 1, "B", "w2").name
+        >>> Replica(task="stats", partition=1, replica="B", worker="w2").name
         'stats[1].B'
         """
-        return f"{self.task}[{self.partition}].{self.replica}"
+        return str(self.id)
 
 
 @dataclass(frozen=True)
@@ -85,8 +94,8 @@ class Layout:
         for r in self.replicas:
             if (r.task, r.partition, r.replica) == (task, partition, replica):
                 return r
-        raise PairsError(f"{task}[{partition}].{replica}: no such replica; the layout has "
-                         f"{sorted({r.task for r in self.replicas})} with replicas {list(REPLICAS)}")
+        raise PairsError(f"{ReplicaId(task=task, partition=partition, replica=replica)}: no such replica; the layout has "
+                         f"{sorted({r.task for r in self.replicas})} with replicas {list(ReplicaId.NAMES)}")
 
     def pair(self, task: str, partition: int) -> tuple[Replica, Replica]:
         """Both replicas of one partition, ``A`` first."""
@@ -149,7 +158,7 @@ class Layout:
         ['t[2]']
         """
         lost = set(self.lost_partitions())
-        return sorted(f"{r.task}[{r.partition * len(REPLICAS) + REPLICAS.index(r.replica)}]" for r in self.replicas
+        return sorted(r.id.processor for r in self.replicas
                       if r.status is Status.DEAD and (r.task, r.partition) not in lost)
 
     def lost_partitions(self) -> list[tuple[str, int]]:
@@ -183,7 +192,7 @@ class Layout:
         """
         dead, survivor = self._dead_and_survivor(task, partition)
         if spare == survivor.worker and len({r.worker for r in self.replicas}) > 1:
-            raise PairsError(f"{task}[{partition}]: {spare} holds its survivor {survivor.name}; a pair needs two "
+            raise PairsError(f"{ReplicaId.partition_name(task, partition)}: {spare} holds its survivor {survivor.name}; a pair needs two "
                              f"workers: choose another spare")
         if not replaced and spare in dead_workers(self):
             raise PairsError(f"{spare} was lost; a worker that comes back is a new spare under a new name, or, if a "
@@ -225,7 +234,7 @@ class Layout:
         a, b = self.pair(task, partition)
         standby = next((r for r in (a, b) if r.status is Status.STDBY), None)
         if standby is None:
-            raise PairsError(f"{task}[{partition}] has no standby to fold in")
+            raise PairsError(f"{ReplicaId.partition_name(task, partition)} has no standby to fold in")
         survivor = b if standby is a else a
         if standby.version < survivor.version:
             raise PairsError(f"{standby.name} is at version {standby.version}, its survivor {survivor.name} at "
@@ -238,7 +247,7 @@ class Layout:
         a, b = self.pair(task, partition)
         standby = next((r for r in (a, b) if r.status is Status.STDBY), None)
         if standby is None:
-            raise PairsError(f"{task}[{partition}] has no standby to discard")
+            raise PairsError(f"{ReplicaId.partition_name(task, partition)} has no standby to discard")
         return self._replace({standby: dataclasses.replace(standby, status=Status.DEAD,
                                                            generation=standby.generation + 1)})
 
@@ -253,9 +262,9 @@ class Layout:
         """
         a, b = self.pair(task, partition)
         if Status.ACTIVE in (a.status, b.status):
-            raise PairsError(f"{task}[{partition}] has an active replica: it is taken over, not restored")
+            raise PairsError(f"{ReplicaId.partition_name(task, partition)} has an active replica: it is taken over, not restored")
         if not workers:
-            raise PairsError(f"{task}[{partition}]: no live worker to restore it on")
+            raise PairsError(f"{ReplicaId.partition_name(task, partition)}: no live worker to restore it on")
         used = list(workers)
         return self._replace({
             a: dataclasses.replace(a, worker=used[partition % len(used)], status=Status.ACTIVE,
@@ -283,9 +292,9 @@ class Layout:
         if b.status is Status.DEAD and a.status is Status.ACTIVE:
             return b, a
         if a.status is b.status is Status.DEAD:
-            raise PairsError(f"{task}[{partition}] lost both replicas: no survivor to copy from; restore it on the "
+            raise PairsError(f"{ReplicaId.partition_name(task, partition)} lost both replicas: no survivor to copy from; restore it on the "
                              f"durable path (falkirk plan --lost-worker ...)")
-        raise PairsError(f"{task}[{partition}] is {a.status.value}/{b.status.value}: a catch-up needs exactly one "
+        raise PairsError(f"{ReplicaId.partition_name(task, partition)} is {a.status.value}/{b.status.value}: a catch-up needs exactly one "
                          f"dead replica and an active survivor")
 
     def _replace(self, changed: Mapping[Replica, Replica]) -> Layout:
@@ -313,7 +322,7 @@ def chained(partitions: Mapping[str, int], workers: Sequence[str]) -> Layout:
         used = list(workers[:max(count, 2)])
         n = len(used)
         for p in range(count):
-            out += [Replica(task, p, "A", used[p % n]), Replica(task, p, "B", used[(p + 1) % n])]
+            out += [Replica(task=task, partition=p, replica="A", worker=used[p % n]), Replica(task=task, partition=p, replica="B", worker=used[(p + 1) % n])]
     return Layout(tuple(out))
 
 
@@ -382,22 +391,22 @@ def catch_up_order(layout: Layout, levels: Sequence[str]) -> list[tuple[str, int
 
 def lost_partition_refusal(dag_id: str, reader: str, epoch: int, producer: str, partition: int,
                            producer_epoch: int) -> str:
-    """Why ``reader`` does not run its ``epoch`` when both replicas of ``producer[partition]`` are
+    """Why ``reader`` does not run its ``epoch`` when both replicas of ``partition`` of ``producer`` are
     lost, and the plan that restores the partition on the durable path (its replicas are task
     instances ``2p`` and ``2p + 1``).
 
     >>> print(lost_partition_refusal("falkirk_pairs", "stats[0]", 2, "sessions", 2, 2))
-    stats[0] epoch 2: both replicas of sessions[2] (sessions[2].A, sessions[2].B) are lost, so no replica holds its epoch 2; not running without that partition. Restore it from its durable state and re-execute it alone: falkirk plan --dag falkirk_pairs --failed-task sessions[4]:2 --failed-task sessions[5]:2
+    stats[0] epoch 2: both replicas of sessions partition 2 (sessions[2].A, sessions[2].B) are lost, so no replica holds its epoch 2; not running without that partition. Restore it from its durable state and re-execute it alone: falkirk plan --dag falkirk_pairs --failed-task sessions[4]:2 --failed-task sessions[5]:2
     """
-    a, b = partition * len(REPLICAS), partition * len(REPLICAS) + 1
-    return (f"{reader} epoch {epoch}: both replicas of {producer}[{partition}] ({producer}[{partition}].A, "
-            f"{producer}[{partition}].B) are lost, so no replica holds its epoch {producer_epoch}; not running without "
-            f"that partition. Restore it from its durable state and re-execute it alone: falkirk plan --dag {dag_id} "
-            f"--failed-task {producer}[{a}]:{producer_epoch} --failed-task {producer}[{b}]:{producer_epoch}")
+    a, b = ReplicaId.pair(task=producer, partition=partition)
+    return (f"{reader} epoch {epoch}: both replicas of {ReplicaId.partition_name(producer, partition)} ({a}, {b}) are lost, so no replica "
+            f"holds its epoch {producer_epoch}; not running without that partition. Restore it from its durable state "
+            f"and re-execute it alone: falkirk plan --dag {dag_id} --failed-task {a.processor}:{producer_epoch} "
+            f"--failed-task {b.processor}:{producer_epoch}")
 
 
 def _other(replica: str) -> str:
-    return REPLICAS[1 - REPLICAS.index(replica)]
+    return ReplicaId.NAMES[1 - ReplicaId.NAMES.index(replica)]
 
 
 @dataclass(frozen=True)
@@ -435,10 +444,10 @@ def layout_events(records: Sequence[Mapping[str, Any]]) -> list[LayoutEvent]:
         last[key] = status
         what = meaning.get((before, status)) if before is not None else None
         if what:
-            events.append(LayoutEvent(f"{key[0]}[{key[1]}].{key[2]}", what, str(row["worker"]),
+            events.append(LayoutEvent(str(ReplicaId(task=key[0], partition=key[1], replica=key[2])), what, str(row["worker"]),
                                       int(row["generation"]), str(row["recorded_at"])))
     return events
 
 
-__all__ = ["Layout", "LayoutEvent", "PairsError", "REPLICAS", "Replica", "Status", "catch_up_order", "chained",
+__all__ = ["Layout", "LayoutEvent", "PairsError", "Replica", "Status", "catch_up_order", "chained",
            "layout_events", "lost_partition_refusal", "spares", "with_task"]

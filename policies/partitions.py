@@ -3,8 +3,8 @@
 A task mapped over a fixed number of partitions (Airflow's ``.partial().expand()``, one task
 instance per map index ``0..n-1``) keeps, per partition, its own state, outputs, ledger rows
 and frontier. The planner names partition ``i`` of task ``t`` the processor ``t[i]``; an
-unpartitioned task is the processor ``t`` (map index -1). Airflow's task ids cannot hold
-``[``, so the two never collide.
+unpartitioned task is the processor ``t`` (map index -1); see
+:class:`~falkirk.policies.ids.ProcessorId`.
 
 How a consumer's partitions read a producer's is its **routing**:
 
@@ -18,8 +18,8 @@ How a consumer's partitions read a producer's is its **routing**:
 The runtime records, per consumer partition, the producer partitions and epochs it read
 (M̄ per input partition), so the planner's dependencies are exactly the reads.
 
->>> processor_id("tally", 2), processor_id("tally"), split_processor("tally[2]")
-('tally[2]', 'tally', ('tally', 2))
+>>> processors("tally", 3)
+('tally[0]', 'tally[1]', 'tally[2]')
 >>> Repartition("user").sources(1, producer_partitions=3)
 (0, 1, 2)
 >>> OneToOne().sources(1, producer_partitions=4)
@@ -32,94 +32,24 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-UNPARTITIONED = -1
-_PROCESSOR = re.compile(r"^(?P<task>[^\[\]]+)\[(?P<index>\d+)\]$")
+from falkirk.policies.ids import UNPARTITIONED, ProcessorId
 
 
 class PartitionError(ValueError):
     """A partitioning that cannot work; the message names the task or edge and the fix."""
 
 
-def processor_id(task_id: str, map_index: int = UNPARTITIONED) -> str:
-    """The planner's name for partition ``map_index`` of ``task_id`` (the task itself when unpartitioned).
-
-    >>> processor_id("events", 0)
-    'events[0]'
-    """
-    return task_id if map_index is None or map_index < 0 else f"{task_id}[{map_index}]"
-
-
-def split_processor(processor: str) -> tuple[str, int]:
-    """``(task_id, map_index)`` of a processor id (map index -1 for an unpartitioned task).
-
-    >>> split_processor("events[11]"), split_processor("report")
-    (('events', 11), ('report', -1))
-    """
-    m = _PROCESSOR.match(processor)
-    return (m["task"], int(m["index"])) if m else (processor, UNPARTITIONED)
-
-
-def task_of(processor: str) -> str:
-    """The Airflow task a processor belongs to.
-
-    >>> task_of("tally[3]")
-    'tally'
-    """
-    return split_processor(processor)[0]
-
-
-def processors(task_id: str, partitions: int | None, replicas: int = 1) -> tuple[str, ...]:
+def processors(task_id: str, partitions: int | None, replicas: int = 1) -> tuple[ProcessorId, ...]:
     """The processors of ``task_id`` with ``partitions`` partitions (``None``: unpartitioned),
-    each run by ``replicas`` replicas (process pairs: 2, see :func:`replica_index`).
+    each run by ``replicas`` replicas (process pairs: 2, see :class:`~falkirk.policies.ids.ReplicaId`).
 
     >>> processors("tally", 3), processors("report", None), processors("stats", 2, replicas=2)
     (('tally[0]', 'tally[1]', 'tally[2]'), ('report',), ('stats[0]', 'stats[1]', 'stats[2]', 'stats[3]'))
     """
     if partitions is None:
-        return (task_id,)
+        return (ProcessorId(task=task_id),)
     check_count(task_id, partitions)
-    return tuple(processor_id(task_id, i) for i in range(partitions * replicas))
-
-
-REPLICA_NAMES = ("A", "B")
-
-
-def replica_index(partition: int, replica: str) -> int:
-    """The map index of ``replica`` (``"A"`` or ``"B"``) of ``partition`` of a paired task: Airflow
-    maps ``.expand(partition=range(N))`` of a :class:`~falkirk.policies.regimes.ProcessPairs` task
-    into 2N task instances, the two replicas of partition ``p`` at map indexes ``2p`` and ``2p + 1``.
-
-    >>> replica_index(1, "A"), replica_index(1, "B"), replica_of(3)
-    (2, 3, (1, 'B'))
-    """
-    if replica not in REPLICA_NAMES:
-        raise PartitionError(f"replica {replica!r:.20}: a pair's replicas are {' and '.join(REPLICA_NAMES)}")
-    return partition * len(REPLICA_NAMES) + REPLICA_NAMES.index(replica)
-
-
-def replica_of(map_index: int) -> tuple[int, str]:
-    """``(partition, replica)`` of a paired task's map index (see :func:`replica_index`)."""
-    return map_index // len(REPLICA_NAMES), REPLICA_NAMES[map_index % len(REPLICA_NAMES)]
-
-
-def twin_index(map_index: int) -> int:
-    """The map index of the other replica of the same partition (its twin).
-
-    >>> twin_index(2), twin_index(3)
-    (3, 2)
-    """
-    partition, replica = replica_of(map_index)
-    return replica_index(partition, next(r for r in REPLICA_NAMES if r != replica))
-
-
-def replica_label(task_id: str, map_index: int) -> str:
-    """How logs and the view name a replica: ``task[p].R``.
-
-    >>> replica_label("stats", 3)
-    'stats[1].B'
-    """
-    partition, replica = replica_of(map_index)
-    return f"{task_id}[{partition}].{replica}"
+    return tuple(ProcessorId(task=task_id, map_index=i) for i in range(partitions * replicas))
 
 
 def check_count(task_id: str, partitions: object) -> int:
@@ -215,7 +145,7 @@ def parse_routing(text: str) -> Routing:
 
 
 def processor_edges(producer: str, consumer: str, routing: Routing, partitions: Mapping[str, int | None],
-                    ) -> list[tuple[str, str]]:
+                    ) -> list[tuple[ProcessorId, ProcessorId]]:
     """The processor-level edges of one task-level edge: (producer processor, consumer processor).
 
     An unpartitioned end counts as one partition; only :class:`OneToOne` needs equal counts.
@@ -233,8 +163,8 @@ def processor_edges(producer: str, consumer: str, routing: Routing, partitions: 
     out = []
     for c in range(dst or 1):
         for p in routing.sources(c, src or 1):
-            out.append((processor_id(producer, p if src else UNPARTITIONED),
-                        processor_id(consumer, c if dst else UNPARTITIONED)))
+            out.append((ProcessorId(task=producer, map_index=p if src else UNPARTITIONED),
+                        ProcessorId(task=consumer, map_index=c if dst else UNPARTITIONED)))
     return out
 
 
@@ -245,8 +175,7 @@ def partition_counts(processor_ids: Iterable[str]) -> dict[str, int]:
     {'a': 3}
     """
     counts: dict[str, int] = {}
-    for p in processor_ids:
-        task, index = split_processor(p)
-        if index >= 0:
-            counts[task] = max(counts.get(task, 0), index + 1)
+    for p in map(ProcessorId.parse, processor_ids):
+        if p.partitioned:
+            counts[p.task] = max(counts.get(p.task, 0), p.map_index + 1)
     return counts

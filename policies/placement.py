@@ -34,7 +34,7 @@ none are spread round-robin over the live workers, partition 0 on the queue the 
 >>> [sorted(g) for g in scratch_groups(dag)]  # aggregate keeps its outputs in scratch too
 [['aggregate', 'ingest', 'publish']]
 >>> from falkirk.policies.store.ledger import LedgerEntry
->>> row = LedgerEntry("orders", "aggregate", 4, "lazy_checkpoint(every=3)", "r4", 1,
+>>> row = LedgerEntry(dag_id="orders", task_id="aggregate", epoch=4, regime="lazy_checkpoint(every=3)", run_id="r4", try_number=1,
 ...                   state_uri="/s/worker-b/orders/aggregate/state", state_tier="scratch", worker="worker-b")
 >>> home_worker("orders", scratch_groups(dag)[0], [row], workers=("worker-a", "worker-b"))
 'worker-b'
@@ -136,7 +136,7 @@ def home_worker(dag_id: str, group: frozenset[str], rows: Iterable[LedgerEntry],
     group's tasks that keep a channel on their worker's disk (the concurrent inputs of its
     other tasks): any committed row of theirs places the group.
 
-    >>> rows = [LedgerEntry("d", "totals", 1, "lazy_checkpoint(every=4)", "r1", 1, map_index=1,
+    >>> rows = [LedgerEntry(dag_id="d", task_id="totals", epoch=1, regime="lazy_checkpoint(every=4)", run_id="r1", try_number=1, map_index=1,
     ...                     state_uri="/s/worker-a/d/totals/partition-1/state", state_tier="scratch",
     ...                     worker="worker-a")]
     >>> [home_worker("d", frozenset({"totals"}), rows, ("worker-a", "worker-b"), partition=p) for p in range(4)]
@@ -147,7 +147,7 @@ def home_worker(dag_id: str, group: frozenset[str], rows: Iterable[LedgerEntry],
 
     >>> from datetime import timedelta
     >>> at = rows[0].committed_at
-    >>> drew = LedgerEntry("d", "draw", 2, "batch(log_outputs=true)", "r2", 1, worker="worker-b",
+    >>> drew = LedgerEntry(dag_id="d", task_id="draw", epoch=2, regime="batch(log_outputs=true)", run_id="r2", try_number=1, worker="worker-b",
     ...                    committed_at=at + timedelta(minutes=5))
     >>> sampled = frozenset({"draw", "deliver"})
     >>> home_worker("d", sampled, [drew], ("worker-a", "worker-b"), lost={"worker-b": at}, channels={"draw"})

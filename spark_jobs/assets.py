@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from falkirk.policies.partitions import processor_id
+from falkirk.policies.ids import CommitId
 from falkirk.policies.store.ledger import AssetInput, LedgerSnapshot
 
 if TYPE_CHECKING:
@@ -36,16 +36,17 @@ def read_asset(ctx: EpochContext, asset: str, output: str = "output") -> DataFra
                        + f". Schedule {ctx.args.dag_id} on the Asset (schedule=PartitionedAssetTimetable(assets="
                          f"Asset({asset!r}))), whose producer task sets partition_outlets=True")
     # One read per producer epoch: a run may hold an epoch's first event and its replacement.
-    wanted = sorted({(c.dag_id, c.task_id, c.map_index, c.epoch) for c in events})
+    wanted = sorted({CommitId(dag=c.dag_id, processor=c.processor, epoch=c.epoch) for c in events})
     frames = []
-    for dag_id, task_id, map_index, epoch in wanted:
-        producer = f"{dag_id}.{processor_id(task_id, map_index)}"
+    for read in wanted:
+        dag_id, task_id, map_index, epoch = read.dag, read.task, read.map_index, read.epoch
+        producer = f"{dag_id}.{read.processor}"
         entry = producer_rows(ctx, dag_id).find(task_id, epoch, map_index)
         if entry is None:
             raise JobError(f"{me}: {producer} has no current commit of epoch {epoch}: a recovery rolled it back "
                            f"and has not redone it yet. This epoch can run once the redo is committed")
         frames.append(ctx.read_output(entry, output, repr(producer), repr(producer)))
-        ctx.asset_inputs.append(AssetInput(asset, dag_id, task_id, output, epoch, entry.incarnation, map_index))
+        ctx.asset_inputs.append(AssetInput(asset=asset, dag_id=dag_id, task_id=task_id, output=output, epoch=epoch, incarnation=entry.incarnation, map_index=map_index))
     frame = frames[0]
     for more in frames[1:]:
         frame = frame.unionByName(more)

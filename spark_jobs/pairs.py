@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from falkirk.policies.ids import ReplicaId
 from falkirk.policies.pairs import Layout, PairsError, Status, lost_partition_refusal, with_task
-from falkirk.policies.partitions import REPLICA_NAMES, replica_index, replica_of
 from falkirk.policies.store.commits import CommitKey, CommitResult, latest_version
 from falkirk.policies.store.control import PairLayouts
 from falkirk.policies.workers import pair_workers
@@ -56,18 +56,20 @@ def layout_for(ctx: EpochContext) -> tuple[Layout, int | None]:
 def read_from(ctx: EpochContext, producer: str, partition: int, epoch: int) -> int:
     """The map index of the replica of ``producer[partition]`` that this job reads for ``epoch``."""
     layout = ctx.layout
-    own = replica_of(ctx.args.map_index)[1] if ctx.args.replicas > 1 else REPLICA_NAMES[0]
-    order = [own, *(r for r in REPLICA_NAMES if r != own)]
-    active = [r for r in order if layout.replica(producer, partition, r).status is Status.ACTIVE]
+    own = ReplicaId.of(task=ctx.args.task_id, map_index=ctx.args.map_index).replica if ctx.args.replicas > 1 \
+        else ReplicaId.NAMES[0]
+    order = [ReplicaId(task=producer, partition=partition, replica=own)]
+    order.append(order[0].twin)
+    active = [r for r in order if layout.replica(producer, partition, r.replica).status is Status.ACTIVE]
     if not active:
         raise PairsError(lost_partition_refusal(ctx.args.dag_id, ctx.args.processor, ctx.epoch, producer, partition,
                                                 epoch))
     # The twin's output of an epoch is the same rows (replicas are deterministic): a replica that
     # is active but has not committed the epoch (failed, not yet declared dead) is read around.
     for r in active:
-        if ctx.rows.find(producer, epoch, replica_index(partition, r)) is not None:
-            return replica_index(partition, r)
-    return replica_index(partition, active[0])  # none committed: the reader names the first
+        if ctx.rows.find(producer, epoch, r.map_index) is not None:
+            return r.map_index
+    return active[0].map_index  # none committed: the reader names the first
 
 
 def fence(ctx: EpochContext) -> None:
@@ -75,7 +77,8 @@ def fence(ctx: EpochContext) -> None:
     a = ctx.args
     if a.replicas < 2:
         return
-    partition, replica = replica_of(a.map_index)
+    me = ReplicaId.of(task=a.task_id, map_index=a.map_index)
+    partition, replica = me.partition, me.replica
     started = ctx.layout.replica(a.task_id, partition, replica)
     layouts = PairLayouts(ctx.store)
     if latest_version(layouts.uri, ctx.store.options_for(layouts.uri)) == ctx.layout_version:
@@ -94,7 +97,8 @@ def fold_in_if_caught_up(ctx: EpochContext, epoch: int) -> bool:
     a = ctx.args
     if a.replicas < 2:
         return False
-    partition, replica = replica_of(a.map_index)
+    rid = ReplicaId.of(task=a.task_id, map_index=a.map_index)
+    partition, replica = rid.partition, rid.replica
     if ctx.layout.replica(a.task_id, partition, replica).status is not Status.STDBY:
         return False  # only a standby folds in (as this job read the layout; the fence checked it since)
     layouts = PairLayouts(ctx.store)
@@ -104,7 +108,7 @@ def fold_in_if_caught_up(ctx: EpochContext, epoch: int) -> bool:
         return False
     twin = next(r for r in before.pair(a.task_id, partition) if r.replica != replica)
     latest = max((e.epoch for e in ctx.ledger.entries(a.dag_id, a.task_id)
-                  if e.map_index == replica_index(partition, twin.replica)), default=0)
+                  if e.map_index == twin.id.map_index), default=0)
     if latest > epoch:
         return False  # the survivor is ahead: this replica's next epochs replay the rest
     after = (before.advance(a.task_id, partition, replica, epoch, me.generation)
@@ -127,7 +131,7 @@ def write_sink(ctx: EpochContext, frame: DataFrame, name: str = SINK) -> CommitR
     a = ctx.args
     partition = ctx.partition if ctx.partition is not None else -1
     uri = sink_uri(ctx.store, a.dag_id, a.task_id, partition, name)
-    key = CommitKey(a.dag_id, f"{a.task_id}/{name}", a.epoch, partition, a.incarnation)
+    key = CommitKey(dag_id=a.dag_id, task_id=f"{a.task_id}/{name}", epoch=a.epoch, map_index=partition, incarnation=a.incarnation)
     return commit_frame(frame, uri, key, ctx.store.options_for(uri))
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from falkirk.policies.asset_events import CommittedEpoch
+from falkirk.policies.ids import UNPARTITIONED, CommitId, ProcessorId, ReplicaId
 from falkirk.policies.job_spec import (
     REFUSAL_PREFIX,
     REFUSED_EXIT_CODE,
@@ -49,7 +50,7 @@ from falkirk.policies.job_spec import (
 )
 from falkirk.policies.lineage import TableRead, reads_line
 from falkirk.policies.pairs import Layout, Status
-from falkirk.policies.partitions import UNPARTITIONED, Broadcast, Repartition, Routing, processor_id, replica_of
+from falkirk.policies.partitions import Broadcast, Repartition, Routing
 from falkirk.policies.planning.from_ledger import compute_plan
 from falkirk.policies.planning.recovery import BadEpoch, Failure, LostScratch, LostWorker
 from falkirk.policies.regimes import Regime, SenderLog, Tier
@@ -191,8 +192,8 @@ class EpochContext:
 
     @property
     def replica(self) -> str | None:
-        """This replica's id, ``"A"`` or ``"B"``, for a task under process pairs (``None`` otherwise)."""
-        return replica_of(self.args.map_index)[1] if self.args.replicas > 1 else None
+        """This replica's name, ``"A"`` or ``"B"``, for a task under process pairs (``None`` otherwise)."""
+        return self.args.replica.replica if self.args.replica is not None else None
 
     @property
     def layout(self) -> Layout:
@@ -301,7 +302,7 @@ class EpochContext:
 
     def _read_partition(self, task_id: str, output: str, epoch: int, map_index: int) -> DataFrame:
         """One producer partition's (or an unpartitioned producer's) output of ``epoch``."""
-        producer = processor_id(task_id, map_index)
+        producer = ProcessorId(task=task_id, map_index=map_index)
         entry = self.rows.find(task_id, epoch, map_index)
         if entry is None:
             raise JobError(
@@ -327,8 +328,8 @@ class EpochContext:
                            f"outside the store; read one of its output tables instead")
         if ref.tier == Tier.SCRATCH.value:
             self._check_on_this_worker(entry, f"output {output!r} of {task}")
-        self.reads.add(TableRead(entry.dag_id, entry.task_id, entry.epoch, entry.incarnation, output, ref.uri,
-                                 ref.version, entry.map_index))
+        self.reads.add(TableRead(dag_id=entry.dag_id, task_id=entry.task_id, epoch=entry.epoch, incarnation=entry.incarnation, output=output, uri=ref.uri,
+                                 version=ref.version, map_index=entry.map_index))
         return self._read(ref.uri, entry, ref.rows, f"output {output!r} of {producer}")
 
     def previous_state(self) -> DataFrame | None:
@@ -498,7 +499,8 @@ def _taken_over(ctx: EpochContext) -> int | None:
     """:data:`TAKEN_OVER_EXIT_CODE` for a replica the layout has declared dead (its twin runs the
     partition until a catch-up recreates it on a spare); ``None`` when it runs."""
     args = ctx.args
-    partition, replica = replica_of(args.map_index)
+    me = ReplicaId.of(task=args.task_id, map_index=args.map_index)
+    partition, replica = me.partition, me.replica
     current = ctx.layout.replica(args.task_id, partition, replica)
     if current.status is not Status.DEAD:
         return None
@@ -568,9 +570,9 @@ def _reads_reflected(args: JobSpec, done: LedgerEntry) -> bool:
     """Whether ``done`` read every producer epoch this run's asset events name, each at the
     event's incarnation or a later one: a second run Airflow started on an event the epoch's
     commit already reflects (a redo's event arriving after the consumer was redone too)."""
-    read = {(r.dag_id, r.task_id, r.map_index, r.epoch): r.incarnation for r in done.asset_inputs}
+    read = {(r.dag_id, r.processor, r.epoch): r.incarnation for r in done.asset_inputs}
     return bool(args.consumed) and all(
-        read.get((c.dag_id, c.task_id, c.map_index, c.epoch), -1) >= c.incarnation
+        read.get((c.dag_id, c.processor, c.epoch), -1) >= c.incarnation
         for c in (event.committed for event in args.consumed))
 
 
@@ -580,7 +582,7 @@ def _replaced_read(args: JobSpec, done: LedgerEntry) -> tuple[str, int, int, int
     for event in args.consumed:
         c = event.committed
         for read in done.asset_inputs:
-            if (read.dag_id, read.task_id, read.map_index, read.epoch) == (c.dag_id, c.task_id, c.map_index, c.epoch) \
+            if (read.dag_id, read.processor, read.epoch) == (c.dag_id, c.processor, c.epoch) \
                     and c.incarnation > read.incarnation:
                 return read.producer, read.epoch, read.incarnation, c.incarnation
     return None
@@ -615,7 +617,7 @@ def _checked_commit(ctx: EpochContext, result: EpochResult) -> LedgerEntry:
     if not regime.keeps_state and result.state is not None:
         raise JobError(f"{args.processor}: regime {regime.spec()} is stateless but the job returned state; "
                        f"drop it or use a checkpoint regime")
-    key = CommitKey(args.dag_id, args.task_id, args.epoch, args.map_index, args.incarnation,
+    key = CommitKey(dag_id=args.dag_id, task_id=args.task_id, epoch=args.epoch, map_index=args.map_index, incarnation=args.incarnation,
                     inputs=inputs_fingerprint(_reads_of(ctx)))
     # Outputs and state usually share lineage (state = previous state + this epoch's
     # outputs), and a checkpoint may go to two tiers: cache so each is computed once.
@@ -695,7 +697,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         state_uri=state.uri if state else None, state_tier=state_tier.value if state and state_tier else None,
         state_version=state.version if state else None, state_rows=state.rows if state else None,
         outputs=tuple(outputs),
-        inputs=tuple(InputRef(t, o, through, ctx.reads_back.get((t, o, p), 0), p)
+        inputs=tuple(InputRef(task_id=t, output=o, through=through, reads_back=ctx.reads_back.get((t, o, p), 0), map_index=p)
                      for (t, o, p), through in sorted(consumed.items())),
         # Airflow starts a task's epoch only once its upstream epochs are complete: it acts
         # on the completion of every epoch up to this one.
@@ -773,13 +775,11 @@ def _check_still_current(ctx: EpochContext, entry: LedgerEntry | None, appended:
         return ctx.rows.rollbacks_version
     version = ctx.rows.refresh_rollbacks() if ctx.depends_on else ctx.rows.rollbacks_version
     gone = ctx.rows.gone
-    stale = [f"{t} epoch {e}" for t, e in sorted((t, e) for (t, e), row in ctx.depends_on.items()
-                                                 if (row.dag_id, row.task_id, row.map_index, row.epoch,
-                                                     row.incarnation) in gone)]
+    stale = [f"{t} epoch {e}" for t, e in sorted(key for key, row in ctx.depends_on.items() if row.commit_id in gone)]
     if not stale and not stale_reads:
         return version
     if appended and entry is not None:
-        ctx.ledger.invalidations.record([entry], f"withdrawn:{entry.processor}:{entry.epoch}:{entry.incarnation}")
+        ctx.ledger.invalidations.record([entry], f"withdrawn:{entry.commit_id}")
     a = ctx.args
     if not stale:  # another DAG's recovery: it does not re-run this DAG's epochs
         raise RolledBack(f"{a.processor} epoch {a.epoch}: {', '.join(stale_reads)}, read through an Asset, "
@@ -814,11 +814,10 @@ def _settle_other_inputs(ctx: EpochContext, key: CommitKey, staged: list[StagedF
     return staged
 
 
-def _reads_of(ctx: EpochContext) -> list[tuple[str, str, int, int, int]]:
-    """(DAG, task, partition, epoch, incarnation) of every commit this epoch was computed from:
-    the ledger rows it read (inputs, restored state) and the epochs read through Assets."""
-    return ([(r.dag_id, r.task_id, r.map_index, r.epoch, r.incarnation) for r in ctx.depends_on.values()]
-            + [(r.dag_id, r.task_id, r.map_index, r.epoch, r.incarnation) for r in ctx.asset_inputs])
+def _reads_of(ctx: EpochContext) -> list[CommitId]:
+    """Every commit this epoch was computed from: the ledger rows it read (inputs, restored
+    state) and the epochs read through Assets."""
+    return [r.commit_id for r in ctx.depends_on.values()] + [r.commit_id for r in ctx.asset_inputs]
 
 
 def _stale_asset_reads(ctx: EpochContext) -> list[str]:
@@ -831,8 +830,7 @@ def _stale_asset_reads(ctx: EpochContext) -> list[str]:
     stale = []
     for read in ctx.asset_inputs:
         snapshot = ctx.producer_snapshots.get(read.dag_id)
-        if snapshot is not None and (read.dag_id, read.task_id, read.map_index, read.epoch,
-                                     read.incarnation) in snapshot.gone:
+        if snapshot is not None and read.commit_id in snapshot.gone:
             stale.append(f"{read.producer} epoch {read.epoch}")
     return stale
 

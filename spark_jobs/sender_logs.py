@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from falkirk.policies.epochs import epoch_ranges
-from falkirk.policies.partitions import UNPARTITIONED
+from falkirk.policies.ids import UNPARTITIONED
 from falkirk.policies.regimes import SenderLog, Tier
 from falkirk.policies.sender_logs.rebuild import BlocksLost, Rebuild, rebuild
 from falkirk.policies.store.commits import open_table

@@ -137,11 +137,13 @@ def _resume(ctx: EpochContext, kind: str, of: int):
     found = StepLog(store).of_epoch(a.dag_id, a.task_id, a.map_index, a.epoch, a.incarnation)
     if not found:
         return None
-    current = {(r.task_id, r.map_index, r.epoch): r.incarnation for r in ctx.depends_on.values()}
-    for t, m, e, _ in {d for c in found for d in c.depends_on}:
-        if (t, m, e) not in current:
-            row = ctx.ledger.find(a.dag_id, t, e, m)
-            current[(t, m, e)] = row.incarnation if row is not None else -1
+    current = {r.commit_id for r in ctx.depends_on.values()}
+    known = {(c.processor, c.epoch) for c in current}
+    for dep in {d for c in found for d in c.depends_on}:
+        if (dep.processor, dep.epoch) not in known:
+            row = ctx.ledger.find(a.dag_id, dep.task, dep.epoch, dep.map_index)
+            if row is not None:
+                current.add(row.commit_id)
     usable = latest_usable(found, kind, of, ctx.ledger.invalidations.keys(a.dag_id), current)
     by_step = {c.step: c for c in usable}
     for cp in usable:
@@ -175,13 +177,13 @@ def _checkpoint(ctx: EpochContext, kind: str, step: int, of: int, frame: DataFra
     tier = a.regime.step_tier(a.epoch) if a.deterministic else Tier.DURABLE
     uri = store.table_uri(tier, a.dag_id, a.task_id, table_name(kind, step), a.map_index)
     scratch = store.is_scratch(uri)
-    cp = StepCheckpoint(a.dag_id, a.task_id, a.map_index, a.epoch, a.incarnation, kind, step, of, uri,
-                        tier.value, 0, 0, try_number=a.try_number)
+    cp = StepCheckpoint(dag_id=a.dag_id, task_id=a.task_id, map_index=a.map_index, epoch=a.epoch, incarnation=a.incarnation, kind=kind, step=step, of=of, uri=uri,
+                        tier=tier.value, version=0, rows=0, try_number=a.try_number)
     staged = stage(frame, uri, cp.key, store.options_for(uri), driver_write_max_rows(), on_driver=scratch)
     if kind == "chunk":
         crash_point(a.processor, a.epoch, f"chunk-{step}-after-files", dag_id=a.dag_id)
     written = publish(staged)
-    deps = tuple(sorted((r.task_id, r.map_index, r.epoch, r.incarnation) for r in ctx.depends_on.values()))
+    deps = tuple(sorted(r.commit_id for r in ctx.depends_on.values()))
     cp = replace(cp, version=written.version, rows=written.rows, depends_on=deps, worker=worker_name())
     StepLog(store).append(cp)
     say(f"{a.processor} epoch {a.epoch}: checkpoint at {cp.progress} -> {uri} (v{written.version}, "

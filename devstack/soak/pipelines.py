@@ -52,7 +52,7 @@ from pathlib import Path
 from types import ModuleType
 
 from devstack.airflow import PROJECT_ROOT
-from falkirk.policies.job_spec import processor_id
+from falkirk.policies.ids import ProcessorId
 
 DAGS_ENV = "FALKIRK_SOAK_DAGS"  # the DAG ids the soak's DAG file builds, comma-separated
 AUTO_RECOVER_ENV = "FALKIRK_SOAK_AUTO_RECOVER"  # ... and those of them it tags falkirk:auto_recover
@@ -125,7 +125,7 @@ class SoakDag:
         replica of a paired task's partitions too)."""
         partitions = getattr(self.module, "PARTITIONS", {})
         regimes = getattr(self.module, "REGIMES", {})
-        return tuple(processor_id(t, i) for t in self.tasks
+        return tuple(ProcessorId(task=t, map_index=i) for t in self.tasks
                      for i in (range(partitions[t] * regimes[t].replicas) if t in partitions else (-1,)))
 
 

@@ -73,6 +73,7 @@ from falkirk.plugins.cli import EXIT_STORE
 from falkirk.policies import EpochClock, faults
 from falkirk.policies.asset_events import EPOCH_KEY_FORMAT
 from falkirk.policies.faults import BROKEN, BROKEN_ENV, CRASH_ENV
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.pairs import Layout, Status
 from falkirk.policies.planning.monitor import inputs_to_reopen
 from falkirk.policies.planning.recovery_log import RecoveryLog, live_lease, open_lease
@@ -575,7 +576,7 @@ class DagUnderSoak:
         while the recovery runs), not just the window the first plan reads."""
         store = _direct(self.soak.cluster)
         readable = durable_only(StoreReadability(store), store.scratch_uri)
-        return inputs_to_reopen(Ledger(store).entries(self.dag_id), readable, epoch, GRAPH)["events"]
+        return inputs_to_reopen(Ledger(store).entries(self.dag_id), readable, epoch, GRAPH)[ProcessorId(task="events")]
 
     def _start_replay(self, recovery: Recovery) -> None:
         recovery.attempts += 1

@@ -10,7 +10,7 @@
 
     ```{falkirk-message}
     from falkirk.policies.job_spec import JobSpec, completed_epoch_refusal
-    completed_epoch_refusal(JobSpec("orders", "ingest", 6, ...), "epoch-6", 1)
+    completed_epoch_refusal(JobSpec(dag_id="orders", task_id="ingest", epoch=6, ...), "epoch-6", 1)
     ```
 
 Nothing quoted this way can drift from the code; ``tests/unit/test_docs.py`` checks the built

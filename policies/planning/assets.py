@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from falkirk.policies.partitions import task_of
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.planning.recovery import BadEpoch, Failure, PlanError, RecoveryPlan
 from falkirk.policies.store.ledger import AssetInput, LedgerEntry
 
@@ -53,13 +53,13 @@ class AssetEdge:
         object.__setattr__(self, "consumed", {int(k): tuple(sorted(int(e) for e in v))
                                               for k, v in dict(self.consumed).items()})
 
-    def stale_runs(self, reruns: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
+    def stale_runs(self, reruns: Mapping[ProcessorId, Sequence[int]]) -> tuple[int, ...]:
         """The consumer runs that consumed an epoch the producer re-runs; ``reruns``: the
         producer DAG's re-run epochs per processor (a partition ``task[i]`` counts for its task)."""
-        redone = {e for p, epochs in reruns.items() if task_of(p) == self.producer_task for e in epochs}
+        redone = {e for p, epochs in reruns.items() if ProcessorId.parse(p).task == self.producer_task for e in epochs}
         return tuple(sorted(k for k, epochs in self.consumed.items() if redone.intersection(epochs)))
 
-    def handed_down(self, reruns: Mapping[str, Sequence[int]]) -> list[BadEpoch]:
+    def handed_down(self, reruns: Mapping[ProcessorId, Sequence[int]]) -> list[BadEpoch]:
         """The consumer's bad epochs: one per stale run (for a stateful task the first decides;
         a stateless one redoes exactly these)."""
         return [BadEpoch(self.consumer_task, k) for k in self.stale_runs(reruns)]
@@ -151,8 +151,8 @@ def asset_edges(rows: Iterable[LedgerEntry]) -> list[AssetEdge]:
 
     >>> from falkirk.policies.store.ledger import AssetInput
     >>> def row(k, *epochs):
-    ...     return LedgerEntry("reports", "report", k, "eager_checkpoint", f"r{k}", 1, asset_inputs=tuple(
-    ...         AssetInput("orders.ranking", "orders", "publish", "output", e) for e in epochs))
+    ...     return LedgerEntry(dag_id="reports", task_id="report", epoch=k, regime="eager_checkpoint", run_id=f"r{k}", try_number=1, asset_inputs=tuple(
+    ...         AssetInput(asset="orders.ranking", dag_id="orders", task_id="publish", output="output", epoch=e) for e in epochs))
     >>> [(e.producer_dag, e.producer_task, e.consumer_task, e.consumed) for e in asset_edges([row(1, 1, 2), row(2, 3)])]
     [('orders', 'publish', 'report', {1: (1, 2), 2: (3,)})]
     """
@@ -172,13 +172,12 @@ def stale_reads(consumers: Iterable[LedgerEntry],
     it), each with the read that is stale: what a recovery upstream left behind downstream.
 
     >>> from falkirk.policies.store.ledger import AssetInput
-    >>> publish = [LedgerEntry("orders", "publish", e, "eager_checkpoint", f"r{e}", 1, incarnation=i)
+    >>> publish = [LedgerEntry(dag_id="orders", task_id="publish", epoch=e, regime="eager_checkpoint", run_id=f"r{e}", try_number=1, incarnation=i)
     ...            for e, i in ((1, 0), (2, 1))]
-    >>> report = [LedgerEntry("reports", "report", k, "eager_checkpoint", f"k{k}", 1, asset_inputs=(
-    ...           AssetInput("orders.ranking", "orders", "publish", "output", k),)) for k in (1, 2)]
+    >>> report = [LedgerEntry(dag_id="reports", task_id="report", epoch=k, regime="eager_checkpoint", run_id=f"k{k}", try_number=1, asset_inputs=(
+    ...           AssetInput(asset="orders.ranking", dag_id="orders", task_id="publish", output="output", epoch=k),)) for k in (1, 2)]
     >>> [(row.epoch, read.epoch, read.incarnation) for row, read in stale_reads(report, publish)]
     [(2, 2, 0)]
     """
-    current = {(e.dag_id, e.task_id, e.map_index, e.epoch): e.incarnation for e in producers}
-    return [(row, read) for row in consumers for read in row.asset_inputs
-            if current.get((read.dag_id, read.task_id, read.map_index, read.epoch)) != read.incarnation]
+    current = {e.commit_id for e in producers}
+    return [(row, read) for row in consumers for read in row.asset_inputs if read.commit_id not in current]

@@ -28,10 +28,10 @@ The graph comes from the pipeline's declared data edges (:class:`TaskGraph`), or
 the ledger itself (:meth:`TaskGraph.from_ledger`: every input a task ever read).
 
 >>> from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
->>> rows = [LedgerEntry("d", "a", t, "ephemeral", f"r{t}", 1, notified_through=t,
+>>> rows = [LedgerEntry(dag_id="d", task_id="a", epoch=t, regime="ephemeral", run_id=f"r{t}", try_number=1, notified_through=t,
 ...                     outputs=(OutputRef("output", "/s/a", "scratch", t, 1, t),)) for t in (1, 2)]
->>> rows += [LedgerEntry("d", "b", t, "batch(log_outputs=true)", f"r{t}", 1, notified_through=t,
-...                      inputs=(InputRef("a", "output", t),)) for t in (1, 2)]
+>>> rows += [LedgerEntry(dag_id="d", task_id="b", epoch=t, regime="batch(log_outputs=true)", run_id=f"r{t}", try_number=1, notified_through=t,
+...                      inputs=(InputRef(task_id="a", output="output", through=t),)) for t in (1, 2)]
 >>> graph = TaskGraph.from_ledger(rows)
 >>> lost_scratch = lambda uri, key: not uri.startswith("/s/")
 >>> chains = chains_from_ledger(rows, graph, readable=lost_scratch)
@@ -43,10 +43,10 @@ the ledger itself (:meth:`TaskGraph.from_ledger`: every input a task ever read).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from falkirk.policies.partitions import processor_id, split_processor, task_of, twin_index
+from falkirk.policies.ids import ProcessorId, ReplicaId
 from falkirk.policies.regimes import Regime, SenderLog
 from falkirk.policies.rollback.graph import Edge, Graph, Processor
 from falkirk.policies.rollback.metadata import Chain, Checkpoint
@@ -60,14 +60,23 @@ class ChainError(ValueError):
     """Ledger rows that do not describe the graph given; the message names the task or edge."""
 
 
+def _as_processor(value: str) -> ProcessorId:
+    """``value`` as a processor id: the wire form ``task`` or ``task[i]`` is parsed."""
+    return value if isinstance(value, ProcessorId) else ProcessorId.parse(value)
+
+
 @dataclass(frozen=True)
 class DataEdge:
     """Processor ``dst`` reads the output table ``output`` of processor ``src`` (tasks, or
-    partitions ``task[i]``)."""
+    partitions ``task[i]``; given as text, each end is parsed)."""
 
-    src: str
+    src: ProcessorId
     output: str
-    dst: str
+    dst: ProcessorId
+
+    def __post_init__(self) -> None:
+        for end in ("src", "dst"):
+            object.__setattr__(self, end, _as_processor(getattr(self, end)))
 
     @property
     def id(self) -> str:
@@ -82,10 +91,11 @@ class TaskGraph:
     (:mod:`falkirk.policies.partitions`): each has its own rows, state and frontier.
     """
 
-    tasks: tuple[str, ...]
+    tasks: tuple[ProcessorId, ...]
     edges: tuple[DataEdge, ...]
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tasks", tuple(_as_processor(t) for t in self.tasks))
         known = set(self.tasks)
         for e in self.edges:
             for end in (e.src, e.dst):
@@ -96,7 +106,7 @@ class TaskGraph:
     def from_ledger(cls, entries: Iterable[LedgerEntry]) -> TaskGraph:
         """Every task (every partition of a partitioned one) with a ledger row, and an edge for
         every input (producer partition) any of them read."""
-        tasks: dict[str, None] = {}
+        tasks: dict[ProcessorId, None] = {}
         edges: dict[DataEdge, None] = {}
         for e in entries:
             tasks.setdefault(e.processor)
@@ -105,7 +115,18 @@ class TaskGraph:
                 edges.setdefault(DataEdge(i.processor, i.output, e.processor))
         return cls(tuple(tasks), tuple(edges))
 
-    def downstream(self, task: str) -> list[str]:
+    @classmethod
+    def of(cls, tasks: Iterable[str], edges: Iterable[tuple[str, str]], output: str = "output") -> TaskGraph:
+        """The graph of ``tasks`` (processor ids in their wire form) where each ``(up, down)``
+        edge reads ``up``'s table ``output``.
+
+        >>> TaskGraph.of(["a", "b[0]"], [("a", "b[0]")]).edges[0].id
+        'a.output->b[0]'
+        """
+        return cls(tuple(ProcessorId.parse(t) for t in tasks),
+                   tuple(DataEdge(ProcessorId.parse(up), output, ProcessorId.parse(down)) for up, down in edges))
+
+    def downstream(self, task: ProcessorId) -> list[ProcessorId]:
         """``task`` and every task that reads its outputs, directly or through others.
 
         >>> TaskGraph(("a", "b", "c"), (DataEdge("a", "output", "b"), DataEdge("b", "output", "c"))).downstream("b")
@@ -120,7 +141,7 @@ class TaskGraph:
                     todo.append(e.dst)
         return seen
 
-    def tasks_downstream(self, task: str) -> list[str]:
+    def tasks_downstream(self, task: str) -> list[ProcessorId]:
         """The processors of every task downstream of ``task`` (not ``task``'s own), as Airflow
         sees tasks: a partition of a task reaches every partition of the tasks after it.
 
@@ -129,7 +150,7 @@ class TaskGraph:
         >>> g.tasks_downstream("a")
         ['b[0]', 'b[1]', 'c']
         """
-        task_edges = {(task_of(e.src), task_of(e.dst)) for e in self.edges}
+        task_edges = {(e.src.task, e.dst.task) for e in self.edges}
         seen, todo = {task}, [task]
         while todo:
             t = todo.pop()
@@ -137,7 +158,7 @@ class TaskGraph:
                 if src == t and dst not in seen:
                     seen.add(dst)
                     todo.append(dst)
-        return [p for p in self.tasks if task_of(p) in seen - {task}]
+        return [p for p in self.tasks if ProcessorId.parse(p).task in seen - {task}]
 
     def solver_graph(self, failed: Iterable[str] = ()) -> Graph:
         """The same graph as the solver sees it: processors in the epoch domain, identity φ."""
@@ -149,12 +170,12 @@ class TaskGraph:
                      [Edge(e.id, e.src, e.dst, "identity") for e in self.edges])
 
 
-def reads_back(entries: Iterable[LedgerEntry]) -> dict[tuple[str, str, str], int]:
+def reads_back(entries: Iterable[LedgerEntry]) -> dict[tuple[ProcessorId, str, ProcessorId], int]:
     """Per (upstream task, output, reader): how many epochs before its own a reader's epoch reads.
 
     0 when each epoch reads only the same epoch; 2 for a window of three epochs.
     """
-    back: dict[tuple[str, str, str], int] = {}
+    back: dict[tuple[ProcessorId, str, ProcessorId], int] = {}
     for r in entries:
         for i in r.inputs:
             k = (i.processor, i.output, r.processor)
@@ -162,15 +183,15 @@ def reads_back(entries: Iterable[LedgerEntry]) -> dict[tuple[str, str, str], int
     return back
 
 
-def current_rows(entries: Iterable[LedgerEntry]) -> dict[str, list[LedgerEntry]]:
+def current_rows(entries: Iterable[LedgerEntry]) -> dict[ProcessorId, list[LedgerEntry]]:
     """Per processor (task or partition), its rows in epoch order, keeping the latest incarnation
     of each epoch."""
-    latest: dict[tuple[str, int], LedgerEntry] = {}
+    latest: dict[tuple[ProcessorId, int], LedgerEntry] = {}
     for e in entries:
         k = (e.processor, e.epoch)
         if k not in latest or e.incarnation > latest[k].incarnation:
             latest[k] = e
-    out: dict[str, list[LedgerEntry]] = {}
+    out: dict[ProcessorId, list[LedgerEntry]] = {}
     for (task, _), e in sorted(latest.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         out.setdefault(task, []).append(e)
     return out
@@ -191,7 +212,7 @@ def chains_from_ledger(
     """
     rows = current_rows(entries)
     by_epoch = {task: {r.epoch: r for r in task_rows} for task, task_rows in rows.items()}
-    paired = {task_of(p) for p, task_rows in rows.items() if Regime.parse(task_rows[0].regime).replicas > 1}
+    paired = {ProcessorId.parse(p).task for p, task_rows in rows.items() if Regime.parse(task_rows[0].regime).replicas > 1}
     down = set(failed)
     chains: dict[str, Chain] = {}
     for task in graph.tasks:
@@ -225,7 +246,7 @@ def chains_from_ledger(
     return chains
 
 
-def _consumed(consumed: dict[tuple[str, str], int], edge: DataEdge, paired: set[str]) -> int:
+def _consumed(consumed: Mapping[tuple[ProcessorId, str], int], edge: DataEdge, paired: set[str]) -> int:
     """M̄ of ``edge`` at a checkpoint that read ``consumed`` (producer processor, output -> bound).
 
     A replica of a process pair reads a producer partition from its own replica id while that
@@ -241,9 +262,9 @@ def _consumed(consumed: dict[tuple[str, str], int], edge: DataEdge, paired: set[
     0
     """
     got = consumed.get((edge.src, edge.output))
-    if got is None and task_of(edge.src) in paired:
-        task, index = split_processor(edge.src)
-        got = consumed.get((processor_id(task, twin_index(index)), edge.output))
+    src = ProcessorId.parse(edge.src)
+    if got is None and src.task in paired:
+        got = consumed.get((ReplicaId.of(task=src.task, map_index=src.map_index).twin.processor, edge.output))
     return EPOCH.empty if got is None else got
 
 
@@ -252,7 +273,7 @@ def sent_undelivered(row: LedgerEntry, readable: Readable) -> bool:
     return any(is_external(o.uri) and not readable(o.uri, _key(row)) for o in row.outputs)
 
 
-def _restorable(row: LedgerEntry, readable: Readable, rows: dict[str, dict[int, LedgerEntry]]) -> bool:
+def _restorable(row: LedgerEntry, readable: Readable, rows: Mapping[ProcessorId, Mapping[int, LedgerEntry]]) -> bool:
     """Stateless tasks restore anywhere; stateful ones while their state is readable; a task
     that sends to an external system, once the system has accepted the epoch's records. A task
     under sender-side logs also restores while the blocks it has not released are readable: its
@@ -262,11 +283,12 @@ def _restorable(row: LedgerEntry, readable: Readable, rows: dict[str, dict[int, 
     return not Regime.parse(row.regime).keeps_state or state_available(row, readable, rows)
 
 
-def state_available(row: LedgerEntry, readable: Readable, rows: dict[str, dict[int, LedgerEntry]]) -> bool:
+def state_available(row: LedgerEntry, readable: Readable,
+                    rows: Mapping[ProcessorId, Mapping[int, LedgerEntry]]) -> bool:
     """Whether the state ``row`` checkpointed can be restored: its table is readable or, under
     sender-side logs, every block it is rebuilt from is (:func:`rebuildable`).
 
-    >>> row = LedgerEntry("d", "total", 1, "sender_log(release=ingest:at_end)", "r1", 1, state_uri="/scratch/total")
+    >>> row = LedgerEntry(dag_id="d", task_id="total", epoch=1, regime="sender_log(release=ingest:at_end)", run_id="r1", try_number=1, state_uri="/scratch/total")
     >>> state_available(row, lambda uri, key: False, {"ingest": {}})  # no state, and ingest's block 1 is gone
     False
     """
@@ -277,17 +299,17 @@ def state_available(row: LedgerEntry, readable: Readable, rows: dict[str, dict[i
 
 
 def rebuildable(row: LedgerEntry, regime: SenderLog, readable: Readable,
-                rows: dict[str, dict[int, LedgerEntry]]) -> bool:
+                rows: Mapping[ProcessorId, Mapping[int, LedgerEntry]]) -> bool:
     """Whether every block ``row``'s state depends on is still readable: per input, each epoch
     after the input's release point through ``row.epoch``, from the producer's current row
     (``rows``: per task, its current row of each epoch).
 
     >>> from falkirk.policies.store.ledger import OutputRef
     >>> def out(task, e):
-    ...     return LedgerEntry("d", task, e, "batch(log_outputs=true)", f"r{e}", 1,
+    ...     return LedgerEntry(dag_id="d", task_id=task, epoch=e, regime="batch(log_outputs=true)", run_id=f"r{e}", try_number=1,
     ...                        outputs=(OutputRef("output", f"/durable/{task}", "durable", e, 1),))
     >>> rows = {"ingest": {e: out("ingest", e) for e in (1, 2, 3)}}
-    >>> total = LedgerEntry("d", "total", 3, "sender_log(release=ingest:at_end)", "r3", 1)
+    >>> total = LedgerEntry(dag_id="d", task_id="total", epoch=3, regime="sender_log(release=ingest:at_end)", run_id="r3", try_number=1)
     >>> regime = Regime.parse(total.regime)
     >>> rebuildable(total, regime, lambda uri, key: True, rows)
     True
@@ -295,7 +317,7 @@ def rebuildable(row: LedgerEntry, regime: SenderLog, readable: Readable,
     False
     """
     for task, released in regime.released(row.epoch).items():
-        held = rows.get(task, {})
+        held = rows.get(ProcessorId.parse(task), {})
         for epoch in range(released + 1, row.epoch + 1):
             block = held.get(epoch)
             if block is None or not all(readable(o.uri, _key(block)) for o in block.outputs):
@@ -304,4 +326,4 @@ def rebuildable(row: LedgerEntry, regime: SenderLog, readable: Readable,
 
 
 def _key(row: LedgerEntry) -> CommitKey:
-    return CommitKey(row.dag_id, row.task_id, row.epoch, row.map_index, row.incarnation)
+    return CommitKey(dag_id=row.dag_id, task_id=row.task_id, epoch=row.epoch, map_index=row.map_index, incarnation=row.incarnation)

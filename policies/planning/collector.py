@@ -30,9 +30,9 @@ second run finds nothing left to reclaim.
 >>> from falkirk.policies.planning.chains import DataEdge, TaskGraph
 >>> from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
 >>> def row(task, e, regime, state=None, inputs=()):
-...     return LedgerEntry("d", task, e, regime, f"epoch-{e}", 1, state_uri=state, notified_through=e,
+...     return LedgerEntry(dag_id="d", task_id=task, epoch=e, regime=regime, run_id=f"epoch-{e}", try_number=1, state_uri=state, notified_through=e,
 ...                        outputs=(OutputRef("output", f"/durable/{task}", "durable", e, 1),),
-...                        inputs=tuple(InputRef(t, "output", e) for t in inputs))
+...                        inputs=tuple(InputRef(task_id=t, output="output", through=e) for t in inputs))
 >>> rows = [row("src", e, "batch(log_outputs=true)") for e in range(1, 8)]
 >>> rows += [row("agg", e, "lazy_checkpoint(every=3)", "/durable/agg/state" if e % 3 == 0 else "/scratch/agg/state",
 ...              ["src"]) for e in range(1, 8)]
@@ -59,7 +59,8 @@ from deltalake.exceptions import CommitFailedError
 
 from falkirk.policies.epochs import epoch_ranges
 from falkirk.policies.faults import broken
-from falkirk.policies.partitions import processors, split_processor, task_of
+from falkirk.policies.ids import ProcessorId
+from falkirk.policies.partitions import processors
 from falkirk.policies.planning.chains import DataEdge, TaskGraph, chains_from_ledger, current_rows, reads_back
 from falkirk.policies.planning.from_ledger import taken_over_replicas, without_processors
 from falkirk.policies.planning.monitor import low_watermarks
@@ -176,9 +177,9 @@ def with_partitions_yet_to_commit(graph: TaskGraph, entries: Iterable[LedgerEntr
     their twins took over).
 
     >>> from falkirk.policies.store.ledger import InputRef
-    >>> rows = [LedgerEntry("d", "sessions", 1, "batch", "epoch-1", 1, map_index=i, partitions=2) for i in (0, 1)]
-    >>> rows += [LedgerEntry("d", "stats", 1, "batch", "epoch-1", 1, map_index=1, partitions=2,
-    ...                      inputs=(InputRef("sessions", "output", 1, map_index=1),))]
+    >>> rows = [LedgerEntry(dag_id="d", task_id="sessions", epoch=1, regime="batch", run_id="epoch-1", try_number=1, map_index=i, partitions=2) for i in (0, 1)]
+    >>> rows += [LedgerEntry(dag_id="d", task_id="stats", epoch=1, regime="batch", run_id="epoch-1", try_number=1, map_index=1, partitions=2,
+    ...                      inputs=(InputRef(task_id="sessions", output="output", through=1, map_index=1),))]
     >>> graph = with_partitions_yet_to_commit(TaskGraph.from_ledger(rows), rows)
     >>> graph.tasks
     ('sessions[0]', 'sessions[1]', 'stats[1]', 'stats[0]')
@@ -193,14 +194,14 @@ def with_partitions_yet_to_commit(graph: TaskGraph, entries: Iterable[LedgerEntr
             latest[e.task_id] = e
     tasks, edges, skip = list(graph.tasks), list(graph.edges), set(leave_out)
     for task, row in latest.items():
-        read = {(task_of(e.src), e.output) for e in graph.edges if task_of(e.dst) == task}
+        read = {(ProcessorId.parse(e.src).task, e.output) for e in graph.edges if ProcessorId.parse(e.dst).task == task}
         for processor in processors(task, row.partitions, row.replicas or 1):
             if processor in committed or processor in skip:
                 continue
             if processor not in tasks:  # a reader's row may name it already, as a producer it read
                 tasks.append(processor)
             edges += [DataEdge(src, output, processor) for src in graph.tasks for t, output in sorted(read)
-                      if task_of(src) == t]
+                      if ProcessorId.parse(src).task == t]
     return TaskGraph(tuple(tasks), tuple(dict.fromkeys(edges)))
 
 
@@ -253,8 +254,9 @@ def plan_collection(dag_id: str, entries: Iterable[LedgerEntry], graph: TaskGrap
     return CollectionPlan(dag_id, low, marks, tuple(tables), {t: low[t] for t in sources}, tuple(products))
 
 
-def _first_needed(task: str, output: str, reader: str, low: int, back: Mapping[tuple[str, str, str], int],
-                  by_task: Mapping[str, list[LedgerEntry]]) -> int:
+def _first_needed(task: ProcessorId, output: str, reader: ProcessorId, low: int,
+                  back: Mapping[tuple[ProcessorId, str, ProcessorId], int],
+                  by_task: Mapping[ProcessorId, list[LedgerEntry]]) -> int:
     """The first epoch of ``task``'s ``output`` that ``reader`` may still read: its epochs after
     its low-watermark ``low`` re-read a window back; under sender-side logs, rebuilding its state
     at ``low`` replays every epoch the reader had not released by then."""
@@ -267,7 +269,7 @@ def _first_needed(task: str, output: str, reader: str, low: int, back: Mapping[t
 
 
 def _reclaim_channels(task: str, rows: Sequence[LedgerEntry], graph: TaskGraph,
-                      by_task: Mapping[str, list[LedgerEntry]], live: LivePartitions) -> list[Reclaim]:
+                      by_task: Mapping[ProcessorId, list[LedgerEntry]], live: LivePartitions) -> list[Reclaim]:
     """The epochs of ``task``'s channels (on every worker a row of it names) that each of its
     readers has committed: a reader's re-run reads the task's logged output, never the channel."""
     readers = {e.dst for e in graph.edges if e.src == task}
@@ -407,8 +409,8 @@ def _plan(store: StoreConfig, ledger: Ledger, dag_id: str, graph: TaskGraph | No
 
 def _task_and_table(processor: str, table: str) -> tuple[str, str, int]:
     """``table_uri``'s task, table and map index for a processor (a task, or one partition ``task[i]``)."""
-    task_id, map_index = split_processor(processor)
-    return task_id, table, map_index
+    p = ProcessorId.parse(processor)
+    return p.task, table, p.map_index
 
 
 def live_partitions(store: StoreConfig, uri: str, by_rows: bool = False) -> dict[int, int]:

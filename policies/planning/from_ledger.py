@@ -12,7 +12,7 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 
-from falkirk.policies.partitions import processor_id, task_of
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.planning.chains import TaskGraph
 from falkirk.policies.planning.recovery import (
     BadEpoch,
@@ -40,7 +40,7 @@ def compute_plan(
     dag_id: str,
     store: StoreConfig,
     failures: Sequence[Failure],
-    regimes: Mapping[str, Regime],
+    regimes: Mapping[ProcessorId, Regime],
     *,
     last_epoch: int | None = None,
     record: bool = True,
@@ -89,11 +89,11 @@ def compute_plan(
     # Checkpoints inside epochs, of the incarnation each epoch's next run commits under (an
     # older incarnation's were computed before a recovery rolled the epoch back).
     gone = snapshot.gone
-    next_incarnation: dict[tuple[str, int, int], int] = {}
-    for _, t, m, e, inc in gone:
-        next_incarnation[t, m, e] = max(next_incarnation.get((t, m, e), 0), inc + 1)
+    next_incarnation: dict[tuple[ProcessorId, int], int] = {}
+    for c in gone:
+        next_incarnation[c.processor, c.epoch] = max(next_incarnation.get((c.processor, c.epoch), 0), c.incarnation + 1)
     steps = [c for c in StepLog(store).of_dag(dag_id)
-             if c.incarnation == next_incarnation.get((c.task_id, c.map_index, c.epoch), 0)]
+             if c.incarnation == next_incarnation.get((c.processor, c.epoch), 0)]
     result = plan_recovery(dag_id, graph, entries, failures, last, StoreReadability(store, [*entries, *rolled_back]),
                            regimes=regimes, ledger_version=version, steps=steps)
     if record:
@@ -116,7 +116,7 @@ def being_rewritten(store: StoreConfig, dag_id: str, current: Sequence[LedgerEnt
     it: the epoch is within that plan's frontier and none of its failures names it.
     """
     have = {(e.processor, e.epoch) for e in current}
-    latest: dict[tuple[str, int], LedgerEntry] = {}
+    latest: dict[tuple[ProcessorId, int], LedgerEntry] = {}
     for e in rolled_back:
         if (e.processor, e.epoch) not in have and not Regime.parse(e.regime).keeps_state:
             if e.incarnation >= getattr(latest.get((e.processor, e.epoch)), "incarnation", -1):
@@ -138,7 +138,7 @@ def _keeps(plan: RecoveryPlan, processor: str, epoch: int) -> bool:
     """Whether ``plan`` keeps ``processor``'s ``epoch``: within its frontier, and named by none of its failures."""
     part = next((t for t in plan.tasks if t.task_id == processor), None)
     named = any(isinstance(f, (FailedTask, BadEpoch)) and f.epoch == epoch
-                and f.task_id in (processor, task_of(processor)) for f in plan.failures)
+                and f.task_id in (processor, ProcessorId.parse(processor).task) for f in plan.failures)
     return part is not None and epoch <= part.kept_through and not named
 
 
@@ -157,9 +157,9 @@ def without_processors(entries: Sequence[LedgerEntry], processors: set[str]) -> 
     rolls back while it is out: its rows and those reads leave the graph together.
 
     >>> from falkirk.policies.store.ledger import InputRef
-    >>> rows = [LedgerEntry("d", "g1", 1, "process_pairs", "epoch-1", 1, map_index=1),
-    ...         LedgerEntry("d", "g2", 1, "process_pairs", "epoch-1", 1, map_index=0,
-    ...                     inputs=(InputRef("g1", "output", 1, map_index=0), InputRef("g1", "output", 1, map_index=1)))]
+    >>> rows = [LedgerEntry(dag_id="d", task_id="g1", epoch=1, regime="process_pairs", run_id="epoch-1", try_number=1, map_index=1),
+    ...         LedgerEntry(dag_id="d", task_id="g2", epoch=1, regime="process_pairs", run_id="epoch-1", try_number=1, map_index=0,
+    ...                     inputs=(InputRef(task_id="g1", output="output", through=1, map_index=0), InputRef(task_id="g1", output="output", through=1, map_index=1)))]
     >>> [(e.processor, [i.map_index for i in e.inputs]) for e in without_processors(rows, {"g1[1]"})]
     [('g2[0]', [0])]
     """
@@ -167,7 +167,7 @@ def without_processors(entries: Sequence[LedgerEntry], processors: set[str]) -> 
     for entry in entries:
         if entry.processor in processors:
             continue
-        inputs = tuple(i for i in entry.inputs if processor_id(i.task_id, i.map_index) not in processors)
+        inputs = tuple(i for i in entry.inputs if ProcessorId(task=i.task_id, map_index=i.map_index) not in processors)
         kept.append(entry if len(inputs) == len(entry.inputs) else dataclasses.replace(entry, inputs=inputs))
     return kept
 

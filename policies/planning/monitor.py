@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, reads_back
 from falkirk.policies.rollback.graph import Graph
 from falkirk.policies.rollback.metadata import Chain, Checkpoint
@@ -97,7 +98,7 @@ class Monitor:
 
 
 def acknowledged_inputs(entries: Iterable[LedgerEntry], readable: Readable,
-                        graph: TaskGraph | None = None) -> dict[str, int]:
+                        graph: TaskGraph | None = None) -> dict[ProcessorId, int]:
     """Per source task of a DAG (one with no inputs), the last epoch of external input it may
     acknowledge: every epoch at or below it is inside the source's low-watermark, so no
     recovery can ever ask for it again. ``0`` acknowledges nothing.
@@ -109,9 +110,9 @@ def acknowledged_inputs(entries: Iterable[LedgerEntry], readable: Readable,
 
     >>> from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
     >>> def row(task, epoch, regime, inputs=(), state=None):
-    ...     return LedgerEntry("d", task, epoch, regime, f"epoch-{epoch}", 1, state_uri=state,
+    ...     return LedgerEntry(dag_id="d", task_id=task, epoch=epoch, regime=regime, run_id=f"epoch-{epoch}", try_number=1, state_uri=state,
     ...                        outputs=(OutputRef("output", f"/scratch/{task}", "scratch", epoch, 1),),
-    ...                        inputs=tuple(InputRef(t, "output", epoch) for t in inputs))
+    ...                        inputs=tuple(InputRef(task_id=t, output="output", through=epoch) for t in inputs))
     >>> rows = [row("src", e, "ephemeral") for e in (1, 2, 3)]
     >>> rows += [row("agg", e, "lazy_checkpoint(every=2)", ["src"], "/durable/agg" if e == 2 else "/scratch/agg")
     ...          for e in (1, 2, 3)]
@@ -142,7 +143,7 @@ def acknowledged_inputs(entries: Iterable[LedgerEntry], readable: Readable,
 
 
 def inputs_to_reopen(entries: Iterable[LedgerEntry], readable: Readable, bad_epoch: int,
-                     graph: TaskGraph | None = None) -> dict[str, int]:
+                     graph: TaskGraph | None = None) -> dict[ProcessorId, int]:
     """Per source task, the first epoch of external input its source must hold again while a
     recovery of ``bad_epoch`` (an input found wrong, ``falkirk plan --bad-epoch``) runs.
 
@@ -154,9 +155,9 @@ def inputs_to_reopen(entries: Iterable[LedgerEntry], readable: Readable, bad_epo
 
     >>> from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
     >>> def row(task, epoch, regime, inputs=(), state=None):
-    ...     return LedgerEntry("d", task, epoch, regime, f"epoch-{epoch}", 1, state_uri=state,
+    ...     return LedgerEntry(dag_id="d", task_id=task, epoch=epoch, regime=regime, run_id=f"epoch-{epoch}", try_number=1, state_uri=state,
     ...                        outputs=(OutputRef("output", f"/scratch/{task}", "scratch", epoch, 1),),
-    ...                        inputs=tuple(InputRef(t, "output", epoch) for t in inputs))
+    ...                        inputs=tuple(InputRef(task_id=t, output="output", through=epoch) for t in inputs))
     >>> rows = [row("src", e, "ephemeral") for e in range(1, 8)]
     >>> rows += [row("agg", e, "lazy_checkpoint(every=3)", ["src"], "/durable/agg" if e % 3 == 0 else "/scratch/agg")
     ...          for e in range(1, 8)]

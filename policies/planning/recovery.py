@@ -30,8 +30,8 @@ refuse a plan computed from a ledger that has changed since.
 >>> from falkirk.policies.planning.chains import TaskGraph
 >>> def row(task, t, regime, inputs=(), state=False):
 ...     out = (OutputRef("output", f"/d/{task}/output", "durable", t, 1),)
-...     return LedgerEntry("d", task, t, regime, f"r{t}", 1, notified_through=t, outputs=out,
-...                        inputs=tuple(InputRef(i, "output", t) for i in inputs),
+...     return LedgerEntry(dag_id="d", task_id=task, epoch=t, regime=regime, run_id=f"r{t}", try_number=1, notified_through=t, outputs=out,
+...                        inputs=tuple(InputRef(task_id=i, output="output", through=t) for i in inputs),
 ...                        state_uri=f"/d/{task}/state" if state else None)
 >>> rows = [row("a", t, "batch(log_outputs=true)") for t in (1, 2, 3)]
 >>> rows += [row("b", t, "eager_checkpoint", ["a"], state=True) for t in (1, 2)]  # b failed at epoch 3
@@ -51,8 +51,9 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
-from falkirk.policies.partitions import processor_id, task_of
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.planning.chains import TaskGraph, chains_from_ledger, current_rows, reads_back, sent_undelivered
+from falkirk.policies.planning.replay_decisions import Instance
 from falkirk.policies.regimes import Regime, SenderLog
 from falkirk.policies.rollback.solver import solve
 from falkirk.policies.rollback.times import EPOCH
@@ -163,7 +164,7 @@ class TaskPlan:
     ``task_id`` names the processor: the task, or one partition ``task[i]`` of a partitioned
     task (each partition has a part of its own; see :mod:`falkirk.policies.partitions`)."""
 
-    task_id: str
+    task_id: ProcessorId
     regime: str
     kept_through: int
     notified_through: int
@@ -174,6 +175,10 @@ class TaskPlan:
     clear_downstream: tuple[int, ...]
     # The re-run's first epoch resumes from this checkpoint inside it (recorded only when set).
     resume_from: StepRef | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task_id, ProcessorId):  # a recorded plan names it in its wire form
+            object.__setattr__(self, "task_id", ProcessorId.parse(self.task_id))
 
 
 # A recorded plan (the recovery log, ``falkirk plan --json``) keeps its first field names, so
@@ -206,15 +211,15 @@ class RecoveryPlan:
                 return t
         raise KeyError(task_id)
 
-    def rerun_set(self) -> frozenset[tuple[str, int]]:
+    def rerun_set(self) -> frozenset[Instance]:
         """Every (task, epoch) the recovery re-runs (a partition as ``task[i]``)."""
         return frozenset((t.task_id, e) for t in self.tasks for e in t.rerun)
 
-    def clear_downstream_set(self) -> frozenset[tuple[str, int]]:
+    def clear_downstream_set(self) -> frozenset[Instance]:
         """What Airflow's clear with downstream and future, from each failure, would re-run."""
         return frozenset((t.task_id, e) for t in self.tasks for e in t.clear_downstream)
 
-    def clear_downstream_misses(self) -> frozenset[tuple[str, int]]:
+    def clear_downstream_misses(self) -> frozenset[Instance]:
         """The re-runs clear-downstream would not make: when there are any, it cannot recover at
         all (a stateful task would find the checkpoint it builds on gone, or an epoch stay stale)."""
         return self.rerun_set() - self.clear_downstream_set()
@@ -291,7 +296,7 @@ def plan_recovery(
     failures: Iterable[Failure],
     last_epoch: int,
     readable: Readable,
-    regimes: Mapping[str, Regime] | None = None,
+    regimes: Mapping[ProcessorId, Regime] | None = None,
     ledger_version: int | None = None,
     first_epoch: int = 1,
     steps: Iterable[StepCheckpoint] = (),
@@ -309,12 +314,13 @@ def plan_recovery(
         raise PlanError("failures: name at least one (a failed task, a lost scratch location or a bad epoch)")
     rows = [e for e in entries if e.dag_id == dag_id]
     given = {p: r.spec() for p, r in (regimes or {}).items()}
-    regime_text: dict[str, str] = {}
+    regime_text: dict[ProcessorId, str] = {}
     for e in rows:
         regime_text.setdefault(e.processor, e.regime)
     for p in graph.tasks:  # the DAG's regime names a task, or one of its partitions
-        if p not in regime_text and (p in given or task_of(p) in given):
-            regime_text[p] = given.get(p) or given[task_of(p)]
+        whole = ProcessorId(task=p.task)
+        if p not in regime_text and (p in given or whole in given):
+            regime_text[p] = given.get(p) or given[whole]
     _check(graph, failures, last_epoch, first_epoch)
 
     for t in graph.tasks:
@@ -325,8 +331,8 @@ def plan_recovery(
     # A failed or bad epoch taints a stateful task's rows from then on (its state carries
     # the epoch forward); a stateless task's epochs are independent, so only that row. A
     # failure naming a partitioned task names each of its partitions.
-    untrusted: set[tuple[str, int]] = set()
-    failed: set[str] = set()
+    untrusted: set[tuple[ProcessorId, int]] = set()
+    failed: set[ProcessorId] = set()
     for f in failures:
         if isinstance(f, (FailedTask, BadEpoch)):
             for p in _named(graph, f.task_id):
@@ -385,9 +391,10 @@ def plan_recovery(
     return RecoveryPlan(dag_id, failures, last_epoch, ledger_version, tuple(tasks))
 
 
-def _resume_points(steps: Iterable[StepCheckpoint], rerun: Mapping[str, tuple[int, ...]],
-                   kept: Mapping[str, Mapping[int, LedgerEntry]], current: Mapping[str, list[LedgerEntry]],
-                   readable: Readable, bad: set[tuple[str, int]]) -> dict[str, StepRef]:
+def _resume_points(steps: Iterable[StepCheckpoint], rerun: Mapping[ProcessorId, tuple[int, ...]],
+                   kept: Mapping[ProcessorId, Mapping[int, LedgerEntry]],
+                   current: Mapping[ProcessorId, list[LedgerEntry]],
+                   readable: Readable, bad: set[tuple[ProcessorId, int]]) -> dict[ProcessorId, StepRef]:
     """Per processor, the checkpoint inside its first re-run epoch its re-run resumes from.
 
     The frontier of a processor whose epoch ``e`` never committed (its attempt failed, or is
@@ -399,25 +406,25 @@ def _resume_points(steps: Iterable[StepCheckpoint], rerun: Mapping[str, tuple[in
     An epoch with a ledger row (committed, now rolled back) has no checkpoints left inside it.
     """
     committed = {(p, r.epoch) for p, rs in current.items() for r in rs}
-    best: dict[str, StepRef] = {}
+    best: dict[ProcessorId, StepRef] = {}
     for c in steps:
         p = c.processor
         if not rerun.get(p) or c.epoch != rerun[p][0] or (p, c.epoch) in committed:
             continue
         if any(q == p and e <= c.epoch for q, e in bad) or not readable(c.uri, c.key):
             continue
-        held = all(e not in rerun.get(processor_id(t, m), ()) and getattr(kept.get(processor_id(t, m), {}).get(e),
-                                                                         "incarnation", None) == inc
-                   for t, m, e, inc in c.depends_on)
+        held = all(d.epoch not in rerun.get(d.processor, ())
+                   and getattr(kept.get(d.processor, {}).get(d.epoch), "incarnation", None) == d.incarnation
+                   for d in c.depends_on)
         if held and (p not in best or c.step > best[p].step):
             best[p] = StepRef(c.epoch, c.step, c.of, c.kind, c.uri)
     return best
 
 
-def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Mapping[str, bool],
-                by_epoch: Mapping[str, Mapping[int, LedgerEntry]], readable: Readable,
-                last_epoch: int, back: Mapping[tuple[str, str, str], int], first_epoch: int = 1,
-                ) -> tuple[dict[str, tuple[int, ...]], set[tuple[str, int]]]:
+def _rerun_sets(graph: TaskGraph, kept_through: Mapping[ProcessorId, int], stateful: Mapping[ProcessorId, bool],
+                by_epoch: Mapping[ProcessorId, Mapping[int, LedgerEntry]], readable: Readable,
+                last_epoch: int, back: Mapping[tuple[ProcessorId, str, ProcessorId], int], first_epoch: int = 1,
+                ) -> tuple[dict[ProcessorId, tuple[int, ...]], set[tuple[ProcessorId, int]]]:
     """The epochs each processor re-runs: past its frontier, all of them for a stateful one;
     and the (stateful processor, epoch) pairs a re-run needs, within that processor's frontier,
     whose output can no longer be read (none when the frontiers are consistent).
@@ -433,9 +440,9 @@ def _rerun_sets(graph: TaskGraph, kept_through: Mapping[str, int], stateful: Map
     later = {t: set(range(kept_through[t] + 1, last_epoch + 1)) for t in graph.tasks}
     rerun = {t: set(later[t]) if stateful[t] else {e for e in later[t] if e not in by_epoch.get(t, {})}
              for t in graph.tasks}
-    unreadable: set[tuple[str, int]] = set()
+    unreadable: set[tuple[ProcessorId, int]] = set()
 
-    def output_readable(task: str, output: str, epoch: int) -> bool:
+    def output_readable(task: ProcessorId, output: str, epoch: int) -> bool:
         row = by_epoch.get(task, {}).get(epoch)
         ref = next((o for o in row.outputs if o.name == output), None) if row else None
         return ref is not None and row is not None and readable(ref.uri, row.key)
@@ -482,19 +489,20 @@ def _check(graph: TaskGraph, failures: tuple[Failure, ...], last_epoch: int, fir
             raise PlanError(f"failures[{i}]: {f!r} is not a FailedTask, LostScratch, LostWorker or BadEpoch")
 
 
-def _named(graph: TaskGraph, name: str) -> tuple[str, ...]:
+def _named(graph: TaskGraph, name: str) -> tuple[ProcessorId, ...]:
     """The processors a failure's ``task_id`` names: a task, one partition ``task[i]``, or every
     partition of a partitioned task."""
-    if name in graph.tasks:
-        return (name,)
-    return tuple(p for p in graph.tasks if task_of(p) == name and p != name)
+    named = ProcessorId.parse(name)
+    if named in graph.tasks:
+        return (named,)
+    return tuple(p for p in graph.tasks if p.task == name and p != name)
 
 
 def lost_locations(failures: Iterable[Failure], rows: Iterable[LedgerEntry]) -> tuple[str, ...]:
     """The locations ``failures`` take away: lost scratch directories, and each lost worker's
     scratch tables as the ledger ``rows`` record them.
 
-    >>> row = LedgerEntry("d", "t", 1, "ephemeral", "r1", 1, worker="worker-a",
+    >>> row = LedgerEntry(dag_id="d", task_id="t", epoch=1, regime="ephemeral", run_id="r1", try_number=1, worker="worker-a",
     ...                   outputs=(OutputRef("output", "/s/worker-a/d/t/output", "scratch", 0, 5),))
     >>> lost_locations([LostWorker("worker-a"), LostScratch("/s/other")], [row])
     ('/s/other/', '/s/worker-a/d/t/output/')
@@ -508,8 +516,8 @@ def lost_locations(failures: Iterable[Failure], rows: Iterable[LedgerEntry]) -> 
     return tuple(sorted(lost))
 
 
-def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Mapping[str, list[LedgerEntry]],
-                      last_epoch: int) -> dict[str, set[int]]:
+def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Mapping[ProcessorId, list[LedgerEntry]],
+                      last_epoch: int) -> dict[ProcessorId, set[int]]:
     """Airflow's "clear, downstream + future" from each failure's task instance.
 
     Airflow knows nothing of a lost scratch location or worker: clearing "and hoping" means
@@ -517,7 +525,7 @@ def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Map
     first epoch whose data was lost. Airflow's downstream is task-level: clearing partition
     ``t[i]`` clears that partition alone of ``t`` and every partition of the tasks downstream.
     """
-    origins: list[tuple[str, int]] = []
+    origins: list[tuple[ProcessorId, int]] = []
     for f in failures:
         if isinstance(f, (FailedTask, BadEpoch)):
             origins += [(p, f.epoch) for p in _named(graph, f.task_id)]
@@ -528,9 +536,9 @@ def _clear_downstream(graph: TaskGraph, failures: tuple[Failure, ...], rows: Map
                                                if uri)]
             if hit:
                 origins.append((task, min(hit)))
-    clear: dict[str, set[int]] = {}
+    clear: dict[ProcessorId, set[int]] = {}
     for origin, epoch in origins:
-        for t in [origin, *graph.tasks_downstream(task_of(origin))]:
+        for t in [origin, *graph.tasks_downstream(origin.task)]:
             clear.setdefault(t, set()).update(range(epoch, last_epoch + 1))
     return clear
 

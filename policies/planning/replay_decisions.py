@@ -24,7 +24,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-Instance = tuple[str, int]
+from falkirk.policies.ids import ProcessorId
+
+Instance = tuple[ProcessorId, int]
 """A task instance of the plan: (processor id, epoch)."""
 
 SETTLED = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
@@ -36,8 +38,8 @@ FAILED = frozenset({"failed", "upstream_failed"})
 class AirflowRun:
     """One DAG run as Airflow showed it: each instance's state and queue, and the run's state."""
 
-    states: Mapping[str, str | None]
-    queues: Mapping[str, str | None] = field(default_factory=dict)
+    states: Mapping[ProcessorId, str | None]
+    queues: Mapping[ProcessorId, str | None] = field(default_factory=dict)
     state: str | None = None
 
 
@@ -91,8 +93,8 @@ def clears_needed(wanted: Collection[Instance], runs: Mapping[int, AirflowRun], 
     return Clears(frozenset(clear), tuple(mark))
 
 
-def marks_in_order(kept: Collection[Instance], states: Mapping[int, Mapping[str, str | None]],
-                   reach: Mapping[str, int]) -> list[Instance]:
+def marks_in_order(kept: Collection[Instance], states: Mapping[int, Mapping[ProcessorId, str | None]],
+                   reach: Mapping[ProcessorId, int]) -> list[Instance]:
     """Of ``kept`` (instances of the plan's epochs that it keeps: committed, current, completed),
     those Airflow shows failed, in the order to mark them success: by epoch, then the task
     furthest downstream first (``reach``: how many tasks are downstream of it). Airflow clears
@@ -157,7 +159,7 @@ DONE = frozenset({"success", "skipped", "removed"})
 """Airflow states of a task instance that let its DAG run count as successful."""
 
 
-def runs_to_settle(runs: Mapping[str, tuple[str | None, Mapping[str, str | None]]]) -> Settle:
+def runs_to_settle(runs: Mapping[str, tuple[str | None, Mapping[ProcessorId, str | None]]]) -> Settle:
     """Of the replay's DAG runs (``run id -> (run state, {processor: instance state})``), those
     to set to success: failed runs whose every instance is now done; and those to queue again:
     failed runs whose instances not done are all not started. (Airflow clears the instances
@@ -229,8 +231,8 @@ def slots_to_free(active: Sequence[Mapping[str, str | None]], waiting: Collectio
         f"raise max_active_runs"))
 
 
-def affected_later(downstream: Mapping[str, Collection[str]], redone: Collection[str],
-                   keeps_state: Collection[str]) -> set[str]:
+def affected_later(downstream: Mapping[ProcessorId, Collection[ProcessorId]], redone: Collection[ProcessorId],
+                   keeps_state: Collection[ProcessorId]) -> set[ProcessorId]:
     """The tasks whose epochs after a plan's last one depend on epochs the plan redoes: the
     stateful tasks it re-runs, and every task downstream of a task it re-runs (``downstream``:
     each task's downstream tasks, itself excluded).
@@ -242,7 +244,7 @@ def affected_later(downstream: Mapping[str, Collection[str]], redone: Collection
     return {t for t in redone if t in keeps_state} | {d for t in redone for d in downstream.get(t, ())}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LaterRow:
     """What the sweep reads of a ledger row of an epoch after the plan's last one."""
 
@@ -285,7 +287,7 @@ def rows_to_sweep(rows: Iterable[LaterRow], last_epoch: int, affected: Collectio
 
     >>> at = datetime(2026, 1, 1)
     >>> up = {"source": {"source"}, "model": {"source", "model"}, "sink": {"source", "model", "sink"}}
-    >>> rows = [LaterRow("model", 6, 0, 3, at), LaterRow("model", 7, 0, 4, at), LaterRow("sink", 7, 0, 4, at)]
+    >>> rows = [LaterRow(processor="model", epoch=6, incarnation=0, rollbacks_seen=3, committed_at=at), LaterRow(processor="model", epoch=7, incarnation=0, rollbacks_seen=4, committed_at=at), LaterRow(processor="sink", epoch=7, incarnation=0, rollbacks_seen=4, committed_at=at)]
     >>> plan = [RolledBack("model", 5, version=4)]
     >>> [(r.processor, r.epoch) for r in rows_to_sweep(rows, 5, {"model", "sink"}, plan, up)]
     [('model', 6), ('model', 7), ('sink', 7)]

@@ -19,7 +19,7 @@ and running the task again, once the store is back, finds out what landed.
 
 >>> import tempfile, pyarrow as pa
 >>> uri = tempfile.mkdtemp() + "/t"
->>> key = CommitKey("orders", "aggregate", epoch=1)
+>>> key = CommitKey(dag_id="orders", task_id="aggregate", epoch=1)
 >>> commit_epoch(uri, pa.table({"epoch": [1, 1], "x": [10, 20]}), key).applied
 True
 >>> commit_epoch(uri, pa.table({"epoch": [1], "x": [99]}), key).applied   # the same key again
@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from falkirk.policies.ids import CommitId, OfProcessor
 from falkirk.policies.store.config import STORE_RETRY_ENV, store_retry_seconds  # noqa: F401 - part of this module's API
 
 if TYPE_CHECKING:
@@ -115,8 +116,8 @@ def unanswered(exc: BaseException) -> bool:
         exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError))
 
 
-@dataclass(frozen=True)
-class CommitKey:
+@dataclass(frozen=True, kw_only=True)
+class CommitKey(OfProcessor):
     """The idempotency key of one (task, epoch) commit.
 
     ``incarnation`` counts how often the epoch has been rolled back and redone: a
@@ -142,9 +143,8 @@ class CommitKey:
         return f"{self.app_id}/inputs/{self.inputs}"
 
 
-def inputs_fingerprint(reads: Iterable[tuple[object, ...]]) -> str:
-    """A short name for the set of commits an epoch was computed from, each given as a tuple
-    that includes its incarnation (for example (task, partition, epoch, incarnation)).
+def inputs_fingerprint(reads: Iterable[CommitId]) -> str:
+    """A short name for the set of commits an epoch was computed from.
 
     Two attempts at one (task, epoch) under one incarnation usually read the same commits, and
     then either attempt's rows may stand for the epoch. A recovery in between can change what
@@ -152,14 +152,17 @@ def inputs_fingerprint(reads: Iterable[tuple[object, ...]]) -> str:
     redone epoch): the fingerprints then differ, and the second attempt's commit replaces the
     first one's instead of adopting it (:func:`already_committed`).
 
-    >>> inputs_fingerprint([("rank", -1, 10, 0)]) == inputs_fingerprint([("rank", -1, 10, 0)])
+    >>> from falkirk.policies.ids import ProcessorId
+    >>> rank = lambda incarnation: CommitId(dag="d", processor=ProcessorId(task="rank"), epoch=10,
+    ...                                     incarnation=incarnation)
+    >>> inputs_fingerprint([rank(0)]) == inputs_fingerprint([rank(0)])
     True
-    >>> inputs_fingerprint([("rank", -1, 10, 0)]) == inputs_fingerprint([("rank", -1, 10, 1)])
+    >>> inputs_fingerprint([rank(0)]) == inputs_fingerprint([rank(1)])
     False
     >>> len(inputs_fingerprint([]))
     16
     """
-    text = "\n".join(sorted(repr(tuple(r)) for r in set(reads)))
+    text = "\n".join(sorted(str(r) for r in set(reads)))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -199,7 +202,7 @@ def already_committed(table: DeltaTable | None, key: OnceKey) -> bool:
 
     >>> import tempfile, pyarrow as pa
     >>> uri = tempfile.mkdtemp() + "/t"
-    >>> key = CommitKey("d", "rank", epoch=11, inputs=inputs_fingerprint([("rank", -1, 10, 0)]))
+    >>> key = CommitKey(dag_id="d", task_id="rank", epoch=11, inputs=inputs_fingerprint([("rank", -1, 10, 0)]))
     >>> _ = commit_epoch(uri, pa.table({"epoch": [11], "x": [1]}), key)
     >>> already_committed(open_table(uri), key)
     True
@@ -261,7 +264,7 @@ def collected_epochs(table: DeltaTable) -> set[int]:
     >>> import tempfile, pyarrow as pa
     >>> uri = tempfile.mkdtemp() + "/t"
     >>> for e in (1, 2, 3):
-    ...     _ = commit_epoch(uri, pa.table({"epoch": [e], "x": [e]}), CommitKey("d", "t", epoch=e))
+    ...     _ = commit_epoch(uri, pa.table({"epoch": [e], "x": [e]}), CommitKey(dag_id="d", task_id="t", epoch=e))
     >>> _ = open_table(uri).delete("epoch IN (1, 2)", commit_properties=collection_properties([1, 2]))
     >>> _ = open_table(uri).delete("epoch = 3")  # a delete that is no collection
     >>> sorted(collected_epochs(open_table(uri)))
@@ -289,7 +292,7 @@ def missing_commit(table: DeltaTable | None, uri: str, key: CommitKey, rows: int
 
     >>> import tempfile, pyarrow as pa
     >>> uri = tempfile.mkdtemp() + "/t"
-    >>> key = CommitKey("d", "t", epoch=1)
+    >>> key = CommitKey(dag_id="d", task_id="t", epoch=1)
     >>> _ = commit_epoch(uri, pa.table({"epoch": [1, 1], "x": [10, 20]}), key)
     >>> missing_commit(open_table(uri), uri, key, rows=2) is None
     True
@@ -352,7 +355,7 @@ def lost_files(table: DeltaTable, epoch: int, storage_options: Mapping[str, str]
 
     >>> import os, tempfile, pyarrow as pa
     >>> uri = tempfile.mkdtemp() + "/t"
-    >>> _ = commit_epoch(uri, pa.table({"epoch": [1], "x": [10]}), CommitKey("d", "t", epoch=1))
+    >>> _ = commit_epoch(uri, pa.table({"epoch": [1], "x": [10]}), CommitKey(dag_id="d", task_id="t", epoch=1))
     >>> lost_files(open_table(uri), 1)
     []
     >>> for f in open_table(uri).file_uris():
@@ -459,7 +462,7 @@ def commit_once(uri: str, key: OnceKey, write: Write, rows: int,
     >>> uri = tempfile.mkdtemp() + "/t"
     >>> rows = pa.table({"epoch": [1], "x": [7]})
     >>> write = lambda table, props: write_deltalake(uri, rows, mode="error", commit_properties=props)
-    >>> [commit_once(uri, CommitKey("d", "t", 1), write, rows=1).applied for _ in range(2)]
+    >>> [commit_once(uri, CommitKey(dag_id="d", task_id="t", epoch=1), write, rows=1).applied for _ in range(2)]
     [True, False]
     """
     first = [table]
@@ -797,11 +800,11 @@ def latest_version(uri: str, storage_options: dict[str, str] | None = None) -> i
     >>> uri = tempfile.mkdtemp() + "/t"
     >>> latest_version(uri) is None
     True
-    >>> commit_epoch(uri, pa.table({"epoch": [1], "x": [1]}), CommitKey("d", "t", epoch=1)).version
+    >>> commit_epoch(uri, pa.table({"epoch": [1], "x": [1]}), CommitKey(dag_id="d", task_id="t", epoch=1)).version
     0
     >>> latest_version(uri)
     0
-    >>> commit_epoch(uri, pa.table({"epoch": [2], "x": [2]}), CommitKey("d", "t", epoch=2)).version, latest_version(uri)
+    >>> commit_epoch(uri, pa.table({"epoch": [2], "x": [2]}), CommitKey(dag_id="d", task_id="t", epoch=2)).version, latest_version(uri)
     (1, 1)
     """
     key = (uri, tuple(sorted((storage_options or {}).items())))

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pyarrow as pa
 
+from falkirk.policies.ids import CommitId, ProcessorId
 from falkirk.policies.store.commits import append_once, compact_every, open_table, scan
 from falkirk.policies.store.config import StoreConfig
 
@@ -86,10 +87,6 @@ COMPLETION_SCHEMA = pa.schema(
         pa.field("completed_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
-
-InvalidationKey = tuple[str, str, int, int, int]
-"""(dag, task, map index, epoch, incarnation): one ledger row a recovery rolled back."""
-
 
 class DeliveryError(ValueError):
     """A delivery that cannot have happened; the message names the field and the fix."""
@@ -154,11 +151,11 @@ class Invalidations:
                              self.store.options_for(self.uri))
         return len(records) if result.applied else 0
 
-    def keys(self, dag_id: str | None = None) -> set[InvalidationKey]:
-        """Keys (dag, task, map index, epoch, incarnation) of the rows recoveries rolled back."""
+    def keys(self, dag_id: str | None = None) -> set[CommitId]:
+        """The commits recoveries rolled back."""
         return self.keys_and_version(dag_id)[0]
 
-    def keys_and_version(self, dag_id: str | None = None) -> tuple[set[InvalidationKey], int]:
+    def keys_and_version(self, dag_id: str | None = None) -> tuple[set[CommitId], int]:
         """:meth:`keys`, and the table version they were read at (-1: no rollback yet)."""
         rows, version = self.rows(dag_id)
         return keys_of(rows), version
@@ -239,14 +236,17 @@ class Invalidations:
 
     def next_incarnation(self, dag_id: str, task_id: str, epoch: int, map_index: int = -1) -> int:
         """The incarnation a new run of (task, epoch) commits under: one past the last rolled back."""
-        gone = [inc for d, t, m, e, inc in self.keys(dag_id) if (t, m, e) == (task_id, map_index, epoch)]
+        processor = ProcessorId(task=task_id, map_index=map_index)
+        gone = [c.incarnation for c in self.keys(dag_id) if (c.processor, c.epoch) == (processor, epoch)]
         return max(gone, default=-1) + 1
 
 
-def keys_of(rows: pa.Table) -> set[InvalidationKey]:
-    """The keys (dag, task, map index, epoch, incarnation) of rollback rows."""
+def keys_of(rows: pa.Table) -> set[CommitId]:
+    """The commits rollback rows name."""
     cols = rows.select(["dag_id", "task_id", "map_index", "epoch", "incarnation"]).to_pydict()
-    return set(zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"], cols["incarnation"]))
+    return {CommitId(dag=d, processor=ProcessorId(task=t, map_index=m), epoch=e, incarnation=i)
+            for d, t, m, e, i in zip(cols["dag_id"], cols["task_id"], cols["map_index"], cols["epoch"],
+                                     cols["incarnation"])}
 
 
 class Collections:
@@ -396,7 +396,7 @@ class PairLayouts:
                 best[key] = row
         if not best:
             return None
-        return Layout(tuple(Replica(t, p, r, row["worker"], Status(row["status"]), row["version"], row["generation"])
+        return Layout(tuple(Replica(task=t, partition=p, replica=r, worker=row["worker"], status=Status(row["status"]), version=row["version"], generation=row["generation"])
                             for (t, p, r), row in sorted(best.items())))
 
     def history(self, dag_id: str) -> list[dict]:

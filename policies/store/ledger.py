@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
-from falkirk.policies.partitions import processor_id
+from falkirk.policies.ids import CommitId, OfCommit, OfProcessor, ProcessorId
 from falkirk.policies.regimes import Regime, RegimeError
 from falkirk.policies.store.commits import (
     CommitKey,
@@ -47,7 +47,7 @@ from falkirk.policies.store.commits import (
     scan_since,
 )
 from falkirk.policies.store.config import StoreConfig
-from falkirk.policies.store.control import INVALIDATION_SCHEMA, InvalidationKey, Invalidations, keys_of
+from falkirk.policies.store.control import INVALIDATION_SCHEMA, Invalidations, keys_of
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -139,8 +139,8 @@ class OutputRef:
     product: bool = False
 
 
-@dataclass(frozen=True)
-class InputRef:
+@dataclass(frozen=True, kw_only=True)
+class InputRef(OfProcessor):
     """M̄ for one input: the last epoch of ``task_id``'s ``output`` this task has consumed.
 
     ``reads_back``: how many epochs before its own the task's epoch read (a window of three
@@ -154,19 +154,15 @@ class InputRef:
     # The producer partition read (-1: the producer is not partitioned).
     map_index: int = -1
 
-    @property
-    def processor(self) -> str:
-        """The producer as the planner names it: ``task`` or, for one partition, ``task[i]``."""
-        return processor_id(self.task_id, self.map_index)
 
 
-@dataclass(frozen=True)
-class AssetInput:
+@dataclass(frozen=True, kw_only=True)
+class AssetInput(OfCommit):
     """One epoch of another DAG's task that this task's run consumed through an Airflow Asset,
     and the incarnation of that epoch it read (a recovery's redo of the epoch is a new one, and
     leaves this run stale).
 
-    >>> read = AssetInput("orders.ranking", "orders", "publish", "output", epoch=3, incarnation=1)
+    >>> read = AssetInput(asset="orders.ranking", dag_id="orders", task_id="publish", output="output", epoch=3, incarnation=1)
     >>> read.processor, read.producer
     ('publish', 'orders.publish')
     """
@@ -180,10 +176,6 @@ class AssetInput:
     # The producer partition read (-1: the producer is not partitioned).
     map_index: int = -1
 
-    @property
-    def processor(self) -> str:
-        """The producer as its own DAG's planner names it: ``task`` or ``task[i]``."""
-        return processor_id(self.task_id, self.map_index)
 
     @property
     def producer(self) -> str:
@@ -191,8 +183,8 @@ class AssetInput:
         return f"{self.dag_id}.{self.processor}"
 
 
-@dataclass(frozen=True)
-class LedgerEntry:
+@dataclass(frozen=True, kw_only=True)
+class LedgerEntry(OfCommit):
     """One checkpoint of one task: the metadata of its (task, epoch) commit."""
 
     dag_id: str
@@ -239,16 +231,8 @@ class LedgerEntry:
 
     @property
     def key(self) -> CommitKey:
-        return CommitKey(self.dag_id, self.task_id, self.epoch, self.map_index, self.incarnation)
+        return CommitKey(dag_id=self.dag_id, task_id=self.task_id, epoch=self.epoch, map_index=self.map_index, incarnation=self.incarnation)
 
-    @property
-    def processor(self) -> str:
-        """The task as the planner names it: ``task`` or, for one partition, ``task[i]``.
-
-        >>> LedgerEntry("d", "tally", 1, "eager_checkpoint", "r1", 1, map_index=2).processor
-        'tally[2]'
-        """
-        return processor_id(self.task_id, self.map_index)
 
     @property
     def frontier(self) -> dict[str, int]:
@@ -262,7 +246,7 @@ class LedgerEntry:
     def scratch_uris(self) -> tuple[str, ...]:
         """The tables of this commit kept in the scratch tier: on ``worker``'s local disk.
 
-        >>> LedgerEntry("d", "t", 3, "lazy_checkpoint(every=2)", "r3", 1, state_uri="/s/d/t/state",
+        >>> LedgerEntry(dag_id="d", task_id="t", epoch=3, regime="lazy_checkpoint(every=2)", run_id="r3", try_number=1, state_uri="/s/d/t/state",
         ...             state_tier="scratch", worker="worker-a").scratch_uris()
         ('/s/d/t/state',)
         """
@@ -330,7 +314,7 @@ class Ledger:
         >>> row = LedgerEntry(dag_id="orders", task_id="ingest", epoch=1, regime="ephemeral", run_id="r1",
         ...                   try_number=1)
         >>> before = ledger.dag_version("orders")
-        >>> _ = ledger.append(row), ledger.append(LedgerEntry("clicks", "clean", 1, "ephemeral", "r1", 1))
+        >>> _ = ledger.append(row), ledger.append(LedgerEntry(dag_id="clicks", task_id="clean", epoch=1, regime="ephemeral", run_id="r1", try_number=1))
         >>> _ = ledger.invalidations.record([row], "plan-1")
         >>> before, ledger.dag_version("orders"), ledger.dag_version("clicks")
         (0, 2, 1)
@@ -455,7 +439,7 @@ class Ledger:
         return max(matches, key=lambda e: e.incarnation, default=None)
 
 
-def entries_of(rows: pa.Table, gone: set[InvalidationKey]) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
+def entries_of(rows: pa.Table, gone: set[CommitId]) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
     """Ledger rows as entries: the current ones and those named in ``gone`` (rolled back), each
     ordered by epoch, then task and map index."""
     cols = rows.to_pydict()
@@ -465,7 +449,7 @@ def entries_of(rows: pa.Table, gone: set[InvalidationKey]) -> tuple[list[LedgerE
     # Two racing attempts may both append before either sees the other: keep the first.
     for i in sorted(range(len(cols.get("dag_id", []))), key=cols["committed_at"].__getitem__):
         entry = LedgerEntry.from_row({n: cols[n][i] for n in names})
-        if (entry.dag_id, entry.task_id, entry.map_index, entry.epoch, entry.incarnation) in gone:
+        if entry.commit_id in gone:
             rolled_back.append(entry)
             continue
         seen.setdefault((entry.key.app_id, entry.incarnation), entry)
@@ -482,11 +466,11 @@ class PinnedRows:
     >>> from falkirk.policies.store import StoreConfig
     >>> root = tempfile.mkdtemp()
     >>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
-    >>> _ = ledger.append(LedgerEntry("orders", "ingest", 1, "ephemeral", "r1", 1))
+    >>> _ = ledger.append(LedgerEntry(dag_id="orders", task_id="ingest", epoch=1, regime="ephemeral", run_id="r1", try_number=1))
     >>> pinned = PinnedRows(ledger.uri, None, "orders", SCHEMA)
     >>> pinned.refresh(), pinned.rows.num_rows        # the first read: the whole table
     (1, 1)
-    >>> _ = ledger.append(LedgerEntry("orders", "ingest", 2, "ephemeral", "r2", 1))
+    >>> _ = ledger.append(LedgerEntry(dag_id="orders", task_id="ingest", epoch=2, regime="ephemeral", run_id="r2", try_number=1))
     >>> pinned.refresh(), pinned.rows.num_rows        # then only the commit made since
     (0, 2)
     """
@@ -537,13 +521,13 @@ class LedgerSnapshot:
     >>> from falkirk.policies.store import StoreConfig
     >>> root = tempfile.mkdtemp()
     >>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
-    >>> first = LedgerEntry("orders", "ingest", 1, "ephemeral", "r1", 1)
+    >>> first = LedgerEntry(dag_id="orders", task_id="ingest", epoch=1, regime="ephemeral", run_id="r1", try_number=1)
     >>> _ = ledger.append(first), ledger.invalidations.record([first], "plan-1")
-    >>> _ = ledger.append(LedgerEntry("orders", "ingest", 1, "ephemeral", "r1", 2, incarnation=1))
+    >>> _ = ledger.append(LedgerEntry(dag_id="orders", task_id="ingest", epoch=1, regime="ephemeral", run_id="r1", try_number=2, incarnation=1))
     >>> snap = LedgerSnapshot(ledger, "orders")
     >>> snap.find("ingest", 1).incarnation, snap.next_incarnation("ingest", 1), snap.scans
     (1, 1, 2)
-    >>> _ = ledger.append(LedgerEntry("orders", "ingest", 2, "ephemeral", "r2", 1))
+    >>> _ = ledger.append(LedgerEntry(dag_id="orders", task_id="ingest", epoch=2, regime="ephemeral", run_id="r2", try_number=1))
     >>> snap.find("ingest", 2).epoch, snap.scans, snap.refreshes   # not in the snapshot: brought up to date
     (2, 2, 1)
     """
@@ -613,11 +597,11 @@ class LedgerSnapshot:
         >>> from falkirk.policies.store import StoreConfig
         >>> root = tempfile.mkdtemp()
         >>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
-        >>> on_a = LedgerEntry("d", "rank", 1, "lazy_checkpoint(every=2)", "r1", 1, worker="worker-a",
+        >>> on_a = LedgerEntry(dag_id="d", task_id="rank", epoch=1, regime="lazy_checkpoint(every=2)", run_id="r1", try_number=1, worker="worker-a",
         ...                    state_uri=root + "/scratch/worker-a/d/rank/state", state_tier="scratch")
-        >>> on_b = LedgerEntry("d", "events", 1, "ephemeral", "r1", 1, worker="worker-b", outputs=(
+        >>> on_b = LedgerEntry(dag_id="d", task_id="events", epoch=1, regime="ephemeral", run_id="r1", try_number=1, worker="worker-b", outputs=(
         ...     OutputRef("output", root + "/scratch/worker-b/d/events/output", "scratch", 1, 10, None),))
-        >>> durable = LedgerEntry("d", "stats", 1, "eager_checkpoint", "r1", 1, worker="worker-c")
+        >>> durable = LedgerEntry(dag_id="d", task_id="stats", epoch=1, regime="eager_checkpoint", run_id="r1", try_number=1, worker="worker-c")
         >>> _ = [ledger.append(e) for e in (on_a, on_b, durable)]
         >>> _ = ledger.invalidations.record([on_b], "plan-1")
         >>> sorted(LedgerSnapshot(ledger, "d").workers_holding_scratch())  # events' row was rolled back
@@ -638,7 +622,9 @@ class LedgerSnapshot:
         first: dict[tuple, int] = {}  # racing attempts of one (task, epoch, incarnation): the first appended
         for i in sorted(range(len(cols["task_id"])), key=cols["committed_at"].__getitem__):
             key = (cols["task_id"][i], cols["map_index"][i], cols["epoch"][i], cols["incarnation"][i])
-            if (self.dag_id, *key) not in self.gone:
+            commit = CommitId(dag=self.dag_id, processor=ProcessorId(task=key[0], map_index=key[1]), epoch=key[2],
+                              incarnation=key[3])
+            if commit not in self.gone:
                 first.setdefault(key, i)
         held = set()
         for i in first.values():
@@ -674,5 +660,6 @@ class LedgerSnapshot:
 
     def next_incarnation(self, task_id: str, epoch: int, map_index: int = -1) -> int:
         """The incarnation the next run of (task, epoch) commits under: one past the last rolled back."""
-        rolled = [inc for _, t, m, e, inc in self.gone if (t, m, e) == (task_id, map_index, epoch)]
+        processor = ProcessorId(task=task_id, map_index=map_index)
+        rolled = [c.incarnation for c in self.gone if (c.processor, c.epoch) == (processor, epoch)]
         return max(rolled, default=-1) + 1

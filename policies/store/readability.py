@@ -14,7 +14,7 @@ must not rely on a copy that can vanish with its worker).
 >>> from falkirk.policies.store.commits import CommitKey
 >>> root = tempfile.mkdtemp()
 >>> readable = StoreReadability(StoreConfig(root + "/store", root + "/scratch"), entries=[])
->>> readable(root + "/store/d/t/output", CommitKey("d", "t", epoch=1))   # no such table
+>>> readable(root + "/store/d/t/output", CommitKey(dag_id="d", task_id="t", epoch=1))   # no such table
 False
 >>> without(lambda uri, key: True, [root + "/scratch"])(root + "/scratch/d/t/state", None)
 False
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from falkirk.policies.partitions import processor_id
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store.commits import (
     CommitKey,
@@ -80,7 +80,7 @@ class StoreReadability:
             return key.epoch <= self._delivered[key.dag_id].get(key.task_id, 0)
         if key.dag_id not in self._collected:
             self._collected[key.dag_id] = Collections(self.store).through(key.dag_id)
-        if key.epoch <= self._collected[key.dag_id].get(processor_id(key.task_id, key.map_index), 0) and uri in (
+        if key.epoch <= self._collected[key.dag_id].get(ProcessorId(task=key.task_id, map_index=key.map_index), 0) and uri in (
                 self.store.table_uri(tier, key.dag_id, key.task_id, "state", key.map_index) for tier in Tier):
             return False
         if uri not in self._exists:

@@ -21,7 +21,7 @@ would need an input of that epoch to be rolled back, and every step read it.
 >>> from falkirk.policies.store.config import StoreConfig
 >>> root = tempfile.mkdtemp()
 >>> steps = StepLog(StoreConfig(root + "/store", root + "/scratch"))
->>> cp = StepCheckpoint("d", "rank", -1, epoch=3, incarnation=0, kind="iteration", step=10, of=30,
+>>> cp = StepCheckpoint(dag_id="d", task_id="rank", map_index=-1, epoch=3, incarnation=0, kind="iteration", step=10, of=30,
 ...                     uri=root + "/store/d/rank/steps-iteration-10", tier="durable", version=0, rows=5)
 >>> steps.append(cp), steps.append(cp)
 (True, False)
@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from falkirk.policies.partitions import processor_id
+from falkirk.policies.ids import CommitId, OfCommit, ProcessorId
 from falkirk.policies.store.commits import CommitKey, append_once, compact_every, open_table, scan
 from falkirk.policies.store.config import StoreConfig
 from falkirk.policies.store.ledger import COMPACT_EVERY
@@ -68,12 +68,8 @@ SCHEMA = pa.schema(
 
 KINDS = ("iteration", "chunk")
 
-RowKey = tuple[str, int, int, int]
-"""(task, map index, epoch, incarnation): one ledger row a step checkpoint was computed from."""
-
-
-@dataclass(frozen=True)
-class StepCheckpoint:
+@dataclass(frozen=True, kw_only=True)
+class StepCheckpoint(OfCommit):
     """One checkpoint inside an epoch: ``step`` of ``of`` iterations (or chunks) done at lex time
     ``(epoch, step)``, its carried rows in the table at ``uri``."""
 
@@ -89,7 +85,7 @@ class StepCheckpoint:
     tier: str
     version: int
     rows: int
-    depends_on: tuple[RowKey, ...] = ()
+    depends_on: tuple[CommitId, ...] = ()
     worker: str | None = None
     try_number: int = 1
     committed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -105,9 +101,6 @@ class StepCheckpoint:
         """The lex time (epoch, step) this checkpoint restores to."""
         return (self.epoch, self.step)
 
-    @property
-    def processor(self) -> str:
-        return processor_id(self.task_id, self.map_index)
 
     @property
     def progress(self) -> str:
@@ -117,7 +110,7 @@ class StepCheckpoint:
     @property
     def key(self) -> CommitKey:
         """The idempotency key of its table commit (one table per step: the epoch's key is enough)."""
-        return CommitKey(self.dag_id, self.task_id, self.epoch, self.map_index, self.incarnation)
+        return CommitKey(dag_id=self.dag_id, task_id=self.task_id, epoch=self.epoch, map_index=self.map_index, incarnation=self.incarnation)
 
 
 def table_name(kind: str, step: int) -> str:
@@ -139,8 +132,8 @@ class StepLog:
     def append(self, cp: StepCheckpoint) -> bool:
         """Record ``cp`` (its table commit is made); ``False`` when it was already recorded."""
         record = {**{f: getattr(cp, f) for f in SCHEMA.names if f != "depends_on"},
-                  "depends_on": json.dumps([list(k) for k in cp.depends_on])}
-        once = CommitKey(cp.dag_id, f"steps/{cp.task_id}/{cp.kind}-{cp.step}", cp.epoch, cp.map_index, cp.incarnation)
+                  "depends_on": json.dumps([[d.task, d.map_index, d.epoch, d.incarnation] for d in cp.depends_on])}
+        once = CommitKey(dag_id=cp.dag_id, task_id=f"steps/{cp.task_id}/{cp.kind}-{cp.step}", epoch=cp.epoch, map_index=cp.map_index, incarnation=cp.incarnation)
         result = append_once(self.uri, pa.Table.from_pylist([record], schema=SCHEMA), once,
                              self.store.options_for(self.uri))
         compact_every(result, COMPACT_EVERY, self.store.options_for(self.uri), "step log")
@@ -171,31 +164,32 @@ class StepLog:
 
 
 def _from_record(r: dict) -> StepCheckpoint:
-    deps = tuple((str(t), int(m), int(e), int(i)) for t, m, e, i in json.loads(r["depends_on"]))
+    deps = tuple(CommitId(dag=r["dag_id"], processor=ProcessorId(task=str(t), map_index=int(m)), epoch=int(e),
+                          incarnation=int(i)) for t, m, e, i in json.loads(r["depends_on"]))
     return StepCheckpoint(**{**{k: v for k, v in r.items() if k != "depends_on"}, "depends_on": deps})
 
 
 def latest_usable(checkpoints: Iterable[StepCheckpoint], kind: str, of: int,
-                  invalidated: set[tuple[str, str, int, int, int]],
-                  current: dict[tuple[str, int, int], int]) -> list[StepCheckpoint]:
+                  invalidated: set[CommitId], current: set[CommitId]) -> list[StepCheckpoint]:
     """The checkpoints a new attempt may resume from, latest first: of this ``kind`` and count
-    ``of``, computed only from ledger rows that are neither rolled back (``invalidated``: keys
-    (dag, task, map index, epoch, incarnation)) nor replaced by a newer incarnation (``current``:
-    (task, map index, epoch) -> the incarnation of its row now).
+    ``of``, computed only from ledger rows that are neither rolled back (``invalidated``) nor
+    replaced by a newer incarnation (each is one of the ``current`` rows).
 
-    >>> cp = lambda step, deps: StepCheckpoint("d", "rank", -1, 2, 0, "iteration", step, 9, "/t", "durable", 0, 1,
-    ...                                        depends_on=deps)
-    >>> ok, redone = (("links", -1, 2, 0),), (("links", -1, 2, 1),)
-    >>> [c.step for c in latest_usable([cp(3, ok), cp(6, redone)], "iteration", 9, set(), {("links", -1, 2): 0})]
+    >>> links = lambda incarnation: CommitId(dag="d", processor=ProcessorId(task="links"), epoch=2,
+    ...                                      incarnation=incarnation)
+    >>> cp = lambda step, deps: StepCheckpoint(dag_id="d", task_id="rank", map_index=-1, epoch=2, incarnation=0,
+    ...                                        kind="iteration", step=step, of=9, uri="/t", tier="durable",
+    ...                                        version=0, rows=1, depends_on=deps)
+    >>> [c.step for c in latest_usable([cp(3, (links(0),)), cp(6, (links(1),))], "iteration", 9, set(), {links(0)})]
     [3]
-    >>> latest_usable([cp(3, ok)], "iteration", 9, {("d", "links", -1, 2, 0)}, {})
+    >>> latest_usable([cp(3, (links(0),))], "iteration", 9, {links(0)}, {links(0)})
     []
     """
     usable = []
     for c in checkpoints:
         if c.kind != kind or c.of != of:
             continue
-        if any((c.dag_id, t, m, e, i) in invalidated or current.get((t, m, e), i) != i for t, m, e, i in c.depends_on):
+        if any(d in invalidated or d not in current for d in c.depends_on):
             continue
         usable.append(c)
     return sorted(usable, key=lambda c: c.step, reverse=True)

@@ -7,13 +7,13 @@ jobs that need the whole graph (``events`` acknowledging its source) share one d
 import os
 
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint
-from falkirk.policies.planning.chains import DataEdge, TaskGraph
+from falkirk.policies.planning.chains import TaskGraph
 
 REGIMES = {"events": Ephemeral(), "popularity": Batch(log_outputs=True), "rank": LazyCheckpoint(every=3),
            "answers": Ephemeral(), "stats": EagerCheckpoint()}
 EDGES = [("events", "popularity"), ("events", "rank"), ("popularity", "answers"), ("rank", "answers"),
          ("answers", "stats")]
-GRAPH = TaskGraph(tuple(REGIMES), tuple(DataEdge(up, "output", down) for up, down in EDGES))
+GRAPH = TaskGraph.of(REGIMES, EDGES)
 
 
 def local_file(env_var: str, durable_uri: str, dag_id: str, name: str, holds: str) -> str:

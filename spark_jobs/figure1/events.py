@@ -25,7 +25,7 @@ def compute(ctx: EpochContext) -> EpochResult:
     source = ClickstreamSource.for_dag(ctx.store.durable_uri, ctx.args.dag_id)
     readable = durable_only(StoreReadability(ctx.store), ctx.store.scratch_uri)
     acknowledged = acknowledged_inputs(ctx.ledger.entries(ctx.args.dag_id), readable, GRAPH)
-    source.acknowledge(acknowledged.get(ctx.args.task_id, 0))
+    source.acknowledge(acknowledged.get(ctx.args.processor, 0))
     raw = source.read(ctx.spark, ctx.epoch)
     kept = raw.where((F.col("kind") != "bot") & (F.col("dwell_ms") >= MIN_DWELL_MS))
     reduced = kept.groupBy("user", "item").agg(

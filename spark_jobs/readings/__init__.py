@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 
 from falkirk.policies import Ephemeral, LazyCheckpoint
-from falkirk.policies.planning.chains import DataEdge, TaskGraph
+from falkirk.policies.planning.chains import TaskGraph
 from falkirk.policies.regimes import Regime
 
 EDGES = [("intake", "tally"), ("tally", "deliver")]
-GRAPH = TaskGraph(("intake", "tally", "deliver"), tuple(DataEdge(up, "output", down) for up, down in EDGES))
+GRAPH = TaskGraph.of(("intake", "tally", "deliver"), EDGES)
 INBOX_ENV, OUTBOX_ENV = "FALKIRK_READINGS_INBOX", "FALKIRK_READINGS_OUTBOX"
 
 

@@ -8,6 +8,7 @@ the monitor (:func:`falkirk.policies.planning.collector.collect` with ``acknowle
 
 from __future__ import annotations
 
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies.planning.monitor import acknowledged_inputs
 from falkirk.policies.store.readability import StoreReadability, durable_only
 from falkirk.spark_jobs.inbox import Inbox
@@ -24,7 +25,7 @@ def inbox(ctx: EpochContext) -> Inbox:
 def compute(ctx: EpochContext) -> EpochResult:
     box = inbox(ctx)
     readable = durable_only(StoreReadability(ctx.store), ctx.store.scratch_uri)
-    box.acknowledge(acknowledged_inputs(ctx.ledger.entries(ctx.args.dag_id), readable, GRAPH)["intake"])
+    box.acknowledge(acknowledged_inputs(ctx.ledger.entries(ctx.args.dag_id), readable, GRAPH)[ProcessorId(task="intake")])
     rows = box.read(ctx.epoch)
     frame = ctx.spark.createDataFrame(rows, schema=SCHEMA) if rows else ctx.spark.createDataFrame([], SCHEMA)
     return EpochResult(outputs={"output": frame.where("kwh > 0").select("meter", "kwh")})

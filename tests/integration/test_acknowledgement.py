@@ -86,7 +86,7 @@ def test_scenario_g1_acknowledgements_and_collection_step_by_step(spark, tmp_pat
         inbox.deliver(epoch, [reading(epoch, i) for i in range(READINGS)])
 
     def run(task: str, epoch: int) -> None:
-        spec = JobSpec(dag, task, epoch, regimes(logs)[task], f"epoch-{epoch}", inputs=INPUTS[task],
+        spec = JobSpec(dag_id=dag, task_id=task, epoch=epoch, regime=regimes(logs)[task], run_id=f"epoch-{epoch}", inputs=INPUTS[task],
                        incarnation=ledger.invalidations.next_incarnation(dag, task, epoch))
         ctx = EpochContext(spec, store, ledger, spark)
         commit(ctx, JOBS[task](ctx))
@@ -155,7 +155,7 @@ def test_bad_delivery_reports_are_refused_and_change_nothing(spark, tmp_path, mo
     inbox = Inbox(location("FALKIRK_READINGS_INBOX", store.durable_uri, "bad", "inbox"))
     inbox.deliver(1, [reading(1, i) for i in range(READINGS)])
     for task in GRAPH.tasks:
-        spec = JobSpec("bad", task, 1, regimes(False)[task], "epoch-1", inputs=INPUTS[task])
+        spec = JobSpec(dag_id="bad", task_id=task, epoch=1, regime=regimes(False)[task], run_id="epoch-1", inputs=INPUTS[task])
         ctx = EpochContext(spec, store, ledger, spark)
         commit(ctx, JOBS[task](ctx))
     [row] = ledger.entries("bad", "deliver")

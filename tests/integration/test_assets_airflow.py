@@ -250,7 +250,7 @@ def test_each_producer_epoch_starts_one_consumer_run_that_records_what_it_read(j
     assert all(r["logical_date"] is None for r in runs)
     rows = Ledger(store).entries(LEADERS, "leaders")
     assert [(r.epoch, r.run_id, r.asset_inputs) for r in rows] == [
-        (e, runs[e - 1]["dag_run_id"], (AssetInput(ASSET, DAG_ID, "publish", "output", e, 0),)) for e in EPOCHS]
+        (e, runs[e - 1]["dag_run_id"], (AssetInput(asset=ASSET, dag_id=DAG_ID, task_id="publish", output="output", epoch=e, incarnation=0),)) for e in EPOCHS]
     [edge] = asset_edges(rows)
     assert (edge.producer_dag, edge.producer_task, edge.consumer_dag, edge.consumer_task, edge.consumed) == (
         DAG_ID, "publish", LEADERS, "leaders", {e: (e,) for e in EPOCHS})
@@ -688,7 +688,7 @@ def test_a_producer_killed_after_its_commit_is_marked_success_and_its_event_emit
     assert client.wait_for_run(LEADERS, run["dag_run_id"], timeout=600) == "success"
     [row] = [e for e in Ledger(store).entries(LEADERS, "leaders") if e.epoch == 7]
     assert (row.run_id, row.asset_inputs) == (run["dag_run_id"],
-                                              (AssetInput(ASSET, DAG_ID, "publish", "output", 7, 1),))
+                                              (AssetInput(asset=ASSET, dag_id=DAG_ID, task_id="publish", output="output", epoch=7, incarnation=1),))
     assert _state(store, 7) == _oracle(table_rows(store, "publish/output"), list(range(1, 8)))
     # emitted once: a replay resumed after emitting them (or a refused re-run of an epoch whose
     # first attempt succeeded) finds the commit's event and emits none again
@@ -804,7 +804,7 @@ def test_a_consumer_paused_while_its_producer_publishes_is_recovered_by_the_plan
     rows = {e.epoch: e for e in Ledger(store).entries(LEADERS, "leaders")}
     publish = {e.epoch: e.incarnation for e in Ledger(store).entries(DAG_ID, "publish")}
     assert [(rows[e].run_id, rows[e].asset_inputs) for e in (9, 10)] == [
-        (run["dag_run_id"], (AssetInput(ASSET, DAG_ID, "publish", "output", e, publish[e]),))
+        (run["dag_run_id"], (AssetInput(asset=ASSET, dag_id=DAG_ID, task_id="publish", output="output", epoch=e, incarnation=publish[e]),))
         for e, run in ((9, nine), (10, ten))]
     _leaders_follow_the_ranking(store, range(1, 11))
     _as_in_the_failure_free_run(store, reference)
@@ -900,7 +900,7 @@ def test_a_discard_of_a_producer_epoch_withdraws_the_consumer_epoch_that_read_it
     [row] = [e for e in Ledger(store).entries(LEADERS, "leaders") if e.epoch == 10]
     [redo] = [e for e in Ledger(store).entries(DAG_ID, "publish") if e.epoch == 10]
     assert (row.run_id, row.asset_inputs) == (new["dag_run_id"], (
-        AssetInput(ASSET, DAG_ID, "publish", "output", 10, redo.incarnation),))
+        AssetInput(asset=ASSET, dag_id=DAG_ID, task_id="publish", output="output", epoch=10, incarnation=redo.incarnation),))
     assert [r for r in table_rows(store, "publish/output") if r["epoch"] == 10] == ranking
     assert {e: _state(store, e) for e in range(1, 11)} == before
     _leaders_follow_the_ranking(store, range(1, 11))

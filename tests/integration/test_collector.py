@@ -69,7 +69,7 @@ def run_epoch(spark, store: StoreConfig, dag: str, epoch: int, tasks=tuple(REGIM
     ledger = Ledger(store)
     for task in tasks:
         inc = ledger.invalidations.next_incarnation(dag, task, epoch)
-        ctx = EpochContext(JobSpec(dag, task, epoch, REGIMES[task], f"epoch-{epoch}", inputs=INPUTS[task],
+        ctx = EpochContext(JobSpec(dag_id=dag, task_id=task, epoch=epoch, regime=REGIMES[task], run_id=f"epoch-{epoch}", inputs=INPUTS[task],
                                    incarnation=inc), store, ledger, spark)
         commit(ctx, job(ctx))
 

@@ -43,8 +43,8 @@ def test_killed_attempts_leave_no_partial_data_and_a_rerun_commits_once(store: S
                                                                          spark_connect: SparkConnectServer) -> None:
     s3 = request.getfixturevalue("s3") if store.durable_uri.startswith("s3://") else None
     spark_submit = spark_connect.submit
-    ingest = JobSpec(DAG_ID, "ingest", epoch=1, regime=Ephemeral(), run_id="epoch-1")
-    aggregate = JobSpec(DAG_ID, "aggregate", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", inputs=("ingest",))
+    ingest = JobSpec(dag_id=DAG_ID, task_id="ingest", epoch=1, regime=Ephemeral(), run_id="epoch-1")
+    aggregate = JobSpec(dag_id=DAG_ID, task_id="aggregate", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", inputs=("ingest",))
     output_uri = store.table_uri(Tier.DURABLE, DAG_ID, "aggregate", "output")
     state_uri = store.table_uri(Tier.DURABLE, DAG_ID, "aggregate", "state")
     options = store.options_for(output_uri)

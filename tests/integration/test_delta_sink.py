@@ -23,7 +23,7 @@ def test_both_writers_commit_the_same_rows(spark, tmp_path: Path, limit: int, wr
 
     frame = spark.range(ROWS).selectExpr("id as item", "id * 3 as clicks").repartition(2)
     uri = str(tmp_path / "table")
-    key = CommitKey("sink", "t", 4, -1, 1)
+    key = CommitKey(dag_id="sink", task_id="t", epoch=4, map_index=-1, incarnation=1)
     result = publish(stage(frame, uri, key, driver_write_max_rows=limit))
 
     table = open_table(uri)
@@ -37,8 +37,8 @@ def test_both_writers_commit_the_same_rows(spark, tmp_path: Path, limit: int, wr
 def test_an_empty_epoch_commits_no_file_and_a_second_commit_changes_nothing(spark, tmp_path: Path) -> None:
     uri = str(tmp_path / "table")
     empty = spark.createDataFrame([], "item long")
-    first = commit_frame(empty, uri, CommitKey("sink", "t", 1, -1, 1))
-    again = commit_frame(spark.range(3).selectExpr("id as item"), uri, CommitKey("sink", "t", 1, -1, 1))
+    first = commit_frame(empty, uri, CommitKey(dag_id="sink", task_id="t", epoch=1, map_index=-1, incarnation=1))
+    again = commit_frame(spark.range(3).selectExpr("id as item"), uri, CommitKey(dag_id="sink", task_id="t", epoch=1, map_index=-1, incarnation=1))
     assert (first.applied, first.rows) == (True, 0) and not again.applied
     assert open_table(uri).version() == 0 and _epoch_files(uri, 1) == []
 
@@ -50,7 +50,7 @@ def test_epochs_racing_to_create_the_table_both_commit_once(spark, tmp_path: Pat
     import falkirk.spark_jobs.delta_sink as sink
 
     uri = str(tmp_path / "table")
-    keys = [CommitKey("sink", "t", epoch, -1, 0) for epoch in (1, 2)]
+    keys = [CommitKey(dag_id="sink", task_id="t", epoch=epoch, map_index=-1, incarnation=0) for epoch in (1, 2)]
     staged = [sink.stage(spark.range(3).selectExpr(f"id + {10 * k.epoch} as item"), uri, k) for k in keys]
     assert all(s.table is None for s in staged)  # neither saw a table
     assert sink.publish(staged[0]).applied
@@ -82,7 +82,7 @@ def test_an_epoch_whose_table_changed_metadata_under_it_commits_on_a_second_look
     import falkirk.spark_jobs.delta_sink as sink
 
     uri = str(tmp_path / "table")
-    assert sink.publish(sink.stage(spark.range(2).selectExpr("id as item"), uri, CommitKey("sink", "t", 1))).applied
+    assert sink.publish(sink.stage(spark.range(2).selectExpr("id as item"), uri, CommitKey(dag_id="sink", task_id="t", epoch=1))).applied
     real_check, looks = commits.already_committed, []
 
     def metadata_changes_after_the_first_look(table, key):
@@ -91,7 +91,7 @@ def test_an_epoch_whose_table_changed_metadata_under_it_commits_on_a_second_look
             open_table(uri).alter.set_table_properties({"delta.logRetentionDuration": "interval 31 days"})
         return real_check(table, key)
 
-    staged = sink.stage(spark.range(2).selectExpr("id + 20 as item"), uri, CommitKey("sink", "t", 2))
+    staged = sink.stage(spark.range(2).selectExpr("id + 20 as item"), uri, CommitKey(dag_id="sink", task_id="t", epoch=2))
     monkeypatch.setattr(commits, "already_committed", metadata_changes_after_the_first_look)
     with pytest.raises(Exception, match="Failed to commit transaction|Metadata changed"):
         sink.publish(staged, attempts=1)
@@ -101,4 +101,4 @@ def test_an_epoch_whose_table_changed_metadata_under_it_commits_on_a_second_look
     assert table.version() == 3  # epoch 1, two metadata changes, epoch 2
     assert sorted((r["item"], r["epoch"]) for r in scan(table).to_pylist()) == [(0, 1), (1, 1), (20, 2), (21, 2)]
     monkeypatch.undo()
-    assert not sink.publish(sink.stage(spark.range(2).selectExpr("id as item"), uri, CommitKey("sink", "t", 2))).applied
+    assert not sink.publish(sink.stage(spark.range(2).selectExpr("id as item"), uri, CommitKey(dag_id="sink", task_id="t", epoch=2))).applied

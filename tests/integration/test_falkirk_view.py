@@ -84,11 +84,11 @@ def write_wide_history(store: StoreConfig, epochs: int = 500) -> int:
             out = regime.output_tier(epoch).value
             state = regime.state_tier(epoch)
             rows.append(LedgerEntry(
-                WIDE, task, epoch, regime.spec(), run_id_of(epoch), 1,
+                dag_id=WIDE, task_id=task, epoch=epoch, regime=regime.spec(), run_id=run_id_of(epoch), try_number=1,
                 state_uri=f"{store.durable_uri}/{WIDE}/{task}/state" if state else None,
                 state_tier=state.value if state else None, state_version=epoch if state else None,
                 outputs=(OutputRef("output", f"{store.durable_uri}/{WIDE}/{task}/output", out, epoch, 10),),
-                inputs=tuple(InputRef(u, "output", epoch) for u in ups), notified_through=epoch).to_row())
+                inputs=tuple(InputRef(task_id=u, output="output", through=epoch) for u in ups), notified_through=epoch).to_row())
         write_deltalake(ledger.uri, pa.Table.from_pylist(rows, schema=SCHEMA), mode="append")
         if epoch % COMPACT_EVERY == 0:
             ledger.compact()  # as Ledger.append does every COMPACT_EVERY versions

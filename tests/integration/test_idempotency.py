@@ -30,7 +30,7 @@ def writer(request, monkeypatch) -> str:
 
 def attempt(spark, store: StoreConfig, try_number: int, amount: int) -> tuple[EpochContext, EpochResult]:
     """One attempt at epoch 1 of an eagerly checkpointed task; ``amount`` marks its rows."""
-    ctx = EpochContext(JobSpec(DAG, "totals", 1, EagerCheckpoint(), "epoch-1", try_number=try_number),
+    ctx = EpochContext(JobSpec(dag_id=DAG, task_id="totals", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", try_number=try_number),
                        store, Ledger(store), spark)
     rows = spark.createDataFrame([("a", amount), ("b", amount)], "customer string, amount long")
     return ctx, EpochResult(outputs={"output": rows}, state=rows)
@@ -115,7 +115,7 @@ def test_two_attempts_at_the_same_instant_commit_once(spark, store: StoreConfig,
 def running_total(spark, store: StoreConfig, epoch: int, amount: int,
                   incarnation: int = 0) -> tuple[EpochContext, EpochResult]:
     """An attempt at ``epoch`` of a running total: the state restored from epoch - 1 plus ``amount``."""
-    ctx = EpochContext(JobSpec(DAG, "totals", epoch, EagerCheckpoint(), f"epoch-{epoch}", incarnation=incarnation),
+    ctx = EpochContext(JobSpec(dag_id=DAG, task_id="totals", epoch=epoch, regime=EagerCheckpoint(), run_id=f"epoch-{epoch}", incarnation=incarnation),
                        store, Ledger(store), spark)
     before = ctx.previous_state()
     total = amount + (before.collect()[0]["amount"] if before is not None else 0)
@@ -187,7 +187,7 @@ def test_a_zombie_from_other_inputs_does_not_replace_a_commit_with_its_ledger_ro
     commit(*running_total(spark, store, 2, amount=5))
     before, ledger_before = tables(store), Ledger(store).read().num_rows
 
-    ctx = EpochContext(JobSpec(DAG, "totals", 2, EagerCheckpoint(), "epoch-2", try_number=1), store, Ledger(store),
+    ctx = EpochContext(JobSpec(dag_id=DAG, task_id="totals", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2", try_number=1), store, Ledger(store),
                        spark)
     rows = spark.createDataFrame([("z", 99)], "customer string, amount long")
     commit(ctx, EpochResult(outputs={"output": rows}, state=rows))
@@ -205,7 +205,7 @@ def test_compactions_racing_on_the_ledger_leave_each_row_once(store: StoreConfig
 
     ledger = Ledger(store)
     for epoch in range(1, 13):
-        ledger.append(LedgerEntry("d", "t", epoch, "ephemeral", f"r{epoch}", 1))
+        ledger.append(LedgerEntry(dag_id="d", task_id="t", epoch=epoch, regime="ephemeral", run_id=f"r{epoch}", try_number=1))
     barrier, removed = threading.Barrier(4), []
 
     def race() -> None:

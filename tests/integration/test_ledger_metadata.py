@@ -61,7 +61,7 @@ def run_pipeline(spark, store: StoreConfig) -> Ledger:
     ledger = Ledger(store)
     for epoch in EPOCHS:
         for task, (regime, inputs) in TASKS.items():
-            ctx = EpochContext(JobSpec(DAG, task, epoch, regime, f"epoch-{epoch}", inputs=inputs), store, ledger, spark)
+            ctx = EpochContext(JobSpec(dag_id=DAG, task_id=task, epoch=epoch, regime=regime, run_id=f"epoch-{epoch}", inputs=inputs), store, ledger, spark)
             commit(ctx, job(ctx))
     return ledger
 

@@ -27,9 +27,10 @@ from devstack.airflow import AirflowStack
 from devstack.demo import dag_epoch_clock, run_id_of
 from devstack.inprocess import run_reference_process
 from devstack.spark import SparkConnectServer
+from falkirk.policies.ids import ReplicaId
 from falkirk.plugins.pairs import catch_up, take_over
 from falkirk.plugins.recovery import plan, replay
-from falkirk.policies.partitions import processors, replica_index
+from falkirk.policies.partitions import processors
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table, scan
 from falkirk.policies.store.control import PairLayouts
@@ -178,7 +179,7 @@ def test_readers_switch_to_the_twin_and_back_after_the_fold_in(paired) -> None:
     read = {(r.map_index, r.epoch): sorted(i.map_index for i in r.inputs if i.task_id == "sessions" and i.through ==
                                            r.epoch) for r in rows if r.task_id == "stats"}
     for p in range(4):
-        a, b = replica_index(p, "A"), replica_index(p, "B")
+        a, b = ReplicaId(task="_", partition=p, replica="A").map_index, ReplicaId(task="_", partition=p, replica="B").map_index
         assert read[a, 1] == [0, 2, 4, 6] and read[b, 1] == [1, 3, 5, 7]
         assert read[a, 2] == read[a, 3] == read[a, 4] == [0, 3, 4, 6], \
             "replicas A read partition 1 from its B while A was dead"
@@ -315,7 +316,7 @@ def test_every_table_equals_the_failure_free_run(paired) -> None:
     # both replicas of every partition hold the same state at epochs 4 and 5
     for task in ("sessions", "stats"):
         for p in range(4):
-            a, b = (_rows(store, A, task, "state", replica_index(p, r)) for r in "AB")
+            a, b = (_rows(store, A, task, "state", ReplicaId(task="_", partition=p, replica=r).map_index) for r in "AB")
             assert [x for x in a if dict(x)["epoch"] >= 4] == [x for x in b if dict(x)["epoch"] >= 4]
 
 

@@ -30,8 +30,9 @@ import pytest
 
 from devstack.inprocess import run_reference_process
 from devstack.spark import SparkConnectServer
+from falkirk.policies.ids import ReplicaId
 from falkirk.policies.job_spec import TAKEN_OVER_EXIT_CODE, JobSpec
-from falkirk.policies.partitions import processors, replica_index
+from falkirk.policies.partitions import processors
 from falkirk.policies.planning.collector import collect, live_partitions
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
@@ -59,7 +60,7 @@ STATS_AFTER_2 = {0: [], 1: [("http", "a", 3, 15, 7)], 2: [("ftp", "b", 1, 8, 8)]
 def spec(task: str, epoch: int, index: int = -1, dag: str = DAG) -> JobSpec:
     regime, n = PAIRS.TASKS[task]
     inputs = tuple(u for u, d in PAIRS.EDGES if d == task)
-    return JobSpec(dag, task, epoch, regime, f"epoch-{epoch}", map_index=index, partitions=n, inputs=inputs,
+    return JobSpec(dag_id=dag, task_id=task, epoch=epoch, regime=regime, run_id=f"epoch-{epoch}", map_index=index, partitions=n, inputs=inputs,
                    input_partitions=tuple((u, PAIRS.PARTITIONS[u]) for u in inputs if u in PAIRS.PARTITIONS),
                    replicas=regime.replicas,
                    paired_inputs=tuple(u for u in inputs if PAIRS.REGIMES[u].replicas > 1))
@@ -108,14 +109,14 @@ def state(store: StoreConfig, task: str, index: int, epoch: int, dag: str = DAG)
 
 def test_s4_a_replica_dies_between_its_sink_commit_and_its_ledger_row(epoch_one) -> None:
     store, env = epoch_one
-    b = replica_index(1, "B")
+    b = ReplicaId(task="_", partition=1, replica="B").map_index
     died = run(env, "stats", 2, b, crash="after-sink")
     assert died.returncode == -9, died.stderr[-2000:]
     assert sink(store, 1) == [(3, "http", "a", 5, 5.0), (6, "http", "a", 5, 4.0), (10, "http", "a", 7, 5.0)]
     assert Ledger(store).find(DAG, "stats", 2, b) is None
     again = run(env, "stats", 2, b)
     assert again.returncode == 0 and "already written by the twin" in again.stderr, again.stderr[-2000:]
-    twin = run(env, "stats", 2, replica_index(1, "A"))
+    twin = run(env, "stats", 2, ReplicaId(task="_", partition=1, replica="A").map_index)
     assert twin.returncode == 0 and "already written by the twin" in twin.stderr, twin.stderr[-2000:]
     assert sink(store, 1) == [(3, "http", "a", 5, 5.0), (6, "http", "a", 5, 4.0), (10, "http", "a", 7, 5.0)]
     assert [dict(r)["cnt"] for r in state(store, "stats", b, 2)] == [3]
@@ -148,14 +149,14 @@ raise SystemExit(run_job(declared_dead_while_running, sys.argv[1:]))
 
 def test_s5_a_zombie_replica_commits_nothing(epoch_one) -> None:
     store, env = epoch_one
-    zombie = replica_index(3, "A")
+    zombie = ReplicaId(task="_", partition=3, replica="A").map_index
     layouts = PairLayouts(store)
     done = subprocess.run([sys.executable, "-c", ZOMBIE, *spec("stats", 2, zombie).argv()],
                           env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
     assert done.returncode == TAKEN_OVER_EXIT_CODE, done.stdout[-2000:] + done.stderr[-2000:]
     assert Ledger(store).find(DAG, "stats", 2, zombie) is None
     assert sink(store, 3) == []
-    twin = run(env, "stats", 2, replica_index(3, "B"))
+    twin = run(env, "stats", 2, ReplicaId(task="_", partition=3, replica="B").map_index)
     assert twin.returncode == 0, twin.stdout[-2000:]
     assert sink(store, 3) == [(9, "http", "c", 4, 4.0)]
     # the zombie runs again (a late retry): it is dead, so it does nothing at all
@@ -167,7 +168,7 @@ def test_s5_a_zombie_replica_commits_nothing(epoch_one) -> None:
 
 def test_s9_replicas_are_identical_across_executor_counts_and_shuffle_settings(epoch_one) -> None:
     store, env = epoch_one
-    a, b = replica_index(2, "A"), replica_index(2, "B")
+    a, b = ReplicaId(task="_", partition=2, replica="A").map_index, ReplicaId(task="_", partition=2, replica="B").map_index
     done = run(env, "stats", 2, a, spark_conf="spark.sql.shuffle.partitions=1")  # the Connect server: local[2]
     assert done.returncode == 0, done.stdout[-2000:]
     local = {k: v for k, v in env.items() if k != "SPARK_REMOTE"}  # a Spark of its own: local[3]
@@ -189,12 +190,12 @@ def test_s7_both_replicas_lost_stops_the_readers(epoch_one) -> None:  # last: it
     layouts = PairLayouts(store)
     before = layouts.load(DAG)
     layouts.save(DAG, before.fail_replica("sessions", 2, "A").fail_replica("sessions", 2, "B"), before=before)
-    refused = run(env, "stats", 2, replica_index(0, "A"))
+    refused = run(env, "stats", 2, ReplicaId(task="_", partition=0, replica="A").map_index)
     assert refused.returncode != 0
     said = refused.stdout + refused.stderr
-    assert "both replicas of sessions[2]" in said and "--failed-task sessions[4]:2 --failed-task sessions[5]:2" \
+    assert "both replicas of sessions partition 2" in said and "--failed-task sessions[4]:2 --failed-task sessions[5]:2" \
         in said, said[-2000:]
-    assert Ledger(store).find(DAG, "stats", 2, replica_index(0, "A")) is None
+    assert Ledger(store).find(DAG, "stats", 2, ReplicaId(task="_", partition=0, replica="A").map_index) is None
 
 
 # Scenario S2: the replicas each configuration loses (task, partition, replica), and
@@ -217,11 +218,11 @@ def test_s2_each_quartet_configuration_yields_flux_output_and_states(case: str, 
     after = before
     for task, partition, replica in QUARTETS[case]:
         after = after.fail_replica(task, partition, replica)
-    dead = {f"{t}[{replica_index(p, r)}]" for t, p, r in QUARTETS[case]}
+    dead = {str(ReplicaId(task=t, partition=p, replica=r).processor) for t, p, r in QUARTETS[case]}
     standby = None
     if case == "D":  # S8: stats[1].A recreated on a spare, as a standby at its survivor's version 1
         after = after.register("stats", 1, "spare")
-        standby = f"stats[{replica_index(1, 'A')}]"
+        standby = str(ReplicaId(task='stats', partition=1, replica='A').processor)
     layouts.save(dag, after, before=before)
     assert run_epochs(env, dag, 2, 2, skip=(standby,) if standby else ()) == dead - {standby}
 
@@ -243,7 +244,7 @@ def test_s2_each_quartet_configuration_yields_flux_output_and_states(case: str, 
     assert sorted(row for p in range(4) for row in sink(store, p, dag)) == SINK
     for p in range(4):
         for r in "AB":
-            index = replica_index(p, r)
+            index = ReplicaId(task="_", partition=p, replica=r).map_index
             if f"stats[{index}]" not in dead - {standby}:
                 got = [(d["app"], d["src"], d["cnt"], d["total"], d["longest"])
                        for d in map(dict, state(store, "stats", index, 2, dag))]
@@ -260,5 +261,5 @@ def test_s2_each_quartet_configuration_yields_flux_output_and_states(case: str, 
         assert got == ([0, *own[1:]] if own_zero_dead and index % 2 else own), (case, index, got)
     for t, p, r in QUARTETS[case]:
         x = layouts.load(dag).replica(t, p, r)
-        if f"{t}[{replica_index(p, r)}]" != standby:
+        if str(ReplicaId(task=t, partition=p, replica=r).processor) != standby:
             assert (x.status.value, x.generation) == ("DEAD", 1)

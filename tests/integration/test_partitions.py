@@ -36,8 +36,9 @@ from devstack.airflow import AirflowStack
 from devstack.demo import dag_epoch_clock, run_id_of
 from devstack.inprocess import run_reference_process
 from devstack.spark import SparkConnectServer
+from falkirk.policies.ids import ProcessorId
 from falkirk.plugins.recovery import plan, replay
-from falkirk.policies.partitions import processors, split_processor
+from falkirk.policies.partitions import processors
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import open_table, scan
@@ -260,7 +261,7 @@ def test_garbage_collection_works_partition_by_partition(shards) -> None:
     assert set(report.plan.watermarks) == set(PROCESSORS)
     assert report.plan.tables, "nothing was collected"
     for r in report.plan.tables:
-        task, index = split_processor(r.task_id)
+        task, index = ProcessorId.parse(r.task_id).task, ProcessorId.parse(r.task_id).map_index
         assert r.uri.startswith(store.table_uri(Tier.DURABLE if "/durable/" in r.uri else Tier.SCRATCH, A, task,
                                                 r.what, index)), (r.task_id, r.uri)
         assert not set(live_partitions(store, r.uri)) & set(r.epochs), f"{r.uri} still holds {r.epochs}"

@@ -75,7 +75,7 @@ def test_regime_persists_exactly_what_it_promises(spark, store: StoreConfig, tas
     ledger = Ledger(store)
     running = regime.keeps_state
     for epoch in EPOCHS:
-        ctx = EpochContext(JobSpec(DAG, task, epoch, regime, f"epoch-{epoch}"), store, ledger, spark)
+        ctx = EpochContext(JobSpec(dag_id=DAG, task_id=task, epoch=epoch, regime=regime, run_id=f"epoch-{epoch}"), store, ledger, spark)
         entry = commit(ctx, totals_job(ctx))
         done = [e for e in EPOCHS if e <= epoch]
 
@@ -107,13 +107,13 @@ def test_a_declared_product_is_recorded_and_a_wrong_name_refused_before_any_comm
     from falkirk.spark_jobs.runtime import JobError
 
     ledger = Ledger(store)
-    wrong = EpochContext(JobSpec(DAG, "report", 1, Batch(log_outputs=True), "epoch-1", products=("totals",)),
+    wrong = EpochContext(JobSpec(dag_id=DAG, task_id="report", epoch=1, regime=Batch(log_outputs=True), run_id="epoch-1", products=("totals",)),
                          store, ledger, spark)
     with pytest.raises(JobError, match=r"report: products=\['totals'\] names outputs the job did not return; "
                                        r"it returned \['output'\]: name those in products="):
         commit(wrong, totals_job(wrong))
     assert ledger.entries(DAG, "report") == [] and epochs_in(store, Tier.DURABLE, "report", "output") is None
-    ctx = EpochContext(JobSpec(DAG, "report", 1, Batch(log_outputs=True), "epoch-1", products=("output",)),
+    ctx = EpochContext(JobSpec(dag_id=DAG, task_id="report", epoch=1, regime=Batch(log_outputs=True), run_id="epoch-1", products=("output",)),
                        store, ledger, spark)
     entry = commit(ctx, totals_job(ctx))
     assert [(o.name, o.product) for o in entry.outputs] == [("output", True)]
@@ -127,13 +127,13 @@ def test_what_a_job_caches_is_released_when_its_commit_ends(spark, tmp_path) -> 
     from falkirk.spark_jobs.runtime import JobError
 
     store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
-    ctx = EpochContext(JobSpec(DAG, "cached", 1, Batch(), "epoch-1"), store, Ledger(store), spark)
+    ctx = EpochContext(JobSpec(dag_id=DAG, task_id="cached", epoch=1, regime=Batch(), run_id="epoch-1"), store, Ledger(store), spark)
     kept = ctx.cache(spark.range(10).withColumnRenamed("id", "n"))
     assert kept.is_cached
     entry = commit(ctx, EpochResult(outputs={"output": kept.selectExpr("n", "1 AS epoch")}))
     assert entry.output_rows == 10 and not kept.is_cached
 
-    failing = EpochContext(JobSpec(DAG, "cached", 2, Batch(), "epoch-2"), store, Ledger(store), spark)
+    failing = EpochContext(JobSpec(dag_id=DAG, task_id="cached", epoch=2, regime=Batch(), run_id="epoch-2"), store, Ledger(store), spark)
     kept = failing.cache(spark.range(3))
     with pytest.raises(JobError, match="returned no outputs"):
         commit(failing, EpochResult(outputs={}))

@@ -100,8 +100,8 @@ def test_a_commit_the_store_applied_but_never_answered_is_found_and_not_repeated
     again with back-off; the server is back 5 s later; the job finds its commit in place and
     finishes: one commit per table, one ledger row, the failure-free rows."""
     front, store, _, spark = outage
-    ingest = JobSpec(JOB_DAG, "ingest", epoch=1, regime=Ephemeral(), run_id="epoch-1")
-    aggregate = JobSpec(JOB_DAG, "aggregate", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1",
+    ingest = JobSpec(dag_id=JOB_DAG, task_id="ingest", epoch=1, regime=Ephemeral(), run_id="epoch-1")
+    aggregate = JobSpec(dag_id=JOB_DAG, task_id="aggregate", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1",
                         inputs=("ingest",))
     first = spark.submit(JOBS / "ingest.py", ingest.argv(), store.env())
     assert first.returncode == 0, first.stdout[-3000:]
@@ -123,8 +123,8 @@ def test_a_store_down_past_the_retry_budget_fails_the_task_clearly_and_a_rerun_c
     tables' commits landed but, without a ledger row, no reader sees epoch 2. Back up, the
     same job (as Airflow's retry would) commits nothing twice and records the epoch."""
     front, store, _, spark = outage
-    ingest = JobSpec(JOB_DAG, "ingest", epoch=2, regime=Ephemeral(), run_id="epoch-2")
-    aggregate = JobSpec(JOB_DAG, "aggregate", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2",
+    ingest = JobSpec(dag_id=JOB_DAG, task_id="ingest", epoch=2, regime=Ephemeral(), run_id="epoch-2")
+    aggregate = JobSpec(dag_id=JOB_DAG, task_id="aggregate", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2",
                         inputs=("ingest",))
     assert spark.submit(JOBS / "ingest.py", ingest.argv(), store.env()).returncode == 0
 
@@ -156,8 +156,8 @@ def test_a_store_that_hangs_fails_the_job_within_its_retry_budget(outage) -> Non
     retries per request. Back up, the same job commits the epoch once."""
     front, store, _, spark = outage
     dag = "hang_orders"
-    ingest = JobSpec(dag, "ingest", epoch=1, regime=Ephemeral(), run_id="epoch-1")
-    aggregate = JobSpec(dag, "aggregate", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", inputs=("ingest",))
+    ingest = JobSpec(dag_id=dag, task_id="ingest", epoch=1, regime=Ephemeral(), run_id="epoch-1")
+    aggregate = JobSpec(dag_id=dag, task_id="aggregate", epoch=1, regime=EagerCheckpoint(), run_id="epoch-1", inputs=("ingest",))
     assert spark.submit(JOBS / "ingest.py", ingest.argv(), store.env()).returncode == 0
 
     front.hang_at("PUT", "/store/_falkirk/ledger/_delta_log/")

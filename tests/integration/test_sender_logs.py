@@ -482,7 +482,7 @@ def test_a_zombie_attempt_committing_after_the_retry_changes_nothing(regions) ->
 
     before = (versions(), ledger(), {t: table(store, A, t) for t in TASKS})
     regime = Regime.parse(dag_module().regimes(END)["clean"].spec())
-    spec = JobSpec(A, "clean", 3, regime, run_id_of(3), try_number=1, inputs=("ingest",), task_instance=True)
+    spec = JobSpec(dag_id=A, task_id="clean", epoch=3, regime=regime, run_id=run_id_of(3), try_number=1, inputs=("ingest",), task_instance=True)
     done = subprocess.run([sys.executable, "-c", ZOMBIE, *spec.argv()], env={**os.environ, **regions.env},
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

@@ -14,16 +14,16 @@ ASSET = "orders.ranking"
 
 
 def _read(k: int, *reads: tuple[int, int], task: str = "leaders", map_index: int = -1) -> LedgerEntry:
-    return LedgerEntry("leaders", task, k, "eager_checkpoint", f"asset_triggered__{k}", 1, map_index=map_index,
-                       inputs=(InputRef("prepare", "output", k),),
-                       asset_inputs=tuple(AssetInput(ASSET, "orders", "publish", "output", e, i) for e, i in reads))
+    return LedgerEntry(dag_id="leaders", task_id=task, epoch=k, regime="eager_checkpoint", run_id=f"asset_triggered__{k}", try_number=1, map_index=map_index,
+                       inputs=(InputRef(task_id="prepare", output="output", through=k),),
+                       asset_inputs=tuple(AssetInput(asset=ASSET, dag_id="orders", task_id="publish", output="output", epoch=e, incarnation=i) for e, i in reads))
 
 
 def test_asset_inputs_round_trip_through_the_ledger_table_beside_the_dags_own_inputs(tmp_path: Path) -> None:
     ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
     row = _read(2, (3, 1), (4, 0))
-    partitioned = LedgerEntry("leaders", "by_region", 2, "eager_checkpoint", "r", 1, asset_inputs=(
-        AssetInput(ASSET, "orders", "publish", "output", 2, 0, map_index=1),))
+    partitioned = LedgerEntry(dag_id="leaders", task_id="by_region", epoch=2, regime="eager_checkpoint", run_id="r", try_number=1, asset_inputs=(
+        AssetInput(asset=ASSET, dag_id="orders", task_id="publish", output="output", epoch=2, incarnation=0, map_index=1),))
     for entry in (row, partitioned, _read(3)):
         ledger.append(entry)
     back = {(e.task_id, e.epoch, e.map_index): e for e in ledger.entries("leaders")}
@@ -45,7 +45,7 @@ def test_edges_gather_every_epoch_a_run_read_over_partitions() -> None:
 
 
 def test_a_read_is_stale_once_its_producer_epoch_is_redone_or_rolled_back_and_not_yet_redone() -> None:
-    producer = [LedgerEntry("orders", "publish", e, "batch(log_outputs=true)", f"epoch-{e}", 1, incarnation=i)
+    producer = [LedgerEntry(dag_id="orders", task_id="publish", epoch=e, regime="batch(log_outputs=true)", run_id=f"epoch-{e}", try_number=1, incarnation=i)
                 for e, i in ((1, 0), (2, 2), (4, 0))]  # epoch 3 rolled back, not yet redone
     rows = [_read(1, (1, 0)), _read(2, (2, 1)), _read(3, (3, 0)), _read(4, (4, 0)), _read(5, (2, 2))]
     assert [(row.epoch, read.epoch, read.incarnation) for row, read in stale_reads(rows, producer)] == [
@@ -61,9 +61,9 @@ def test_garbage_collection_keeps_whole_an_output_another_dag_read_through_an_as
     # epochs 1-6, so publish's epochs 1-6 may go, unless leaders (another DAG) has read them
     # through the Asset: a recovery there reads them again.
     def row(task: str, e: int, regime: str, state: str | None = None, inputs: tuple = ()) -> LedgerEntry:
-        return LedgerEntry("orders", task, e, regime, f"epoch-{e}", 1, state_uri=state, notified_through=e,
+        return LedgerEntry(dag_id="orders", task_id=task, epoch=e, regime=regime, run_id=f"epoch-{e}", try_number=1, state_uri=state, notified_through=e,
                            outputs=(OutputRef("output", f"/durable/orders/{task}/output", "durable", e, 1),),
-                           inputs=tuple(InputRef(t, "output", e) for t in inputs))
+                           inputs=tuple(InputRef(task_id=t, output="output", through=e) for t in inputs))
     rows = [row("publish", e, "batch(log_outputs=true)") for e in range(1, 7)]
     rows += [row("audit", e, "eager_checkpoint", "/durable/orders/audit/state", ("publish",)) for e in range(1, 7)]
     graph = TaskGraph(("publish", "audit"), (DataEdge("publish", "output", "audit"),))
@@ -73,8 +73,8 @@ def test_garbage_collection_keeps_whole_an_output_another_dag_read_through_an_as
 
     ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
     for entry in (*rows[:2], _read(1, (1, 0)), _read(2, (2, 0)),
-                  LedgerEntry("audit_copy", "copy", 1, "batch", "r", 1, asset_inputs=(
-                      AssetInput("orders.audit", "orders", "audit", "output", 1, 0, map_index=2),))):
+                  LedgerEntry(dag_id="audit_copy", task_id="copy", epoch=1, regime="batch", run_id="r", try_number=1, asset_inputs=(
+                      AssetInput(asset="orders.audit", dag_id="orders", task_id="audit", output="output", epoch=1, incarnation=0, map_index=2),))):
         ledger.append(entry)
     readers = ledger.asset_readers("orders")
     assert readers == {("audit[2]", "output"): ["audit_copy"], ("publish", "output"): ["leaders"]}

@@ -14,8 +14,8 @@ import dataclasses
 
 from hypothesis import given, settings, strategies as st
 
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies import Batch, ProcessPairs
-from falkirk.policies.partitions import split_processor
 from falkirk.policies.planning.chains import DataEdge, TaskGraph
 from falkirk.policies.planning.collector import plan_collection, with_partitions_yet_to_commit
 from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
@@ -61,11 +61,11 @@ def live(epochs: int):
 def test_the_ledgers_graph_never_lets_go_more_than_the_real_one(pipe: Pipeline, epochs: int, which: int,
                                                                  since: int) -> None:
     rows = recorded(pipe, history(pipe, epochs, None, 0))
-    partitioned = [p for p in pipe.all_procs if pipe.partitions[split_processor(p)[0]]]
+    partitioned = [p for p in pipe.all_procs if pipe.partitions[ProcessorId.parse(p).task]]
     if partitioned:  # one partition has not committed its epochs from `since` on (1: none yet)
         rows = behind(pipe, rows, partitioned[which % len(partitioned)], since)
     ledgers = with_partitions_yet_to_commit(TaskGraph.from_ledger(rows), rows)
-    assert {p for p in pipe.all_procs if any(r.task_id == split_processor(p)[0] for r in rows)} <= set(ledgers.tasks)
+    assert {p for p in pipe.all_procs if any(r.task_id == ProcessorId.parse(p).task for r in rows)} <= set(ledgers.tasks)
     ours = reclaimed(plan_collection("pipe", rows, ledgers, DURABLE, live(epochs)))
     real = reclaimed(plan_collection("pipe", rows, pipe.graph(), DURABLE, live(epochs)))
     for table, epochs_gone in ours.items():
@@ -100,11 +100,11 @@ def test_process_pairs_count_both_replicas_and_leave_out_one_taken_over() -> Non
     """stats runs 2 partitions as pairs (map indexes 0-3); replica 2 has not committed yet,
     replica 3 was taken over by its twin."""
     def row(task: str, i: int, inputs: tuple[InputRef, ...] = ()) -> LedgerEntry:
-        return LedgerEntry("d", task, 1, ProcessPairs().spec(), "epoch-1", 1, map_index=i, partitions=2, replicas=2,
+        return LedgerEntry(dag_id="d", task_id=task, epoch=1, regime=ProcessPairs().spec(), run_id="epoch-1", try_number=1, map_index=i, partitions=2, replicas=2,
                            outputs=(OutputRef("output", f"/durable/{task}/{i}/output", "durable", 1, 1),),
                            inputs=inputs)
     rows = [row("sessions", i) for i in range(4)]
-    rows += [row("stats", i, (InputRef("sessions", "output", 1, map_index=0),)) for i in (0, 1)]
+    rows += [row("stats", i, (InputRef(task_id="sessions", output="output", through=1, map_index=0),)) for i in (0, 1)]
     graph = with_partitions_yet_to_commit(TaskGraph.from_ledger(rows), rows, leave_out={"stats[3]"})
     assert [t for t in graph.tasks if t.startswith("stats")] == ["stats[0]", "stats[1]", "stats[2]"]
     assert [e for e in graph.edges if e.dst == "stats[2]"] == [DataEdge(f"sessions[{i}]", "output", "stats[2]")
@@ -112,6 +112,6 @@ def test_process_pairs_count_both_replicas_and_leave_out_one_taken_over() -> Non
 
 
 def test_rows_written_before_partitions_were_recorded_add_nothing() -> None:
-    rows = [LedgerEntry("d", "events", 1, Batch(log_outputs=True).spec(), "epoch-1", 1, map_index=1)]
+    rows = [LedgerEntry(dag_id="d", task_id="events", epoch=1, regime=Batch(log_outputs=True).spec(), run_id="epoch-1", try_number=1, map_index=1)]
     graph = TaskGraph.from_ledger(rows)
     assert with_partitions_yet_to_commit(graph, rows) == graph

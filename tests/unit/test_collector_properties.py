@@ -77,10 +77,10 @@ class Store:
                 state_uri = f"/{st_tier.value}/{task}/state"
                 self.live.setdefault(state_uri, set()).add(t)
             self.rows.append(LedgerEntry(
-                "d", task, t, regime.spec(), f"epoch-{t}", 1, state_uri=state_uri,
+                dag_id="d", task_id=task, epoch=t, regime=regime.spec(), run_id=f"epoch-{t}", try_number=1, state_uri=state_uri,
                 state_tier=regime.state_tier(t).value if state_uri else None,
                 outputs=(output,), notified_through=t,
-                inputs=tuple(InputRef(u, "output", t, READS_BACK.get((u, task), 0)) for u in ups)))
+                inputs=tuple(InputRef(task_id=u, output="output", through=t, reads_back=READS_BACK.get((u, task), 0)) for u in ups)))
 
     def accept(self) -> None:
         """The external system accepts export's next epoch, if export has sent it."""
@@ -181,11 +181,11 @@ def test_a_declared_product_is_kept_whole_though_a_task_reads_it() -> None:
     from falkirk.policies.planning.collector import Product, plan_collection
 
     def rows(product: bool) -> list[LedgerEntry]:
-        out = [LedgerEntry("d", "src", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
+        out = [LedgerEntry(dag_id="d", task_id="src", epoch=e, regime="batch(log_outputs=true)", run_id=f"epoch-{e}", try_number=1, notified_through=e,
                            outputs=(OutputRef("output", "/durable/src", "durable", e, 1, product=product),))
                for e in range(1, 6)]
-        return out + [LedgerEntry("d", "agg", e, "eager_checkpoint", f"epoch-{e}", 1, state_uri="/durable/agg/state",
-                                  notified_through=e, inputs=(InputRef("src", "output", e),),
+        return out + [LedgerEntry(dag_id="d", task_id="agg", epoch=e, regime="eager_checkpoint", run_id=f"epoch-{e}", try_number=1, state_uri="/durable/agg/state",
+                                  notified_through=e, inputs=(InputRef(task_id="src", output="output", through=e),),
                                   outputs=(OutputRef("output", "/durable/agg", "durable", e, 1),))
                       for e in range(1, 6)]
 

@@ -46,9 +46,9 @@ def chain_rows(dag: str, regimes: dict, runs: int) -> list[LedgerEntry]:
             tier = regime.output_tier(t).value
             state = (f"/{regime.state_tier(t).value}/{dag}/{task}/state", regime.state_tier(t).value) \
                 if regime.keeps_state else (None, None)
-            rows.append(LedgerEntry(dag, task, t, regime.spec(), f"run-{t}", 1,
+            rows.append(LedgerEntry(dag_id=dag, task_id=task, epoch=t, regime=regime.spec(), run_id=f"run-{t}", try_number=1,
                                     outputs=(OutputRef("output", f"/{tier}/{dag}/{task}/output", tier, t, 10, None),),
-                                    inputs=(InputRef(tasks[i - 1], "output", t),) if i else (), notified_through=t,
+                                    inputs=(InputRef(task_id=tasks[i - 1], output="output", through=t),) if i else (), notified_through=t,
                                     state_uri=state[0], state_tier=state[1], state_version=t if state[0] else None))
     return rows
 

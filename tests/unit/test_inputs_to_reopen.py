@@ -31,9 +31,9 @@ def _row(task: str, epoch: int) -> LedgerEntry:
     if regime.keeps_state:
         state = f"/durable/{task}/state" if durable_state else f"/scratch/worker-a/{task}/state"
     out = f"/durable/{task}/output" if durable_output else f"/scratch/worker-a/{task}/output"
-    inputs = tuple(InputRef(up, "output", epoch, reads_back=min(WINDOW - 1, epoch - 1) if task == "popularity" else 0)
+    inputs = tuple(InputRef(task_id=up, output="output", through=epoch, reads_back=min(WINDOW - 1, epoch - 1) if task == "popularity" else 0)
                    for up, down in EDGES if down == task)
-    return LedgerEntry(DAG, task, epoch, regime.spec(), f"epoch-{epoch}", 1, state_uri=state,
+    return LedgerEntry(dag_id=DAG, task_id=task, epoch=epoch, regime=regime.spec(), run_id=f"epoch-{epoch}", try_number=1, state_uri=state,
                        state_tier=None if state is None else state.split("/")[1],
                        outputs=(OutputRef("output", out, out.split("/")[1], epoch, 10),), inputs=inputs,
                        worker="worker-a")

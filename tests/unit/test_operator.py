@@ -230,7 +230,7 @@ def test_an_airflow_rerun_of_a_completed_epoch_is_refused_and_a_retry_after_a_co
                    task_instance=True)
     by_hand = JobSpec(dag_id="d", task_id="agg", epoch=2, regime=EagerCheckpoint(), run_id="epoch-2")
     assert already_committed(spec, store, ledger) is None  # nothing committed: runs
-    row = LedgerEntry("d", "agg", 2, "eager_checkpoint", "epoch-2", 1)
+    row = LedgerEntry(dag_id="d", task_id="agg", epoch=2, regime="eager_checkpoint", run_id="epoch-2", try_number=1)
     ledger.append(row)
     assert already_committed(by_hand, store, ledger) == 0 and not Completions(store).completed(row)
     # committed, then the attempt died: the retry is a no-op, and its task instance completes
@@ -251,7 +251,7 @@ def test_an_airflow_rerun_of_a_completed_epoch_is_refused_and_a_retry_after_a_co
     assert already_committed(by_hand, store, ledger) == 0  # by hand: the no-op it always was
     ledger.invalidations.record([row], "plan-1")  # a recovery rolled it back: it runs again
     assert already_committed(spec, store, ledger) is None
-    redone = LedgerEntry("d", "agg", 2, "eager_checkpoint", "epoch-2", 3, incarnation=1)
+    redone = LedgerEntry(dag_id="d", task_id="agg", epoch=2, regime="eager_checkpoint", run_id="epoch-2", try_number=3, incarnation=1)
     ledger.append(redone)
     assert already_committed(spec, store, ledger) == 0  # the redo's attempt died after its commit: a no-op
 
@@ -369,7 +369,7 @@ def test_a_partitions_refusal_names_the_partition_and_its_plan() -> None:
     from falkirk.policies.job_spec import JobSpec, completed_epoch_refusal
     from falkirk.policies.regimes import EagerCheckpoint
 
-    spec = JobSpec("words", "tokenize", 8, EagerCheckpoint(), "epoch-8", map_index=1, partitions=4)
+    spec = JobSpec(dag_id="words", task_id="tokenize", epoch=8, regime=EagerCheckpoint(), run_id="epoch-8", map_index=1, partitions=4)
     text = completed_epoch_refusal(spec, "epoch-8", 1, " (re-runs 13 task instances, through epoch 9)")
     assert text.startswith("tokenize[1] epoch 8 already completed")
     assert "    falkirk plan --dag words --bad-epoch tokenize[1]:8 (re-runs 13 task instances, through epoch 9)" in \
@@ -428,7 +428,7 @@ def test_the_commit_record_is_read_from_spark_submit_output_and_put_in_each_asse
     with DAG("orders", schedule=None, start_date=clock.first):
         op = RegimeSparkSubmitOperator(task_id="publish", application="falkirk.spark_jobs.pipeline.publish",
                                        regime=Batch(log_outputs=True), epoch_clock=clock, outlets=[ranking])
-    done = CommittedEpoch("orders", "publish", 2, incarnation=1,
+    done = CommittedEpoch(dag_id="orders", task_id="publish", epoch=2, incarnation=1,
                           outputs=(CommittedOutput("output", "/s/orders/publish/output", 4, 5),))
     hook = op._get_hook()
     hook._process_spark_submit_log(iter(["[falkirk] publish epoch 2: starting\n", done.line() + "\n",
@@ -461,12 +461,12 @@ def test_an_asset_event_extra_that_is_not_a_commit_record_is_refused_naming_the_
 def test_a_partitions_commit_record_round_trips_through_its_line_and_extra() -> None:
     from falkirk.policies.asset_events import CommittedEpoch, CommittedOutput
 
-    done = CommittedEpoch("clicks", "tally", 4, incarnation=0, map_index=3,
+    done = CommittedEpoch(dag_id="clicks", task_id="tally", epoch=4, incarnation=0, map_index=3,
                           outputs=(CommittedOutput("counts", "/s/clicks/tally/counts/3", 11, 2),
                                    CommittedOutput("output", "/s/clicks/tally/output/3", 12, 7)))
     assert CommittedEpoch.parse_line(done.line()) == CommittedEpoch.from_extra(done.extra()) == done
     assert done.extra()["falkirk"]["map_index"] == 3 and done.processor == "tally[3]" and not done.replacement
-    assert "map_index" not in CommittedEpoch("clicks", "tally", 4).extra()["falkirk"]
+    assert "map_index" not in CommittedEpoch(dag_id="clicks", task_id="tally", epoch=4).extra()["falkirk"]
     assert CommittedEpoch.parse_line("[falkirk] tally epoch 4: committed 7 output rows") is None
 
 
@@ -500,14 +500,14 @@ def test_partition_outlets_key_each_asset_event_by_its_epochs_date() -> None:
     from falkirk.policies.asset_events import CommittedEpoch
 
     clock, ranking, publish, _ = _orders_and_leaders()
-    for done in (CommittedEpoch("orders", "publish", 3), CommittedEpoch("orders", "publish", 3, incarnation=1)):
+    for done in (CommittedEpoch(dag_id="orders", task_id="publish", epoch=3), CommittedEpoch(dag_id="orders", task_id="publish", epoch=3, incarnation=1)):
         events = {ranking: OutletEventAccessor(key=AssetUniqueKey.from_asset(ranking))}
         publish._describe_asset_events({"outlet_events": events}, done)
         assert events[ranking].partition_keys == {"2026-01-03T00:00:00"}
         assert events[ranking].extra["falkirk"]["incarnation"] == done.incarnation
     publish.partition_outlets = False
     events = {ranking: OutletEventAccessor(key=AssetUniqueKey.from_asset(ranking))}
-    publish._describe_asset_events({"outlet_events": events}, CommittedEpoch("orders", "publish", 3))
+    publish._describe_asset_events({"outlet_events": events}, CommittedEpoch(dag_id="orders", task_id="publish", epoch=3))
     assert events[ranking].partition_keys == set()  # plain consumers (schedule=[asset]) still run on it
 
 
@@ -533,7 +533,7 @@ def test_a_run_started_by_asset_events_runs_its_partitions_epoch_and_hands_the_j
             source_aliases=[], timestamp=datetime(2026, 1, 5, 0, minute, tzinfo=timezone.utc),
             partition_key="2026-01-03T00:00:00")
 
-    redo, first = CommittedEpoch("orders", "publish", 3, 1), CommittedEpoch("orders", "publish", 3)
+    redo, first = CommittedEpoch(dag_id="orders", task_id="publish", epoch=3, incarnation=1), CommittedEpoch(dag_id="orders", task_id="publish", epoch=3)
     triggering = TriggeringAssetEventsAccessor.build([event(redo.extra(), 9), event({"by": "hand"}, 5),
                                                       event(first.extra(), 1)])
     run = SimpleNamespace(logical_date=None, partition_date=None, partition_key="2026-01-03T00:00:00",
@@ -596,9 +596,9 @@ def test_the_openlineage_provider_gets_the_epoch_its_commit_and_the_tables_read_
     facet = failed.run_facets["falkirk"]
     assert (facet.epoch, facet.incarnation, facet.committed) == (2, None, False)
 
-    done = CommittedEpoch("orders", "publish", 2, incarnation=1,
+    done = CommittedEpoch(dag_id="orders", task_id="publish", epoch=2, incarnation=1,
                           outputs=(CommittedOutput("output", "s3://lake/orders/publish/output", 4, 5),))
-    read = TableRead("orders", "aggregate", 2, 1, "output", "/disk/scratch/orders/aggregate/output", 3)
+    read = TableRead(dag_id="orders", task_id="aggregate", epoch=2, incarnation=1, output="output", uri="/disk/scratch/orders/aggregate/output", version=3)
     op._get_hook()._process_spark_submit_log(iter([reads_line([read]) + "\n", done.line() + "\n"]))
     lineage = extractor(op).extract_on_complete(None)
     assert [(d.namespace, d.name, d.facets["version"].datasetVersion) for d in lineage.inputs] == [

@@ -6,10 +6,12 @@ from the history of events alone, and one of the failure detector's bound."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from falkirk.policies.ids import ReplicaId
 from falkirk.policies.liveness import Heartbeats
-from falkirk.policies.pairs import REPLICAS, Layout, PairsError, Status, catch_up_order, chained
+from falkirk.policies.pairs import Layout, PairsError, Status, catch_up_order, chained
 
 WORKERS = ["w0", "w1", "w2", "w3"]
 FIXTURE = {"G1": 4, "G2": 4}
@@ -148,7 +150,7 @@ def test_every_transition_keeps_the_pairs_invariants(ops) -> None:
     layout = chained({"G1": 2, "G2": 2}, ["w0", "w1", "w2"])
     spares = iter(f"s{i}" for i in range(100))
     for op, p, ri, v in ops:
-        task, replica = ("G1", "G2")[p % 2], REPLICAS[ri]
+        task, replica = ("G1", "G2")[p % 2], ReplicaId.NAMES[ri]
         partition = p // 2
         before = layout
         try:
@@ -296,11 +298,11 @@ def test_a_catch_up_copies_only_the_epochs_garbage_collection_left_of_the_surviv
     survivor, dead = 1, 0  # partition 0: replica B survives, A (map index 0) died after epoch 2
 
     def checkpoint(index: int, epoch: int) -> None:
-        key = CommitKey("d", "t", epoch, index, 0)
+        key = CommitKey(dag_id="d", task_id="t", epoch=epoch, map_index=index, incarnation=0)
         uris = {name: store.table_uri(Tier.DURABLE, "d", "t", name, index) for name in ("output", "state")}
         rows = {name: pa.table({"epoch": [epoch], "v": [epoch * 10 + (name == "state")]}) for name in uris}
         done = {name: commit_epoch(uri, rows[name], key) for name, uri in uris.items()}
-        ledger.append(LedgerEntry("d", "t", epoch, "process_pairs", f"epoch-{epoch}", 1, map_index=index,
+        ledger.append(LedgerEntry(dag_id="d", task_id="t", epoch=epoch, regime="process_pairs", run_id=f"epoch-{epoch}", try_number=1, map_index=index,
                                   state_uri=uris["state"], state_tier="durable", state_version=done["state"].version,
                                   state_rows=1, outputs=(OutputRef("output", uris["output"], "durable",
                                                                    done["output"].version, 1),)))
@@ -339,11 +341,11 @@ def test_a_catch_up_of_a_final_replica_names_the_sink_its_twin_wrote_and_copies_
     ledger = Ledger(store)
     sink = sink_uri(store, "d", "stats", 0)
     for epoch in (1, 2):  # replica B (map index 1) committed; A died before epoch 1
-        key = CommitKey("d", "stats", epoch, 1, 0)
+        key = CommitKey(dag_id="d", task_id="stats", epoch=epoch, map_index=1, incarnation=0)
         out = commit_epoch(store.table_uri(Tier.DURABLE, "d", "stats", "output", 1),
                            pa.table({"epoch": [epoch], "v": [epoch]}), key)
-        commit_epoch(sink, pa.table({"epoch": [epoch], "sn": [epoch * 10]}), CommitKey("d", "stats/sink", epoch, 0, 0))
-        ledger.append(LedgerEntry("d", "stats", epoch, "process_pairs", f"epoch-{epoch}", 1, map_index=1,
+        commit_epoch(sink, pa.table({"epoch": [epoch], "sn": [epoch * 10]}), CommitKey(dag_id="d", task_id="stats/sink", epoch=epoch, map_index=0, incarnation=0))
+        ledger.append(LedgerEntry(dag_id="d", task_id="stats", epoch=epoch, regime="process_pairs", run_id=f"epoch-{epoch}", try_number=1, map_index=1,
                                   outputs=(OutputRef("output", out.uri, "durable", out.version, 1),
                                            OutputRef("sink", external_uri(sink), "external", 0, 1))))
 
@@ -396,12 +398,12 @@ def test_a_readers_chain_counts_a_read_of_the_twin_on_both_replicas_edges() -> N
     from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
 
     def rows(regime: str, read: dict[int, int]) -> list[LedgerEntry]:
-        out = [LedgerEntry("d", "sessions", e, regime, f"epoch-{e}", 1, map_index=i, notified_through=e,
+        out = [LedgerEntry(dag_id="d", task_id="sessions", epoch=e, regime=regime, run_id=f"epoch-{e}", try_number=1, map_index=i, notified_through=e,
                            outputs=(OutputRef("output", f"/s/sessions/{i}", "durable", e, 1, e),))
                for e in range(1, 5) for i in (0, 1)]
-        return out + [LedgerEntry("d", "stats", e, regime, f"epoch-{e}", 1, map_index=0, notified_through=e,
+        return out + [LedgerEntry(dag_id="d", task_id="stats", epoch=e, regime=regime, run_id=f"epoch-{e}", try_number=1, map_index=0, notified_through=e,
                                   state_uri="/s/stats/0/state", state_tier="durable", state_version=e,
-                                  inputs=(InputRef("sessions", "output", e, map_index=read[e]),))
+                                  inputs=(InputRef(task_id="sessions", output="output", through=e, map_index=read[e]),))
                       for e in range(1, 5)]
 
     reads = {1: 0, 2: 0, 3: 1, 4: 0}
@@ -492,20 +494,20 @@ def test_a_catch_up_keeps_the_standbys_reads_of_the_replicas_its_twin_did_not_re
     ledger = Ledger(store)
 
     def checkpoint(index: int, epoch: int, reads: dict[int, int]) -> None:
-        key = CommitKey("d", "stats", epoch, index, 0)
+        key = CommitKey(dag_id="d", task_id="stats", epoch=epoch, map_index=index, incarnation=0)
         uri, state = (store.table_uri(Tier.DURABLE, "d", "stats", name, index) for name in ("output", "state"))
         done = commit_epoch(uri, pa.table({"epoch": [epoch], "v": [epoch]}), key)
         kept = commit_epoch(state, pa.table({"epoch": [epoch], "n": [epoch]}), key)
-        ledger.append(LedgerEntry("d", "stats", epoch, "process_pairs", f"epoch-{epoch}", 1, map_index=index,
+        ledger.append(LedgerEntry(dag_id="d", task_id="stats", epoch=epoch, regime="process_pairs", run_id=f"epoch-{epoch}", try_number=1, map_index=index,
                                   state_uri=state, state_tier="durable", state_version=kept.version, state_rows=1,
                                   outputs=(OutputRef("output", uri, "durable", done.version, 1),),
-                                  inputs=tuple(InputRef("sessions", "output", t, map_index=p)
+                                  inputs=tuple(InputRef(task_id="sessions", output="output", through=t, map_index=p)
                                                for p, t in sorted(reads.items())), notified_through=epoch))
 
     for epoch in (1, 2, 3, 4):
         for p in (0, 1):
             out = OutputRef("output", store.table_uri(Tier.DURABLE, "d", "sessions", "output", p), "durable", epoch, 1)
-            ledger.append(LedgerEntry("d", "sessions", epoch, "batch(log_outputs=true)", f"epoch-{epoch}", 1,
+            ledger.append(LedgerEntry(dag_id="d", task_id="sessions", epoch=epoch, regime="batch(log_outputs=true)", run_id=f"epoch-{epoch}", try_number=1,
                                       map_index=p, outputs=(out,), notified_through=epoch))
         checkpoint(1, epoch, {0: epoch, 1: 1})  # B: sessions[0] each epoch, sessions[1] once
         if epoch <= 2:

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from falkirk.policies.ids import ProcessorId
 from falkirk.policies import Batch, EagerCheckpoint, Ephemeral, LazyCheckpoint, Regime
-from falkirk.policies.partitions import (Broadcast, OneToOne, PartitionError, Repartition, Routing, processor_edges,
-                                         processors, split_processor)
+from falkirk.policies.partitions import Broadcast, OneToOne, PartitionError, Repartition, Routing, processor_edges, processors
 from falkirk.policies.planning.chains import DataEdge, TaskGraph
 from falkirk.policies.planning.recovery import (BadEpoch, FailedTask, LostScratch, LostWorker, plan_recovery)
 from falkirk.policies.store.ledger import InputRef, LedgerEntry, OutputRef
@@ -62,7 +62,7 @@ class Pipeline:
                 for s, d in processor_edges(src, dst, routing, self.partitions)]
 
     def regime(self, proc: str) -> Regime:
-        return self.regimes[split_processor(proc)[0]]
+        return self.regimes[ProcessorId.parse(proc).task]
 
     def graph(self) -> TaskGraph:
         return TaskGraph(self.all_procs, tuple(DataEdge(s, "output", d) for s, d, _ in self.proc_edges()))
@@ -111,16 +111,16 @@ def history(pipe: Pipeline, epochs: int, failed: str | None, at: int) -> list[Le
                         or any((s, x) in missing for s, back in sources for x in range(max(t - back, 1), t + 1))):
                     missing.add((proc, t))
                     continue
-                task_id, index = split_processor(proc)
+                task_id, index = ProcessorId.parse(proc).task, ProcessorId.parse(proc).map_index
                 tier = regime.output_tier(t).value
                 state_uri = state_tier = None
                 if regime.keeps_state:
                     state_tier = regime.state_tier(t).value
                     state_uri = f"/{state_tier}/{task_id}/{index}/state"
-                inputs = tuple(InputRef(*split_processor(s)[:1], "output", t, min(back, t - 1),
-                                        split_processor(s)[1]) for s, back in sources)
+                inputs = tuple(InputRef(task_id=ProcessorId.parse(s).task, output="output", through=t, reads_back=min(back, t - 1),
+                                        map_index=ProcessorId.parse(s).map_index) for s, back in sources)
                 rows.append(LedgerEntry(
-                    "pipe", task_id, t, regime.spec(), f"run-{t}", 1, map_index=index, notified_through=t,
+                    dag_id="pipe", task_id=task_id, epoch=t, regime=regime.spec(), run_id=f"run-{t}", try_number=1, map_index=index, notified_through=t,
                     outputs=(OutputRef("output", f"/{tier}/{task_id}/{index}/output", tier, t, 10),),
                     inputs=inputs, state_uri=state_uri, state_tier=state_tier, state_version=t,
                     worker=pipe.workers[proc]))
@@ -205,11 +205,11 @@ def test_partition_plans_equal_the_brute_force(pipe: Pipeline, epochs: int, kind
     rows = history(pipe, epochs, failed, at)
     failures: list = []
     untrusted: set[tuple[str, int]] = set()
-    named = [proc] if kind != "bad-task" else list(pipe.procs(split_processor(proc)[0]))
+    named = [proc] if kind != "bad-task" else list(pipe.procs(ProcessorId.parse(proc).task))
     if failed:
         failures.append(FailedTask(proc, at))
     if kind.startswith("bad"):
-        failures.append(BadEpoch(proc if kind == "bad" else split_processor(proc)[0], at))
+        failures.append(BadEpoch(proc if kind == "bad" else ProcessorId.parse(proc).task, at))
     if failed or kind.startswith("bad"):
         for p in named:
             untrusted |= {(p, e) for e in range(at, (epochs if pipe.regime(p).keeps_state else at) + 1)}

@@ -51,7 +51,7 @@ def test_scratch_groups_join_tasks_through_scratch_state_and_scratch_edges() -> 
 
 
 def row(task: str, epoch: int, worker: str | None, minutes: int, tier: str = "scratch") -> LedgerEntry:
-    return LedgerEntry("d", task, epoch, "lazy_checkpoint(every=3)", f"r{epoch}", 1, worker=worker,
+    return LedgerEntry(dag_id="d", task_id=task, epoch=epoch, regime="lazy_checkpoint(every=3)", run_id=f"r{epoch}", try_number=1, worker=worker,
                        state_uri=f"/s/{worker}/d/{task}/state", state_tier=tier,
                        committed_at=T0 + timedelta(minutes=minutes))
 
@@ -191,10 +191,10 @@ def windowed_history(epochs: int) -> tuple[TaskGraph, dict, list[LedgerEntry]]:
             state = regime.state_tier(t).value if regime.keeps_state else None
             back = min(2, t - 1) if task == "popularity" else 0
             rows.append(LedgerEntry(
-                "fig", task, t, regime.spec(), f"run-{t}", 1, notified_through=t, worker="worker-a",
+                dag_id="fig", task_id=task, epoch=t, regime=regime.spec(), run_id=f"run-{t}", try_number=1, notified_through=t, worker="worker-a",
                 outputs=(OutputRef("output", f"/{tier}/worker-a/{task}/output" if tier == "scratch"
                                    else f"/durable/{task}/output", tier, t, 10, None),),
-                inputs=(InputRef("events", "output", t, back),) if task != "events" else (),
+                inputs=(InputRef(task_id="events", output="output", through=t, reads_back=back),) if task != "events" else (),
                 state_uri=f"/{state}/worker-a/{task}/state" if state == "scratch" else
                 (f"/durable/{task}/state" if state else None), state_tier=state))
     return graph, regimes, rows
@@ -330,7 +330,7 @@ def test_a_sink_placed_after_its_worker_was_recorded_lost_follows_the_producer_t
         return ti.queue
 
     def committed(task_id: str, epoch: int, regime: str, **scratch: str) -> None:
-        ledger.append(LedgerEntry("sampled_lost", task_id, epoch, regime, f"epoch-{epoch}", 1, worker="worker-b",
+        ledger.append(LedgerEntry(dag_id="sampled_lost", task_id=task_id, epoch=epoch, regime=regime, run_id=f"epoch-{epoch}", try_number=1, worker="worker-b",
                                   **scratch))
 
     committed("draw", 18, "batch(log_outputs=true)")

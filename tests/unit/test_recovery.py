@@ -51,8 +51,8 @@ def history(epochs: int, failed: tuple[str, int] | None) -> list[LedgerEntry]:
             if regime.keeps_state:
                 state_tier = regime.state_tier(t).value
                 state_uri = f"/{state_tier}/{task}/state"
-            rows.append(LedgerEntry("pipe", task, t, regime.spec(), f"run-{t}", 1, outputs=(out,),
-                                    inputs=(InputRef(up, "output", t),) if up else (), notified_through=t,
+            rows.append(LedgerEntry(dag_id="pipe", task_id=task, epoch=t, regime=regime.spec(), run_id=f"run-{t}", try_number=1, outputs=(out,),
+                                    inputs=(InputRef(task_id=up, output="output", through=t),) if up else (), notified_through=t,
                                     state_uri=state_uri, state_tier=state_tier, state_version=t))
     return rows
 
@@ -197,9 +197,9 @@ def test_a_windowed_reader_reruns_every_epoch_whose_window_holds_a_redone_epoch(
     regimes = {"source": Batch(log_outputs=True), "window": Batch(log_outputs=True), "report": Ephemeral()}
     graph = TaskGraph(tuple(regimes), (DataEdge("source", "output", "window"), DataEdge("window", "output", "report")))
     back = {"source": (), "window": ("source", window - 1), "report": ("window", 0)}
-    rows = [LedgerEntry("pipe", task, t, regimes[task].spec(), f"run-{t}", 1, notified_through=t,
+    rows = [LedgerEntry(dag_id="pipe", task_id=task, epoch=t, regime=regimes[task].spec(), run_id=f"run-{t}", try_number=1, notified_through=t,
                         outputs=(OutputRef("output", f"/durable/{task}/output", "durable", t, 10, None),),
-                        inputs=(InputRef(back[task][0], "output", t, min(back[task][1], t - 1)),) if back[task] else ())
+                        inputs=(InputRef(task_id=back[task][0], output="output", through=t, reads_back=min(back[task][1], t - 1)),) if back[task] else ())
             for t in range(1, 7) for task in regimes]
     plan = plan_recovery("pipe", graph, rows, [BadEpoch("source", 3)], last_epoch=6, readable=readable_when(False),
                          regimes=regimes)

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from falkirk.policies.ids import CommitId, ProcessorId
 from falkirk.policies.planning.recovery import FailedTask, RecoveryPlan
 from falkirk.policies.regimes import LazyCheckpoint, Tier
 from falkirk.policies.store import StoreConfig, StoreError
@@ -73,7 +74,7 @@ def test_two_attempts_racing_on_a_tables_first_commit_commit_once(tmp_path: Path
     doubled = []
     for trial in range(20):
         uri = str(tmp_path / f"t{trial}")
-        key = CommitKey("d", "t", 1, -1, 0)
+        key = CommitKey(dag_id="d", task_id="t", epoch=1, map_index=-1, incarnation=0)
         a, b = _staged(uri, key, "a"), _staged(uri, key, "b")
         results = _race(lambda: publish(a), lambda: publish(b))
         rows = scan(open_table(uri)).num_rows
@@ -84,8 +85,8 @@ def test_two_attempts_racing_on_a_tables_first_commit_commit_once(tmp_path: Path
 
 def test_racing_ledger_appends_record_each_key_once(store: StoreConfig) -> None:
     ledger = Ledger(store)
-    entries = [LedgerEntry("d", f"t{i}", 1, "ephemeral", "epoch-1", 1) for i in range(5)]
-    same = LedgerEntry("d", "twice", 1, "ephemeral", "epoch-1", 1)
+    entries = [LedgerEntry(dag_id="d", task_id=f"t{i}", epoch=1, regime="ephemeral", run_id="epoch-1", try_number=1) for i in range(5)]
+    same = LedgerEntry(dag_id="d", task_id="twice", epoch=1, regime="ephemeral", run_id="epoch-1", try_number=1)
     results = _race(*[lambda e=e: ledger.append(e) for e in entries], lambda: ledger.append(same),
                     lambda: ledger.append(same))
     assert results[:5] == [True] * 5 and sorted(results[5:]) == [False, True]
@@ -98,9 +99,9 @@ def _lazy_rows(store: StoreConfig, epochs: range) -> list[LedgerEntry]:
     uri = store.table_uri(LazyCheckpoint(every=3).state_tier(1), "d", "model", "state")
     rows = []
     for e in epochs:
-        key = CommitKey("d", "model", e)
+        key = CommitKey(dag_id="d", task_id="model", epoch=e)
         commit_epoch(uri, pa.table({"epoch": [e, e], "total": [e, 2 * e]}), key)
-        rows.append(LedgerEntry("d", "model", e, "lazy_checkpoint(every=3)", f"epoch-{e}", 1, state_uri=uri,
+        rows.append(LedgerEntry(dag_id="d", task_id="model", epoch=e, regime="lazy_checkpoint(every=3)", run_id=f"epoch-{e}", try_number=1, state_uri=uri,
                                 state_tier="scratch", state_rows=2, notified_through=e))
     return rows
 
@@ -135,15 +136,15 @@ def test_a_commit_that_read_a_producer_epoch_rolled_back_meanwhile_in_another_da
     from falkirk.spark_jobs.runtime import EpochContext, RolledBack, _check_still_current
 
     ledger = Ledger(store)
-    publish = [LedgerEntry("orders", "publish", e, "batch(log_outputs=true)", f"epoch-{e}", 1) for e in (1, 2, 3)]
+    publish = [LedgerEntry(dag_id="orders", task_id="publish", epoch=e, regime="batch(log_outputs=true)", run_id=f"epoch-{e}", try_number=1) for e in (1, 2, 3)]
     for r in publish:
         ledger.append(r)
     spec = JobSpec(dag_id="leaders", task_id="leaders", epoch=3, regime=EagerCheckpoint(), run_id="asset_triggered__3",
                    try_number=1)
     ctx = EpochContext(spec, store, ledger, spark=None)
     assert producer_rows(ctx, "orders").find("publish", 3).incarnation == 0  # what read_asset reads
-    ctx.asset_inputs.append(AssetInput("orders.ranking", "orders", "publish", "output", 3, 0))
-    entry = LedgerEntry("leaders", "leaders", 3, "eager_checkpoint", "asset_triggered__3", 1,
+    ctx.asset_inputs.append(AssetInput(asset="orders.ranking", dag_id="orders", task_id="publish", output="output", epoch=3, incarnation=0))
+    entry = LedgerEntry(dag_id="leaders", task_id="leaders", epoch=3, regime="eager_checkpoint", run_id="asset_triggered__3", try_number=1,
                         asset_inputs=tuple(ctx.asset_inputs))
     assert _check_still_current(ctx, entry, appended=False) == ctx.rows.rollbacks_version  # nothing rolled back
     ledger.invalidations.record([publish[2]], "plan-in-orders")
@@ -233,22 +234,22 @@ def test_collection_never_deletes_outside_the_store_whatever_a_ledger_row_says(s
 
     sentinel = tmp_path / "sentinel" / "table"  # a Delta table outside the store, epochs 1-3
     for e in (1, 2, 3):
-        commit_epoch(str(sentinel), pa.table({"epoch": [e], "x": [e]}), CommitKey("d", "src", e))
+        commit_epoch(str(sentinel), pa.table({"epoch": [e], "x": [e]}), CommitKey(dag_id="d", task_id="src", epoch=e))
     before = checksum(tmp_path / "sentinel")
     ledger = Ledger(store)
     own = store.table_uri(LazyCheckpoint(every=1).state_tier(1), "d", "src", "output")
     for e in (1, 2, 3):  # src's output rows point at the sentinel; dst reads them
-        ledger.append(LedgerEntry("d", "src", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
+        ledger.append(LedgerEntry(dag_id="d", task_id="src", epoch=e, regime="batch(log_outputs=true)", run_id=f"epoch-{e}", try_number=1, notified_through=e,
                                   outputs=(OutputRef("output", str(sentinel), "durable", e, 1),)))
         from falkirk.policies.store.ledger import InputRef
-        ledger.append(LedgerEntry("d", "dst", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
+        ledger.append(LedgerEntry(dag_id="d", task_id="dst", epoch=e, regime="batch(log_outputs=true)", run_id=f"epoch-{e}", try_number=1, notified_through=e,
                                   outputs=(OutputRef("output", own, "durable", e, 0),),
-                                  inputs=(InputRef("src", "output", e),)))
+                                  inputs=(InputRef(task_id="src", output="output", through=e),)))
     with pytest.raises(ValueError, match=rf"task 'src' names its output table '{sentinel}', which is not where "
                                          rf"the store keeps it.*refusing to delete anything"):
         collect(store, "d", retain_hours=0)
     assert checksum(tmp_path / "sentinel") == before and Collections(ledger.store).through("d") == {}
-    assert not StoreReadability(store)(str(sentinel), CommitKey("d", "src", 1))  # never read either
+    assert not StoreReadability(store)(str(sentinel), CommitKey(dag_id="d", task_id="src", epoch=1))  # never read either
 
 
 def test_collection_reclaims_the_scratch_a_worker_wrote_on_its_own_disk(store: StoreConfig) -> None:
@@ -263,8 +264,8 @@ def test_collection_reclaims_the_scratch_a_worker_wrote_on_its_own_disk(store: S
     for e in range(1, 8):
         tier = regime.state_tier(e)
         uri = on_worker.table_uri(tier, "d", "model", "state")
-        commit_epoch(uri, pa.table({"epoch": [e], "total": [e]}), CommitKey("d", "model", e))
-        ledger.append(LedgerEntry("d", "model", e, "lazy_checkpoint(every=3)", f"epoch-{e}", 1, state_uri=uri,
+        commit_epoch(uri, pa.table({"epoch": [e], "total": [e]}), CommitKey(dag_id="d", task_id="model", epoch=e))
+        ledger.append(LedgerEntry(dag_id="d", task_id="model", epoch=e, regime="lazy_checkpoint(every=3)", run_id=f"epoch-{e}", try_number=1, state_uri=uri,
                                   state_tier=tier.value, state_rows=1, notified_through=e))
     scratch = on_worker.table_uri(regime.state_tier(1), "d", "model", "state")
     assert scratch.startswith(f"{store.scratch_uri}/worker-a/")
@@ -298,12 +299,12 @@ def test_collection_empties_a_channel_left_on_the_disk_of_a_worker_the_reader_di
         if e == 4:  # still drawing: no ledger row yet
             continue
         log = store.table_uri(Tier.DURABLE, "d", "draw", "output")
-        commit_epoch(log, pa.table({"epoch": [e], "key": [f"{e}-0"]}), CommitKey("d", "draw", e))
-        ledger.append(LedgerEntry("d", "draw", e, "batch(log_outputs=true)", f"epoch-{e}", 1, notified_through=e,
+        commit_epoch(log, pa.table({"epoch": [e], "key": [f"{e}-0"]}), CommitKey(dag_id="d", task_id="draw", epoch=e))
+        ledger.append(LedgerEntry(dag_id="d", task_id="draw", epoch=e, regime="batch(log_outputs=true)", run_id=f"epoch-{e}", try_number=1, notified_through=e,
                                   outputs=(OutputRef("output", log, "durable", e, 1),), worker=worker,
                                   channels=(tables.edge, tables.control)))
-        ledger.append(LedgerEntry("d", "deliver", e, "batch", f"epoch-{e}", 1, notified_through=e, worker="worker-a",
-                                  inputs=(InputRef("draw", "output", e),)))
+        ledger.append(LedgerEntry(dag_id="d", task_id="deliver", epoch=e, regime="batch", run_id=f"epoch-{e}", try_number=1, notified_through=e, worker="worker-a",
+                                  inputs=(InputRef(task_id="draw", output="output", through=e),)))
         clear(edge_tables(on["worker-a"], "d"), e)  # deliver, on worker-a, clears its own disk's edge
     left = edge_tables(on["worker-b"], "d")
 
@@ -342,8 +343,8 @@ def test_the_gc_watermark_drill_deletes_the_checkpoint_recovery_restores_from(st
     ledger = Ledger(store)
     for e in range(1, 8):
         uri = store.table_uri(Tier.DURABLE, "d", "model", "state")
-        commit_epoch(uri, pa.table({"epoch": [e], "total": [e]}), CommitKey("d", "model", e))
-        ledger.append(LedgerEntry("d", "model", e, "eager_checkpoint", f"epoch-{e}", 1, state_uri=uri,
+        commit_epoch(uri, pa.table({"epoch": [e], "total": [e]}), CommitKey(dag_id="d", task_id="model", epoch=e))
+        ledger.append(LedgerEntry(dag_id="d", task_id="model", epoch=e, regime="eager_checkpoint", run_id=f"epoch-{e}", try_number=1, state_uri=uri,
                                   state_tier="durable", state_rows=1, notified_through=e))
     monkeypatch.setenv("FALKIRK_BROKEN", "gc-watermark")
     report = collect(store, "d", retain_hours=0)
@@ -456,7 +457,7 @@ def test_a_ledger_row_pointing_at_a_collected_table_is_not_counted(store: StoreC
     plan = compute_plan("d", store, [BadEpoch("model", 2)], {"model": Regime.parse("lazy_checkpoint(every=3)")},
                         record=False)
     assert plan.task("model").restore_from is None and plan.task("model").rerun == (1, 2, 3, 4)
-    assert not StoreReadability(store, rows)(rows[0].state_uri, CommitKey("d", "model", 1))
+    assert not StoreReadability(store, rows)(rows[0].state_uri, CommitKey(dag_id="d", task_id="model", epoch=1))
 
 
 def _windowed_rows(store: StoreConfig) -> list[LedgerEntry]:
@@ -472,17 +473,17 @@ def _windowed_rows(store: StoreConfig) -> list[LedgerEntry]:
     rows = []
     for e in range(1, 5):
         for uri, task in ((events_uri, "events"), (state_uri, "rank"), (pop_uri, "popularity")):
-            commit_epoch(uri, pa.table({"epoch": [e], "x": [e]}), CommitKey("w", task, e))
+            commit_epoch(uri, pa.table({"epoch": [e], "x": [e]}), CommitKey(dag_id="w", task_id=task, epoch=e))
         out = lambda name, uri, tier: (OutputRef(name, uri, tier, e - 1, 1),)  # noqa: E731
-        rows.append(LedgerEntry("w", "events", e, "ephemeral", f"epoch-{e}", 1, notified_through=e,
+        rows.append(LedgerEntry(dag_id="w", task_id="events", epoch=e, regime="ephemeral", run_id=f"epoch-{e}", try_number=1, notified_through=e,
                                 outputs=out("output", events_uri, "scratch")))
-        rows.append(LedgerEntry("w", "rank", e, "eager_checkpoint", f"epoch-{e}", 1, state_uri=state_uri,
+        rows.append(LedgerEntry(dag_id="w", task_id="rank", epoch=e, regime="eager_checkpoint", run_id=f"epoch-{e}", try_number=1, state_uri=state_uri,
                                 state_tier="durable", state_version=e - 1, state_rows=1, notified_through=e,
-                                inputs=(InputRef("events", "output", e),)))
+                                inputs=(InputRef(task_id="events", output="output", through=e),)))
         if e < 4:
-            rows.append(LedgerEntry("w", "popularity", e, "batch(log_outputs=true)", f"epoch-{e}", 1,
+            rows.append(LedgerEntry(dag_id="w", task_id="popularity", epoch=e, regime="batch(log_outputs=true)", run_id=f"epoch-{e}", try_number=1,
                                     notified_through=e, outputs=out("output", pop_uri, "durable"),
-                                    inputs=(InputRef("events", "output", e, reads_back=1),)))
+                                    inputs=(InputRef(task_id="events", output="output", through=e, reads_back=1),)))
     return rows
 
 
@@ -553,7 +554,7 @@ def test_a_later_run_is_swept_only_if_computed_before_the_rollback(store: StoreC
     assert _sweep_later_rows(running, ledger, print) == 0  # nothing rolled back yet
     ledger.invalidations.record([r for r in rows if r.epoch in (4, 5)], plan.plan_id)
     assert _sweep_later_rows(running, ledger, print) == 1
-    assert ("d", "model", -1, 6, 0) in ledger.invalidations.keys("d")
+    assert CommitId(dag="d", processor=ProcessorId(task="model"), epoch=6) in ledger.invalidations.keys("d")
     from falkirk.plugins.recovery import CLOCK_SKEW
 
     time.sleep(CLOCK_SKEW.total_seconds() + 0.5)
@@ -592,7 +593,7 @@ def test_the_sweep_orders_rows_by_the_rollbacks_their_jobs_checked_not_by_clocks
     ledger.invalidations.record([r for r in rows if r.epoch in (4, 5)], plan.plan_id)
     assert ledger.invalidations.version_of("d", plan.plan_id) == seen + 1
     assert _sweep_later_rows(running, ledger, print) == 1  # the timestamp would have kept it
-    assert ("d", "model", -1, 6, 0) in ledger.invalidations.keys("d")
+    assert CommitId(dag="d", processor=ProcessorId(task="model"), epoch=6) in ledger.invalidations.keys("d")
     _, seen = ledger.invalidations.keys_and_version("d")
     behind = datetime.now(timezone.utc) - timedelta(seconds=15)
     ledger.append(replace(early, incarnation=1, committed_at=behind, rollbacks_seen=seen))
@@ -707,14 +708,14 @@ def test_a_plan_rebuilding_a_lost_sender_log_state_runs_while_the_blocks_it_need
     state = store.table_uri(Tier.SCRATCH, "s", "total", "state")
     ledger = Ledger(store)
     for e in range(1, 5):
-        commit_epoch(blocks, pa.table({"epoch": [e], "x": [e]}), CommitKey("s", "ingest", e))
-        ledger.append(LedgerEntry("s", "ingest", e, regimes["ingest"].spec(), f"epoch-{e}", 1, notified_through=e,
+        commit_epoch(blocks, pa.table({"epoch": [e], "x": [e]}), CommitKey(dag_id="s", task_id="ingest", epoch=e))
+        ledger.append(LedgerEntry(dag_id="s", task_id="ingest", epoch=e, regime=regimes["ingest"].spec(), run_id=f"epoch-{e}", try_number=1, notified_through=e,
                                   outputs=(OutputRef("output", blocks, "durable", e - 1, 1),)))
         if e < 4:
-            commit_epoch(state, pa.table({"epoch": [e], "total": [e]}), CommitKey("s", "total", e))
-            ledger.append(LedgerEntry("s", "total", e, regimes["total"].spec(), f"epoch-{e}", 1, notified_through=e,
+            commit_epoch(state, pa.table({"epoch": [e], "total": [e]}), CommitKey(dag_id="s", task_id="total", epoch=e))
+            ledger.append(LedgerEntry(dag_id="s", task_id="total", epoch=e, regime=regimes["total"].spec(), run_id=f"epoch-{e}", try_number=1, notified_through=e,
                                       state_uri=state, state_tier="scratch", state_version=e - 1, state_rows=1,
-                                      inputs=(InputRef("ingest", "output", e),)))
+                                      inputs=(InputRef(task_id="ingest", output="output", through=e),)))
     shutil.rmtree(state)
 
     plan = compute_plan("s", store, [FailedTask("total", 4)], regimes, record=False)

@@ -57,7 +57,7 @@ def test_epoch_clock_maps_grid_dates_and_rejects_others() -> None:
 
 
 def test_job_spec_round_trips_and_rejects_bad_regime(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = JobSpec("d", "t", epoch=7, regime=LazyCheckpoint(every=2), run_id="r", try_number=3,
+    spec = JobSpec(dag_id="d", task_id="t", epoch=7, regime=LazyCheckpoint(every=2), run_id="r", try_number=3,
                    map_index=4, incarnation=1, inputs=("a", "b"))
     assert JobSpec.parse(spec.argv()) == spec
     argv = spec.argv()

@@ -99,9 +99,9 @@ def test_ledger_watermarks_count_an_external_send_only_once_accepted(tally_logs:
         out = {"i": OutputRef("output", "/scratch/i", "scratch", e, 1),
                "a": OutputRef("output", f"/{a_tier}/a", a_tier, e, 1),
                "o": OutputRef("sent", external_uri("outbox:/x"), "external", 0, 1)}[task]
-        inputs = {"i": (), "a": (InputRef("i", "output", e),), "o": (InputRef("a", "output", e),)}[task]
+        inputs = {"i": (), "a": (InputRef(task_id="i", output="output", through=e),), "o": (InputRef(task_id="a", output="output", through=e),)}[task]
         regime = "lazy_checkpoint(every=1)" if task == "a" else "ephemeral"
-        return LedgerEntry("d", task, e, regime, f"epoch-{e}", 1, notified_through=e, outputs=(out,), inputs=inputs,
+        return LedgerEntry(dag_id="d", task_id=task, epoch=e, regime=regime, run_id=f"epoch-{e}", try_number=1, notified_through=e, outputs=(out,), inputs=inputs,
                            state_uri="/durable/a/state" if task == "a" else None)
 
     def marks(rows, accepted: int) -> tuple[int, ...]:

@@ -49,9 +49,9 @@ def history(tasks: list[str], regimes: dict[str, Regime], epochs: int,
             tier = regime.output_tier(t).value
             state_tier = regime.state_tier(t).value if regime.keeps_state else None
             rows.append(LedgerEntry(
-                "pipe", task, t, regime.spec(), f"run-{t}", 1,
+                dag_id="pipe", task_id=task, epoch=t, regime=regime.spec(), run_id=f"run-{t}", try_number=1,
                 outputs=(OutputRef("output", f"/{tier}/{task}/output", tier, t, 10, None),),
-                inputs=(InputRef(up, "output", t),) if up else (), notified_through=t,
+                inputs=(InputRef(task_id=up, output="output", through=t),) if up else (), notified_through=t,
                 state_uri=f"/{state_tier}/{task}/state" if state_tier else None, state_tier=state_tier,
                 state_version=t))
     return rows

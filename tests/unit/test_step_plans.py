@@ -15,6 +15,7 @@ import itertools
 
 from hypothesis import given, settings, strategies as st
 
+from falkirk.policies.ids import CommitId, ProcessorId
 from falkirk.policies.planning.recovery import BadEpoch, FailedTask, LostScratch, plan_recovery
 from falkirk.policies.store.steps import StepCheckpoint
 from tests.unit.test_recovery import GRAPH, REGIMES, TASKS, UPSTREAM, history, oracle, readable_when
@@ -26,11 +27,11 @@ def step_checkpoints(task: str, at: int, done: int) -> list[StepCheckpoint]:
     """The checkpoints a failed attempt of (task, at) committed before it died: steps 1..done."""
     regime = REGIMES[task]
     tier = regime.step_tier(at).value
-    deps = [(UPSTREAM[task], -1, at, 0)] if task in UPSTREAM else []
+    deps = [CommitId(dag="pipe", processor=ProcessorId(task=UPSTREAM[task]), epoch=at)] if task in UPSTREAM else []
     if regime.keeps_state and at > 1:
-        deps.append((task, -1, at - 1, 0))
-    return [StepCheckpoint("pipe", task, -1, at, 0, "iteration", k, OF, f"/{tier}/{task}/steps-iteration-{k}", tier,
-                           0, 5, depends_on=tuple(deps)) for k in range(1, done + 1)]
+        deps.append(CommitId(dag="pipe", processor=ProcessorId(task=task), epoch=at - 1))
+    return [StepCheckpoint(dag_id="pipe", task_id=task, map_index=-1, epoch=at, incarnation=0, kind="iteration", step=k, of=OF, uri=f"/{tier}/{task}/steps-iteration-{k}", tier=tier,
+                           version=0, rows=5, depends_on=tuple(deps)) for k in range(1, done + 1)]
 
 
 def lex_oracle(rows, epochs: int, failed: tuple[str, int], done: int, bad: tuple[str, int] | None,

@@ -8,14 +8,22 @@ from pathlib import Path
 import pytest
 
 from falkirk.policies.faults import crash_requested
+from falkirk.policies.ids import CommitId, ProcessorId
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.steps import StepCheckpoint, StepLog, latest_usable
 
 
-def checkpoint(step: int, deps=(("links", -1, 2, 0),), of: int = 30, kind: str = "iteration",
+def commit(task: str, epoch: int, incarnation: int = 0) -> CommitId:
+    return CommitId(dag="d", processor=ProcessorId(task=task), epoch=epoch, incarnation=incarnation)
+
+
+LINKS_2 = commit("links", 2)
+
+
+def checkpoint(step: int, deps=(LINKS_2,), of: int = 30, kind: str = "iteration",
                epoch: int = 2, incarnation: int = 0) -> StepCheckpoint:
-    return StepCheckpoint("d", "rank", -1, epoch, incarnation, kind, step, of, f"/s/d/rank/steps-{kind}-{step}",
-                          "durable", 0, 40, depends_on=deps)
+    return StepCheckpoint(dag_id="d", task_id="rank", map_index=-1, epoch=epoch, incarnation=incarnation, kind=kind, step=step, of=of, uri=f"/s/d/rank/steps-{kind}-{step}",
+                          tier="durable", version=0, rows=40, depends_on=deps)
 
 
 def test_the_step_log_keeps_each_checkpoint_once_per_incarnation(tmp_path: Path) -> None:
@@ -27,20 +35,22 @@ def test_the_step_log_keeps_each_checkpoint_once_per_incarnation(tmp_path: Path)
     assert [(c.time, c.incarnation) for c in log.of_epoch("d", "rank", -1, 2)] == [((2, 5), 0), ((2, 10), 0),
                                                                                    ((2, 5), 1)]
     assert [c.step for c in log.of_epoch("d", "rank", -1, 2, incarnation=0)] == [5, 10]
-    assert log.of_epoch("d", "rank", -1, 2)[0].depends_on == (("links", -1, 2, 0),)
+    assert log.of_epoch("d", "rank", -1, 2)[0].depends_on == (LINKS_2,)
     assert [c.time for c in log.of_task("d", "rank", -1, through=2)] == [(2, 5), (2, 10), (2, 5)]
     assert len(log.of_dag("d")) == 4 and log.of_dag("other") == []
 
 
 def test_a_checkpoint_built_on_a_rolled_back_or_redone_row_is_not_resumed_from() -> None:
-    early, late = checkpoint(5), checkpoint(10, deps=(("links", -1, 2, 0), ("rank", -1, 1, 0)))
-    assert latest_usable([early, late], "iteration", 30, set(), {}) == [late, early]
+    early, late = checkpoint(5), checkpoint(10, deps=(LINKS_2, commit("rank", 1)))
+    current = {LINKS_2, commit("rank", 1)}
+    assert latest_usable([early, late], "iteration", 30, set(), current) == [late, early]
     # rank's epoch 1 was rolled back by a recovery: only the checkpoint that did not read it remains
-    assert latest_usable([early, late], "iteration", 30, {("d", "rank", -1, 1, 0)}, {}) == [early]
+    assert latest_usable([early, late], "iteration", 30, {commit("rank", 1)}, current) == [early]
     # links' epoch 2 was redone as incarnation 1 since: neither checkpoint read it
-    assert latest_usable([early, late], "iteration", 30, set(), {("links", -1, 2): 1}) == []
+    assert latest_usable([early, late], "iteration", 30, set(), {commit("links", 2, 1), commit("rank", 1)}) == []
     # another kind or count of steps (the job changed) is never resumed from
-    assert latest_usable([early], "iteration", 20, set(), {}) == [] == latest_usable([early], "chunk", 30, set(), {})
+    assert latest_usable([early], "iteration", 20, set(), current) == [] == latest_usable([early], "chunk", 30, set(),
+                                                                                          current)
 
 
 @pytest.mark.parametrize("kwargs, message", [

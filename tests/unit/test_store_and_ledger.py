@@ -40,15 +40,15 @@ def test_table_names_are_checked(tmp_path: Path) -> None:
 
 def test_commit_epoch_replaces_one_epoch_once(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
-    first = commit_epoch(uri, pa.table({"epoch": [1, 1], "v": [1, 2]}), CommitKey("d", "t", 1))
-    second = commit_epoch(uri, pa.table({"epoch": [2], "v": [3]}), CommitKey("d", "t", 2))
-    again = commit_epoch(uri, pa.table({"epoch": [1], "v": [99]}), CommitKey("d", "t", 1))
+    first = commit_epoch(uri, pa.table({"epoch": [1, 1], "v": [1, 2]}), CommitKey(dag_id="d", task_id="t", epoch=1))
+    second = commit_epoch(uri, pa.table({"epoch": [2], "v": [3]}), CommitKey(dag_id="d", task_id="t", epoch=2))
+    again = commit_epoch(uri, pa.table({"epoch": [1], "v": [99]}), CommitKey(dag_id="d", task_id="t", epoch=1))
     assert (first.applied, second.applied, again.applied) == (True, True, False)
     assert (again.version, again.rows) == (1, 2)
     assert DeltaTable(uri).version() == 1
     assert read_epoch(uri, 1).column("v").to_pylist() == [1, 2]
     # A new incarnation (after a rollback) replaces exactly that epoch's rows, atomically.
-    redo = commit_epoch(uri, pa.table({"epoch": [1], "v": [7]}), CommitKey("d", "t", 1, incarnation=1))
+    redo = commit_epoch(uri, pa.table({"epoch": [1], "v": [7]}), CommitKey(dag_id="d", task_id="t", epoch=1, incarnation=1))
     assert redo.applied and redo.version == 2
     assert sorted(scan(DeltaTable(uri)).column("v").to_pylist()) == [3, 7]
 
@@ -60,9 +60,9 @@ def test_commit_epoch_replaces_one_epoch_once(tmp_path: Path) -> None:
 ])
 def test_bad_rows_are_rejected_and_change_nothing(tmp_path: Path, rows: pa.Table, message: str) -> None:
     uri = str(tmp_path / "t")
-    commit_epoch(uri, pa.table({"epoch": [1], "v": [5]}), CommitKey("d", "t", 1, incarnation=0))
+    commit_epoch(uri, pa.table({"epoch": [1], "v": [5]}), CommitKey(dag_id="d", task_id="t", epoch=1, incarnation=0))
     with pytest.raises(EpochTableError) as err:
-        commit_epoch(uri, rows, CommitKey("d", "t", 1, incarnation=1))
+        commit_epoch(uri, rows, CommitKey(dag_id="d", task_id="t", epoch=1, incarnation=1))
     assert message in str(err.value)
     assert DeltaTable(uri).version() == 0 and read_epoch(uri, 1).column("v").to_pylist() == [5]
 
@@ -101,7 +101,7 @@ def test_reading_tables_never_aborts_the_process_at_exit(tmp_path: Path) -> None
 
     store = StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch"))
     Ledger(store).append(LedgerEntry(dag_id="d", task_id="t", epoch=1, regime="batch", run_id="r", try_number=1))
-    commit_epoch(str(tmp_path / "t"), pa.table({"epoch": [1] * 50, "v": list(range(50))}), CommitKey("d", "t", 1))
+    commit_epoch(str(tmp_path / "t"), pa.table({"epoch": [1] * 50, "v": list(range(50))}), CommitKey(dag_id="d", task_id="t", epoch=1))
     code = (
         "import sys; from falkirk.policies import Ledger, StoreConfig, read_epoch\n"
         f"assert len(Ledger(StoreConfig({store.durable_uri!r}, {store.scratch_uri!r})).entries('d')) == 1\n"
@@ -113,7 +113,7 @@ def test_reading_tables_never_aborts_the_process_at_exit(tmp_path: Path) -> None
 
 def test_reads_return_plain_arrow_types(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
-    commit_epoch(uri, pa.table({"epoch": [1], "s": ["x"], "b": [b"y"]}), CommitKey("d", "t", 1))
+    commit_epoch(uri, pa.table({"epoch": [1], "s": ["x"], "b": [b"y"]}), CommitKey(dag_id="d", task_id="t", epoch=1))
     assert read_epoch(uri, 1).schema.types == [pa.int64(), pa.string(), pa.binary()]
 
 
@@ -123,19 +123,19 @@ def test_the_ledger_compacts_itself_and_stays_idempotent(tmp_path: Path, monkeyp
     monkeypatch.setattr(ledger_module, "COMPACT_EVERY", 4)
     ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
     for epoch in range(1, 8):
-        assert ledger.append(LedgerEntry("d", "a", epoch, "batch", f"epoch-{epoch}", 1))
+        assert ledger.append(LedgerEntry(dag_id="d", task_id="a", epoch=epoch, regime="batch", run_id=f"epoch-{epoch}", try_number=1))
     table = DeltaTable(ledger.uri)
     # appends are versions 0-4 and 6-7; the append of version 4 compacted its 5 files (version 5)
     assert table.version() == 7 and len(table.file_uris()) == 3
     assert [h["operation"] for h in table.history() if h["version"] == 5] == ["OPTIMIZE"]
     assert [e.epoch for e in ledger.entries("d")] == list(range(1, 8))
-    assert not ledger.append(LedgerEntry("d", "a", 2, "batch", "epoch-2", 1))  # still recorded once
+    assert not ledger.append(LedgerEntry(dag_id="d", task_id="a", epoch=2, regime="batch", run_id="epoch-2", try_number=1))  # still recorded once
 
 
 def test_the_ledger_checkpoints_its_log_so_an_open_reads_at_most_five_commit_files(tmp_path: Path) -> None:
     ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
     for epoch in range(1, 24):
-        assert ledger.append(LedgerEntry("d", "a", epoch, "batch", f"epoch-{epoch}", 1))
+        assert ledger.append(LedgerEntry(dag_id="d", task_id="a", epoch=epoch, regime="batch", run_id=f"epoch-{epoch}", try_number=1))
     log = Path(ledger.uri) / "_delta_log"
     table = DeltaTable(ledger.uri)
     assert table.metadata().configuration == {"delta.checkpointInterval": "5"}
@@ -189,7 +189,7 @@ def test_the_dag_version_of_a_snapshot_equals_the_ledgers_whatever_the_other_dag
         if rows[dag] and rng.random() < 0.3:
             rollbacks += ledger.invalidations.record(rng.sample(rows[dag], 1), f"plan-{step}")
         else:
-            entry = LedgerEntry(dag, rng.choice(["t", "u"]), step, "ephemeral", f"r{step}", 1)
+            entry = LedgerEntry(dag_id=dag, task_id=rng.choice(["t", "u"]), epoch=step, regime="ephemeral", run_id=f"r{step}", try_number=1)
             ledger.append(entry)
             rows[dag].append(entry)
         versions = {d: (ledger.dag_version(d), LedgerSnapshot(ledger, d).dag_version) for d in "ab"}
@@ -210,7 +210,7 @@ def test_a_refreshed_snapshot_equals_a_fresh_one_and_reads_only_the_new_commits(
 
     ledger = Ledger(StoreConfig(str(tmp_path / "store"), str(tmp_path / "scratch")))
     rng = random.Random(seed)
-    other = LedgerEntry("b", "t", 0, "ephemeral", "r0", 1)
+    other = LedgerEntry(dag_id="b", task_id="t", epoch=0, regime="ephemeral", run_id="r0", try_number=1)
     ledger.append(other), ledger.invalidations.record([other], "plan-0")  # both tables exist
     held = LedgerSnapshot(ledger, "a")
     mine: list[LedgerEntry] = []
@@ -219,7 +219,7 @@ def test_a_refreshed_snapshot_equals_a_fresh_one_and_reads_only_the_new_commits(
         roll = rng.random()
         if roll < 0.55:
             dag = rng.choice("ab")
-            entry = LedgerEntry(dag, rng.choice(["t", "u"]), step, "ephemeral", f"r{step}", 1)
+            entry = LedgerEntry(dag_id=dag, task_id=rng.choice(["t", "u"]), epoch=step, regime="ephemeral", run_id=f"r{step}", try_number=1)
             ledger.append(entry)
             mine += [entry] if dag == "a" else []
         elif roll < 0.75 and mine:
@@ -255,7 +255,7 @@ def test_compactions_racing_on_one_table_never_duplicate_its_rows(tmp_path: Path
     spawn = multiprocessing.get_context("spawn")  # delta-rs's runtime does not survive a fork
     for race in range(3):
         for epoch in range(race * 15, race * 15 + 15):
-            ledger.append(LedgerEntry("d", "t", epoch + 1, "ephemeral", f"r{epoch}", 1))
+            ledger.append(LedgerEntry(dag_id="d", task_id="t", epoch=epoch + 1, regime="ephemeral", run_id=f"r{epoch}", try_number=1))
         barrier = spawn.Barrier(4)
         racers = [spawn.Process(target=_compact_at, args=(ledger.uri, barrier)) for _ in range(4)]
         for p in racers:
@@ -274,7 +274,7 @@ def test_a_compaction_claim_left_by_a_dead_compactor_expires(tmp_path: Path, mon
 
     ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
     for epoch in range(1, 6):
-        ledger.append(LedgerEntry("d", "t", epoch, "ephemeral", f"r{epoch}", 1))
+        ledger.append(LedgerEntry(dag_id="d", task_id="t", epoch=epoch, regime="ephemeral", run_id=f"r{epoch}", try_number=1))
     assert commits._claim_compaction(ledger.uri, None) is not None  # and never released: it died
     assert ledger.compact() == 0  # held
     monkeypatch.setattr(commits, "COMPACTION_CLAIM_SECONDS", 0.0)

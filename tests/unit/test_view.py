@@ -6,12 +6,17 @@ from datetime import datetime, timedelta, timezone
 
 from falkirk.plugins.grid_status import CheckpointStatus, grid_from_rows, unrecorded
 from falkirk.plugins.view import DagTask, UNRECORDED, dag_view, plan_view, recovery_history, topological
+from falkirk.policies.ids import CommitId, ProcessorId
 from falkirk.policies.planning.recovery import FailedTask, RecoveryPlan, TaskPlan
 from falkirk.policies.store.ledger import LedgerEntry, OutputRef
 
 
+def commit(task: str, epoch: int, incarnation: int = 0) -> CommitId:
+    return CommitId(dag="d", processor=ProcessorId(task=task), epoch=epoch, incarnation=incarnation)
+
+
 def row(task: str, epoch: int, incarnation: int = 0, state: str | None = None, out: str = "scratch") -> dict:
-    return LedgerEntry("d", task, epoch, "eager_checkpoint" if state else "batch", f"epoch-{epoch}", 1,
+    return LedgerEntry(dag_id="d", task_id=task, epoch=epoch, regime="eager_checkpoint" if state else "batch", run_id=f"epoch-{epoch}", try_number=1,
                        incarnation=incarnation, state_tier=state,
                        outputs=(OutputRef("output", "/o", out, 1, 1),)).to_row()
 
@@ -19,7 +24,7 @@ def row(task: str, epoch: int, incarnation: int = 0, state: str | None = None, o
 def test_a_rerun_after_a_rollback_shows_its_own_status_and_a_rollback_alone_shows_invalidated() -> None:
     rows = [row("m", 1, state="durable"), row("m", 2, state="scratch"), row("m", 2, 1, state="durable"),
             row("m", 3, state="scratch"), row("c", 1, out="durable"), row("c", 2, out="scratch")]
-    gone = {("m", -1, 2, 0), ("m", -1, 3, 0)}
+    gone = {commit("m", 2), commit("m", 3)}
     grid = grid_from_rows(["m", "c", "never"], rows, gone, last_epoch=4)
     assert grid.status == {"m": "DDI-", "c": "LS--", "never": "----"}
     assert grid.runs == {1: "epoch-1", 2: "epoch-2", 3: "epoch-3"} and grid.last_epoch == 4
@@ -34,7 +39,7 @@ def test_collected_epochs_show_as_collected_but_missing_ones_stay_missing() -> N
 
 def test_a_scratch_cell_whose_files_are_gone_shows_as_lost_and_a_durable_one_does_not() -> None:
     def entry(task: str, epoch: int, state: str | None, state_uri: str | None, out_uri: str, out_tier: str) -> dict:
-        return LedgerEntry("d", task, epoch, "lazy_checkpoint(every=2)", f"epoch-{epoch}", 1, state_tier=state,
+        return LedgerEntry(dag_id="d", task_id=task, epoch=epoch, regime="lazy_checkpoint(every=2)", run_id=f"epoch-{epoch}", try_number=1, state_tier=state,
                            state_uri=state_uri, outputs=(OutputRef("output", out_uri, out_tier, 1, 1),)).to_row()
 
     rows = [entry("m", 1, "scratch", "/scratch/d/m/state", "/scratch/d/m/output", "scratch"),
@@ -101,7 +106,7 @@ def test_a_success_without_a_current_ledger_row_is_flagged_and_preselected_unles
     a collected one (clean 2 below a mark): the first two must run again, the third is history."""
     rows = [row("clean", 1, out="durable"), row("model", 1, state="durable"), row("model", 2, state="durable"),
             row("clean", 3, out="durable")]
-    grid = grid_from_rows(["clean", "model"], rows, invalidated={("model", -1, 2, 0)})
+    grid = grid_from_rows(["clean", "model"], rows, invalidated={commit("model", 2)})
     succeeded = [("clean", "epoch-1"), ("clean", "epoch-2"), ("clean", "epoch-3"), ("model", "epoch-1"),
                  ("model", "epoch-2"), ("model", "epoch-9")]
     assert unrecorded(grid, succeeded, collected_through={"clean": 2}) == [("model", 2, "epoch-2")]
@@ -120,7 +125,7 @@ def test_the_grid_tells_how_far_an_uncommitted_epoch_got_inside_itself() -> None
     from falkirk.plugins.view import epoch_progress
     from falkirk.policies.store.steps import StepCheckpoint
 
-    cp = lambda epoch, step: StepCheckpoint("d", "rank", -1, epoch, 0, "iteration", step, 30, "/t", "durable", 0, 1)
+    cp = lambda epoch, step: StepCheckpoint(dag_id="d", task_id="rank", map_index=-1, epoch=epoch, incarnation=0, kind="iteration", step=step, of=30, uri="/t", tier="durable", version=0, rows=1)
     grid = grid_from_rows(["clean", "rank"], [row("clean", e, out="durable") for e in (1, 2, 3)]
                           + [row("rank", e, state="durable") for e in (1, 2)])
     tasks = [DagTask("clean", "batch(log_outputs=true)", ()), DagTask("rank", "eager_checkpoint", ("clean",))]

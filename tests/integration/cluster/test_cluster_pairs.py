@@ -34,9 +34,10 @@ from devstack.airflow import USERS
 from devstack.cluster import Cluster, ClusterServers
 from devstack.demo import run_id_of
 from devstack.inprocess import run_reference_process
+from falkirk.policies.ids import ReplicaId
 from falkirk.plugins.pairs import catch_up
 from falkirk.policies import EagerCheckpoint, LazyCheckpoint
-from falkirk.policies.partitions import processors, replica_index
+from falkirk.policies.partitions import processors
 from falkirk.policies.planning.recovery_log import RecoveryLog
 from falkirk.policies.regimes import Tier
 from falkirk.policies.store.commits import open_table, scan
@@ -149,7 +150,7 @@ def test_chained_placement_puts_each_replica_on_its_worker(lost) -> None:
             for p in range(2):
                 for r in "AB":
                     want = "worker-b" if f"{task}[{p}].{r}" in ON_B else "worker-a"
-                    assert placed[dag, f"{task}[{replica_index(p, r)}]"] == want
+                    assert placed[dag, str(ReplicaId(task=task, partition=p, replica=r).processor)] == want
 
 
 def test_the_watch_notices_the_lost_worker_in_time_and_the_pairs_take_over(lost) -> None:
@@ -207,7 +208,7 @@ def test_catch_up_recreates_the_lost_replicas_on_the_spare(lost) -> None:
         p, r = int(rest[0]), rest[-1]
         replica = layout.replica(task, p, r)
         assert (replica.worker, replica.status.value, replica.generation) == ("worker-c", "ACTIVE", 2)
-        assert after[P, 5][f"{task}[{replica_index(p, r)}]"]["hostname"] == "worker-c"
+        assert after[P, 5][str(ReplicaId(task=task, partition=p, replica=r).processor)]["hostname"] == "worker-c"
 
 
 def test_every_table_equals_the_failure_free_run(lost) -> None:
