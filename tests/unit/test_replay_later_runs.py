@@ -34,6 +34,7 @@ import pytest
 from falkirk.plugins import recovery
 from falkirk.plugins.airflow_rest import AirflowError
 from falkirk.plugins.recovery import RunningReplay, _clear, _sweep_later_rows, _to_clear
+from falkirk.policies.ids import CommitId, ProcessorId
 from falkirk.policies.planning.replay_decisions import affected_later
 
 from .replay_scheduler import STATEFUL, TASKS, Scheduler
@@ -74,6 +75,11 @@ class Row:
     @property
     def key(self) -> tuple[str, int]:
         return self.processor, self.epoch
+
+    @property
+    def commit_id(self) -> CommitId:
+        return CommitId(dag=self.dag_id, processor=ProcessorId.parse(self.processor), epoch=self.epoch,
+                        incarnation=self.incarnation)
 
 
 @dataclass
