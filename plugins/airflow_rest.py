@@ -107,14 +107,16 @@ class AirflowClient:
             raise AirflowError(f"Airflow at {self.base_url} refused user {username!r} ({response.status_code})")
         return response.json()["access_token"]
 
-    def request(self, method: str, path: str, attempts: int = 4, idempotent: bool = False, **kwargs: Any) -> Any:
+    def request(self, method: str, path: str, attempts: int = 4, idempotent: bool = False, missing_ok: bool = False,
+                **kwargs: Any) -> Any:
         """One REST call. A read (GET), or a write the caller marks ``idempotent``, that meets a
         server error is retried: on a loaded machine the API server can give up on a locked SQLite
         file and roll back. A read that times out is retried too. A write waits up to
         :data:`WRITE_TIMEOUT` for its answer and is not sent again after a timeout: the server may
         still be carrying it out, and two clears of one task instance at once collide in Airflow's
         task-instance history. Any call that meets 503 is retried: Airflow answers 503 when it
-        refused the call before carrying it out (a backfill on a locked SQLite file)."""
+        refused the call before carrying it out (a backfill on a locked SQLite file). ``missing_ok``:
+        a 404 answers ``None``."""
         if method != "GET":
             kwargs.setdefault("timeout", httpx.Timeout(30, read=WRITE_TIMEOUT))
         for attempt in range(1, attempts + 1):
@@ -136,6 +138,8 @@ class AirflowClient:
                 time.sleep(2 * attempt)
                 continue
             break
+        if response.status_code == 404 and missing_ok:
+            return None
         if response.status_code >= 400:
             raise AirflowError(f"{method} {path} -> {response.status_code}: {response.text[:2000]}")
         return response.json() if response.content else None
@@ -229,6 +233,14 @@ class AirflowClient:
 
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.request("GET", api_path("dags", dag_id, "dagRuns", run_id))
+
+    def find_run(self, dag_id: str, run_id: str) -> dict[str, Any] | None:
+        """The DAG run, or ``None`` if Airflow has no such run (deleted, or never created)."""
+        return self.request("GET", api_path("dags", dag_id, "dagRuns", run_id), missing_ok=True)
+
+    def dag(self, dag_id: str) -> dict[str, Any]:
+        """The DAG as Airflow's API gives it (``is_paused``, ``max_active_runs``, ...)."""
+        return self.request("GET", api_path("dags", dag_id))
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[ProcessorId, dict[str, Any]]:
         """The run's task instances by processor: ``task``, or ``task[i]`` for a mapped one."""

@@ -641,8 +641,9 @@ def _finish(running: RunningReplay, then: Sequence[str] = (), since: datetime | 
     """Wait for the replay; then replay the consumer DAGs' plans ``then``, in order."""
     try:
         running.wait(progress=log.info)
-        if then and running.store is not None:
-            replay_across([running.plan.plan_id, *then], running.store, running.client, holder=running.lease.holder,
+        if then:
+            applier = running.applier
+            replay_across([running.plan.plan_id, *then], applier.store, applier.client, holder=applier.lease.holder,
                           progress=log.info, since=since)
     except Exception:  # recorded as "failed" in the recovery log by wait() and replay()
         log.exception("Falkirk replay %s failed", running.plan.plan_id)

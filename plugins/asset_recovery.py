@@ -35,7 +35,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError, api_path
-from falkirk.plugins.recovery import Progress, ReplayReport, _regimes, _run_ids, check_may_clear, plan, replay
+from falkirk.plugins.dag_facts import regimes_and_clock
+from falkirk.plugins.recovery import Progress, ReplayReport, check_may_clear, plan, replay, run_ids
 from falkirk.policies.asset_events import run_date
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.ids import ProcessorId
@@ -59,7 +60,7 @@ def plan_across(dag_id: str, store: StoreConfig, client: AirflowClient | None = 
     :func:`falkirk.plugins.recovery.plan`) and, through asset edges, for every DAG whose
     checkpoints read an epoch that plan redoes, producers first."""
     producer = plan(dag_id, store, client, record=record, **failures)
-    across = with_consumers(producer, store, lambda dag: _regimes(dag, client)[0] if client is not None else {},
+    across = with_consumers(producer, store, lambda dag: regimes_and_clock(dag, client)[0] if client is not None else {},
                             record=record)
     if record and len(across.plans) > 1:
         RecoveryLog(store).link(across.plans)  # each DAG's history names the others' plans
@@ -154,7 +155,7 @@ def _check_may_clear(plans: Sequence[RecoveryPlan], log: RecoveryLog, store: Sto
         except AlreadyReplayed:
             continue
         # epochs with no run yet (a consumer paused when its event came) get theirs in the replay
-        runs = _run_ids(recovery, Ledger(store).entries(recovery.dag_id, include_invalidated=True), client)
+        runs = run_ids(recovery, Ledger(store).entries(recovery.dag_id, include_invalidated=True), client)
         try:
             check_may_clear(recovery, runs, client)
         except AirflowError as exc:
@@ -178,7 +179,7 @@ def _second_runs(recovery: RecoveryPlan, epochs: set[int], since: datetime | Non
                  client: AirflowClient) -> list[SecondRun]:
     """The consumer's runs of ``epochs``, started ``since`` (at any time when ``None``), other
     than the ones its ledger rows name."""
-    _, clock = _regimes(recovery.dag_id, client)
+    _, clock = regimes_and_clock(recovery.dag_id, client)
     named = {e.run_id for e in Ledger(store).entries(recovery.dag_id, include_invalidated=True)}
     runs = client.request("GET", api_path("dags", recovery.dag_id, "dagRuns"),
                           params={"order_by": "run_after", "limit": 1000})["dag_runs"]

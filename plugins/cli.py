@@ -297,12 +297,12 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _trigger(args: argparse.Namespace) -> int:
-    from falkirk.plugins.recovery import _regimes, latest_run_epoch
+    from falkirk.plugins.dag_facts import latest_run_epoch, regimes_and_clock
 
     client = _airflow(args.airflow_url)
     if not client.dag_exists(args.dag):
         raise PlanError(f"--dag: Airflow has no DAG {args.dag!r}")
-    _, clock = _regimes(args.dag, client)
+    _, clock = regimes_and_clock(args.dag, client)
     if clock is None:
         raise PlanError(f"--dag {args.dag}: it has no Falkirk task, so it has no epochs; trigger it as usual")
     if args.wait and client.request("GET", api_path("dags", args.dag)).get("is_paused"):
@@ -601,13 +601,13 @@ def _plan_gap(dag_id: str, result: RecoveryPlan, client: AirflowClient | None) -
     """The note on a plan that re-runs epochs without a DAG run
     (:func:`~falkirk.plugins.discard.run_gap`), and whether they are most of it (the note then
     stands instead of the plan's table); ``None`` when it has none."""
+    from falkirk.plugins.dag_facts import regimes_and_clock
     from falkirk.plugins.discard import gap_note, run_epochs, run_gap
-    from falkirk.plugins.recovery import _regimes
 
     rerun = result.rerun_set()
     if client is None or not rerun:
         return None
-    clock = _regimes(dag_id, client)[1]
+    clock = regimes_and_clock(dag_id, client)[1]
     if clock is None:
         return None
     epochs = sorted({e for _, e in rerun})

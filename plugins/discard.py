@@ -93,14 +93,14 @@ def plan_discard(dag_id: str, store: StoreConfig, client: AirflowClient, first: 
     on rows no longer there: with ``consumers`` they are withdrawn too (from the first of them to
     the consumer's newest, a stateful task builds each epoch on the one before); without, the
     discard is refused, naming the ``--consumers`` form."""
-    from falkirk.plugins.recovery import _regimes, latest_run_epoch
+    from falkirk.plugins.dag_facts import latest_run_epoch, regimes_and_clock
 
     check_dag_id(dag_id)
     if not 1 <= first <= (first if last is None else last):
         raise PlanError(f"--epochs {first}-{last}: give FIRST-LAST with 1 <= FIRST <= LAST")
     if not client.dag_exists(dag_id):
         raise PlanError(f"--dag: Airflow has no DAG {dag_id!r}")
-    _, clock = _regimes(dag_id, client)
+    _, clock = regimes_and_clock(dag_id, client)
     if clock is None:
         raise PlanError(f"--dag {dag_id}: it has no Falkirk task, so it has no epochs to discard")
     snapshot = LedgerSnapshot(Ledger(store), dag_id)
@@ -164,9 +164,9 @@ def _consumer_epochs(store: StoreConfig, producer: str, rows: Sequence[LedgerEnt
 
 def _consumer_discard(store: StoreConfig, client: AirflowClient, dag_id: str, first: int) -> Discard:
     """The discard of ``dag_id``'s epochs from ``first`` to its newest (ledger row or run)."""
-    from falkirk.plugins.recovery import _regimes, latest_run_epoch
+    from falkirk.plugins.dag_facts import latest_run_epoch, regimes_and_clock
 
-    _, clock = _regimes(dag_id, client)
+    _, clock = regimes_and_clock(dag_id, client)
     newest = max((e.epoch for e in Ledger(store).entries(dag_id)), default=first)
     latest = latest_run_epoch(dag_id, client, clock) if clock is not None else None
     return plan_discard(dag_id, store, client, first, max(newest, latest or first), consumers=True)

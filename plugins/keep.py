@@ -63,13 +63,13 @@ class Keep:
 def plan_keep(dag_id: str, store: StoreConfig, client: AirflowClient, run_id: str) -> Keep:
     """What keeping DAG run ``run_id`` marks; changes nothing. Raises :class:`PlanError`, naming
     the fix, when the run is still active or one of its unfinished instances never committed."""
+    from falkirk.plugins.dag_facts import regimes_and_clock
     from falkirk.plugins.discard import _epoch_of_run
-    from falkirk.plugins.recovery import _regimes
 
     check_dag_id(dag_id)
     if not client.dag_exists(dag_id):
         raise PlanError(f"--dag: Airflow has no DAG {dag_id!r}")
-    _, clock = _regimes(dag_id, client)
+    _, clock = regimes_and_clock(dag_id, client)
     try:
         run = client.dag_run(dag_id, run_id)
     except AirflowError:

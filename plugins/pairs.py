@@ -388,12 +388,12 @@ def _run_epochs(dag_id: str, client: Any, runs: dict[str, dict[str, dict[str, An
     instances carry, on the DAG's epoch clock (a run that has committed nothing yet)."""
     from datetime import datetime
 
-    from falkirk.plugins.recovery import _regimes
+    from falkirk.plugins.dag_facts import regimes_and_clock
     from falkirk.policies.epochs import EpochError
 
     epochs = {e.run_id: e.epoch for e in snapshot.entries()}
     unknown = [run for run in runs if run not in epochs]
-    clock = _regimes(dag_id, client)[1] if unknown else None
+    clock = regimes_and_clock(dag_id, client)[1] if unknown else None
     for run in unknown if clock is not None else ():
         logical = next((ti.get("logical_date") for ti in runs[run].values() if ti.get("logical_date")), None)
         try:

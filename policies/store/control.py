@@ -39,6 +39,8 @@ from falkirk.policies.store.commits import append_once, compact_every, open_tabl
 from falkirk.policies.store.config import StoreConfig
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
     from falkirk.policies.pairs import Layout
 
 INVALIDATION_SCHEMA = pa.schema(
@@ -188,13 +190,7 @@ class Invalidations:
     def _versions_by_plan(self, dag_id: str) -> dict[str, int]:
         """Per recovery (plan id) that rolled back rows of ``dag_id``, the table version of its
         commit, from the commits' own records (their app transaction ids)."""
-        table = open_table(self.uri, self.store.options_for(self.uri))
-        versions: dict[str, int] = {}
-        for commit in table.history() if table is not None else []:
-            prefix, _, plan = str(commit.get("falkirk.app_id", "")).rpartition("/")
-            if prefix.startswith("falkirk-invalidate/") and dag_id in prefix[len("falkirk-invalidate/"):].split(","):
-                versions.setdefault(plan, int(commit["version"]))
-        return versions
+        return versions_by_plan(open_table(self.uri, self.store.options_for(self.uri)), dag_id)
 
     def rolled_back_by(self, dag_id: str, plan_id: str) -> list[tuple[str, int, int, int | None]]:
         """The rows of ``dag_id`` that recovery ``plan_id`` and its sweeps of later DAG runs (records
@@ -239,6 +235,17 @@ class Invalidations:
         processor = ProcessorId(task=task_id, map_index=map_index)
         gone = [c.incarnation for c in self.keys(dag_id) if (c.processor, c.epoch) == (processor, epoch)]
         return max(gone, default=-1) + 1
+
+
+def versions_by_plan(table: DeltaTable | None, dag_id: str) -> dict[str, int]:
+    """Per recovery (plan id) that rolled back rows of ``dag_id``, the version of the rollbacks
+    table that recorded it, from the commits' own records (their app transaction ids)."""
+    versions: dict[str, int] = {}
+    for commit in table.history() if table is not None else []:
+        prefix, _, plan = str(commit.get("falkirk.app_id", "")).rpartition("/")
+        if prefix.startswith("falkirk-invalidate/") and dag_id in prefix[len("falkirk-invalidate/"):].split(","):
+            versions.setdefault(plan, int(commit["version"]))
+    return versions
 
 
 def keys_of(rows: pa.Table) -> set[CommitId]:

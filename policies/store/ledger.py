@@ -658,6 +658,37 @@ class LedgerSnapshot:
                 return found
         return None
 
+    def rolled_back_by(self, plan_id: str) -> tuple[list[tuple[ProcessorId, int, int | None]], datetime | None]:
+        """What :meth:`~falkirk.policies.store.control.Invalidations.rolled_back_by` gives for
+        ``plan_id`` (as (processor, epoch, version) triples), and when the plan itself rolled back
+        (``None``: it rolled back nothing), from the rollbacks this snapshot holds and the
+        rollbacks table's history: no scan of either table.
+
+        >>> import tempfile
+        >>> from falkirk.policies.store import StoreConfig
+        >>> root = tempfile.mkdtemp()
+        >>> ledger = Ledger(StoreConfig(durable_uri=root + "/store", scratch_uri=root + "/scratch"))
+        >>> row = LedgerEntry(dag_id="d", task_id="rank", epoch=3, regime="ephemeral", run_id="r3", try_number=1)
+        >>> _ = ledger.append(row), ledger.invalidations.record([row], "p1")
+        >>> gone, at = LedgerSnapshot(ledger, "d").rolled_back_by("p1")
+        >>> gone, at is not None
+        ([('rank', 3, 0)], True)
+        """
+        from falkirk.policies.store.control import versions_by_plan
+
+        rows = self._rollbacks.rows
+        if rows.num_rows == 0:
+            return [], None
+        cols = rows.select(["task_id", "map_index", "epoch", "plan_id", "invalidated_at"]).to_pydict()
+        mine = [i for i, p in enumerate(cols["plan_id"]) if p == plan_id or p.startswith(plan_id + "+later:")]
+        if not mine:
+            return [], None
+        versions = versions_by_plan(self._rollbacks.table, self.dag_id)
+        gone = sorted((ProcessorId(task=cols["task_id"][i], map_index=cols["map_index"][i]), cols["epoch"][i],
+                       versions.get(cols["plan_id"][i])) for i in mine)
+        at = min((cols["invalidated_at"][i] for i in mine if cols["plan_id"][i] == plan_id), default=None)
+        return gone, at
+
     def next_incarnation(self, task_id: str, epoch: int, map_index: int = -1) -> int:
         """The incarnation the next run of (task, epoch) commits under: one past the last rolled back."""
         processor = ProcessorId(task=task_id, map_index=map_index)

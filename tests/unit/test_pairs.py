@@ -425,10 +425,12 @@ def test_a_replay_leaves_skipped_a_replica_taken_over_while_it_runs(tmp_path) ->
     (the soak met one cleared 23 times). What it knows of the layout is read at every pass."""
     from types import SimpleNamespace
 
-    from falkirk.plugins.recovery import RunningReplay, _to_clear
+    from falkirk.plugins.replay.observe import Observer
+    from falkirk.policies.replay import Memory
+    from falkirk.policies.replay.rules import Pass, needed
     from falkirk.policies.store import StoreConfig
     from falkirk.policies.store.control import PairLayouts
-    from falkirk.policies.store.ledger import Ledger
+    from falkirk.policies.store.ledger import Ledger, LedgerSnapshot
 
     store = StoreConfig(durable_uri=str(tmp_path / "store"), scratch_uri=str(tmp_path / "scratch"))
     layouts = PairLayouts(store)
@@ -436,21 +438,36 @@ def test_a_replay_leaves_skipped_a_replica_taken_over_while_it_runs(tmp_path) ->
     layouts.save("d", layout)
 
     class Airflow:
-        """The two reads the replay makes, answered as the scheduler left epoch 8."""
+        """Airflow's REST API, answering as the scheduler left epoch 8."""
+
+        def on_poll(self) -> None:
+            pass
+
+        def find_run(self, dag_id: str, run: str) -> dict:
+            return {"state": "running"}
 
         def task_instances(self, dag_id: str, run: str) -> dict:
             return {"stats[0]": {"state": "skipped", "queue": "worker-b"},
                     "stats[1]": {"state": "failed", "queue": "worker-b"}}
 
-        def dag_run(self, dag_id: str, run: str) -> dict:
-            return {"state": "running"}
+        def dag(self, dag_id: str) -> dict:
+            return {"is_paused": False, "max_active_runs": 16}
 
-    running = RunningReplay(SimpleNamespace(dag_id="d", failures=()), None, None, Airflow(), {8: "epoch-8"}, {}, 0,
-                            0.0, store)
+        def active_runs(self, dag_id: str) -> list:
+            return []
+
     wanted = {("stats[0]", 8), ("stats[1]", 8)}
-    assert _to_clear(running, Ledger(store), print, wanted) == wanted  # no replica taken over: both re-run
+    plan = SimpleNamespace(dag_id="d", plan_id="p", failures=(), last_epoch=8, rerun_set=lambda: frozenset(wanted))
+    observer = Observer(plan, store, Airflow(), LedgerSnapshot(Ledger(store), "d"))
+    memory = Memory.fresh(frozenset(wanted), {8: "epoch-8"}, 0.0, 8).but(stage="rerun")
+
+    def cleared() -> set:
+        seen, airflow = observer.observe(memory)
+        return set(needed(Pass(plan, seen, airflow, 0.0), wanted).clear)
+
+    assert cleared() == wanted  # no replica taken over: both re-run
     layouts.save("d", layout.fail("worker-a"), before=layout)  # stats[0] is partition 0's replica A
-    assert _to_clear(running, Ledger(store), print, wanted) == {("stats[1]", 8)}
+    assert cleared() == {("stats[1]", 8)}
 
 
 def test_a_standby_with_no_epoch_left_to_replay_is_active_at_once(tmp_path) -> None:

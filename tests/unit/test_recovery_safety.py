@@ -31,7 +31,7 @@ from falkirk.policies.regimes import LazyCheckpoint, Tier
 from falkirk.policies.store import StoreConfig, StoreError
 from falkirk.policies.store.commits import CommitKey, commit_epoch, open_table, scan
 from falkirk.policies.store.control import Collections
-from falkirk.policies.store.ledger import InputRef, Ledger, LedgerEntry, OutputRef
+from falkirk.policies.store.ledger import InputRef, Ledger, LedgerEntry, LedgerSnapshot, OutputRef
 from falkirk.policies.store.readability import StoreReadability
 from falkirk.policies.planning.recovery_log import LeaseHeld, LeaseLost, NoLease, RecoveryLog, open_lease
 from falkirk.spark_jobs.delta_sink import StagedFiles, publish
@@ -533,37 +533,45 @@ def test_a_plan_made_while_a_replay_rewrites_a_kept_epoch_keeps_it_too(store: St
     assert after.task("events").kept_through == 2 and after.task("rank").kept_through == 2
 
 
+def _sweep(plan: RecoveryPlan, store: StoreConfig) -> int:
+    """One first pass's sweep of later DAG runs, as a replay makes it: the observer reads the store
+    (no Airflow run is watched), the rule decides, the rollback is appended; returns how many rows
+    it rolled back."""
+    from falkirk.plugins.replay.observe import Observer
+    from falkirk.policies.replay import AirflowView, Memory
+    from falkirk.policies.replay.rules import Pass, sweep_later_rows
+
+    observer = Observer(plan, store, None, LedgerSnapshot(Ledger(store), plan.dag_id))
+    memory = Memory.fresh(plan.rerun_set(), {}, 0.0, plan.last_epoch)
+    nothing = AirflowView(runs={})
+    outcome = sweep_later_rows(Pass(plan, observer.stored(memory, nothing), nothing, 0.0), memory)
+    return sum(Ledger(store).invalidations.record(a.rows, a.name) for a in outcome.actions)
+
+
 def test_a_later_run_is_swept_only_if_computed_before_the_rollback(store: StoreConfig) -> None:
     """A DAG run arriving during a recovery: its row computed before the plan's invalidation
     (from the rolled-back epoch) is swept; once redone after it, it is current and stays (the
     sweep runs after every wave of re-runs, so sweeping it again would never end)."""
-    from types import SimpleNamespace
+    from dataclasses import replace
 
-    from falkirk.plugins.recovery import _sweep_later_rows
     from falkirk.policies.planning.recovery import TaskPlan
 
     ledger = Ledger(store)
     rows = _lazy_rows(store, range(1, 7))
     for r in rows[:5]:
         ledger.append(r)
-    early = rows[5]  # epoch 6, computed from epoch 5 before the rollback
+    _, seen = ledger.invalidations.keys_and_version("d")
+    early = replace(rows[5], rollbacks_seen=seen)  # epoch 6, computed from epoch 5 before the rollback
     ledger.append(early)
     plan = RecoveryPlan("d", (FailedTask("model", 5),), 5, ledger.version(), (
         TaskPlan("model", "lazy_checkpoint(every=3)", 3, 3, (4, 5), None, (), (4, 5)),))
-    running = SimpleNamespace(plan=plan)
-    assert _sweep_later_rows(running, ledger, print) == 0  # nothing rolled back yet
+    assert _sweep(plan, store) == 0  # nothing rolled back yet
     ledger.invalidations.record([r for r in rows if r.epoch in (4, 5)], plan.plan_id)
-    assert _sweep_later_rows(running, ledger, print) == 1
+    assert _sweep(plan, store) == 1
     assert CommitId(dag="d", processor=ProcessorId(task="model"), epoch=6) in ledger.invalidations.keys("d")
-    from falkirk.plugins.recovery import CLOCK_SKEW
-
-    time.sleep(CLOCK_SKEW.total_seconds() + 0.5)
-    from dataclasses import replace
-    from datetime import datetime, timezone
-
-    redone = replace(early, incarnation=1, committed_at=datetime.now(timezone.utc))
-    ledger.append(redone)
-    assert _sweep_later_rows(running, ledger, print) == 0
+    _, seen = ledger.invalidations.keys_and_version("d")
+    ledger.append(replace(early, incarnation=1, rollbacks_seen=seen))
+    assert _sweep(plan, store) == 0
     assert [(e.epoch, e.incarnation) for e in ledger.entries("d") if e.epoch == 6] == [(6, 1)]
 
 
@@ -574,9 +582,7 @@ def test_the_sweep_orders_rows_by_the_rollbacks_their_jobs_checked_not_by_clocks
     after it and stays."""
     from dataclasses import replace
     from datetime import datetime, timedelta, timezone
-    from types import SimpleNamespace
 
-    from falkirk.plugins.recovery import _sweep_later_rows
     from falkirk.policies.planning.recovery import TaskPlan
 
     ledger = Ledger(store)
@@ -589,25 +595,30 @@ def test_the_sweep_orders_rows_by_the_rollbacks_their_jobs_checked_not_by_clocks
     ledger.append(early)  # ... and appends its row, stamped 15 s ahead
     plan = RecoveryPlan("d", (FailedTask("model", 5),), 5, ledger.dag_version("d"), (
         TaskPlan("model", "lazy_checkpoint(every=3)", 3, 3, (4, 5), None, (), (4, 5)),))
-    running = SimpleNamespace(plan=plan)
     ledger.invalidations.record([r for r in rows if r.epoch in (4, 5)], plan.plan_id)
     assert ledger.invalidations.version_of("d", plan.plan_id) == seen + 1
-    assert _sweep_later_rows(running, ledger, print) == 1  # the timestamp would have kept it
+    assert _sweep(plan, store) == 1  # the timestamp would have kept it
     assert CommitId(dag="d", processor=ProcessorId(task="model"), epoch=6) in ledger.invalidations.keys("d")
     _, seen = ledger.invalidations.keys_and_version("d")
     behind = datetime.now(timezone.utc) - timedelta(seconds=15)
     ledger.append(replace(early, incarnation=1, committed_at=behind, rollbacks_seen=seen))
-    assert _sweep_later_rows(running, ledger, print) == 0  # redone after the rollback: current
+    assert _sweep(plan, store) == 0  # redone after the rollback: current
     assert [(e.epoch, e.incarnation) for e in ledger.entries("d") if e.epoch == 6] == [(6, 1)]
 
 
 class AirflowStatesDouble:
-    """In-memory stand-in for the two reads ``_to_clear`` makes of Airflow's REST API (a real
-    scheduler cannot be paused between them). Reading a run's task instances is the moment
+    """In-memory stand-in for Airflow's REST API as the replay's observer reads it (a real
+    scheduler cannot be paused between two reads). Reading a run's task instances is the moment
     ``finishing`` commits its epoch to the ledger and Airflow marks it success."""
 
     def __init__(self, ledger: Ledger, states: dict[str, str], finishing: LedgerEntry) -> None:
         self.ledger, self.states, self.finishing = ledger, states, finishing
+
+    def on_poll(self) -> None:
+        pass
+
+    def find_run(self, dag_id: str, run_id: str) -> dict[str, str]:
+        return {"state": "running"}
 
     def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, str]]:
         if self.states[self.finishing.task_id] != "success":
@@ -615,8 +626,11 @@ class AirflowStatesDouble:
             self.states[self.finishing.task_id] = "success"
         return {t: {"state": s, "queue": "default"} for t, s in self.states.items()}
 
-    def dag_run(self, dag_id: str, run_id: str) -> dict[str, str]:
-        return {"state": "running"}
+    def dag(self, dag_id: str) -> dict:
+        return {"is_paused": False, "max_active_runs": 16}
+
+    def active_runs(self, dag_id: str) -> list:
+        return []
 
 
 def test_a_resumed_replay_never_clears_an_instance_that_commits_while_it_looks(store: StoreConfig) -> None:
@@ -626,15 +640,18 @@ def test_a_resumed_replay_never_clears_an_instance_that_commits_while_it_looks(s
     sink (no row) is cleared, the running stats (no row yet) is left to finish."""
     from types import SimpleNamespace
 
-    from falkirk.plugins.recovery import RunningReplay, _to_clear
+    from falkirk.plugins.replay.observe import Observer
+    from falkirk.policies.replay import Clear, Memory, decide
 
     ledger = Ledger(store)
     model_2 = _lazy_rows(store, range(2, 3))[0]
-    rerun = {("model", 2), ("sink", 2), ("stats", 2)}
-    plan = SimpleNamespace(dag_id="d", failures=(), rerun_set=lambda: set(rerun))
+    rerun = frozenset({("model", 2), ("sink", 2), ("stats", 2)})
+    plan = SimpleNamespace(dag_id="d", plan_id="p", failures=(), tasks=(), last_epoch=2, rerun_set=lambda: rerun)
     airflow = AirflowStatesDouble(ledger, {"model": "running", "sink": "failed", "stats": "running"}, model_2)
-    running = RunningReplay(plan, None, None, airflow, {2: "epoch-2"}, {}, 0, 0.0, store)
-    assert _to_clear(running, ledger, print) == {("sink", 2)}
+    memory = Memory.fresh(rerun, {2: "epoch-2"}, 0.0, 2)
+    seen = Observer(plan, store, airflow, LedgerSnapshot(ledger, "d")).observe(memory)
+    decision = decide(plan, *seen, memory, now=0.0)
+    assert [(a.epoch, a.tasks) for a in decision.actions if isinstance(a, Clear)] == [(2, ("sink",))]
     assert [(e.task_id, e.epoch) for e in ledger.entries("d")] == [("model", 2)]
 
 
@@ -697,7 +714,8 @@ def test_a_plan_rebuilding_a_lost_sender_log_state_runs_while_the_blocks_it_need
     are not. Once a block is collected, the replay refuses the plan, naming the state."""
     import shutil
 
-    from falkirk.plugins.recovery import _validate, compute_plan
+    from falkirk.plugins.recovery import compute_plan
+    from falkirk.plugins.replay.checks import check_still_current
     from falkirk.policies.planning.recovery import PlanError
     from falkirk.policies.regimes import Regime, Tier
     from falkirk.policies.store.ledger import InputRef
@@ -721,9 +739,9 @@ def test_a_plan_rebuilding_a_lost_sender_log_state_runs_while_the_blocks_it_need
     plan = compute_plan("s", store, [FailedTask("total", 4)], regimes, record=False)
     assert (plan.task("total").kept_through, plan.task("total").rerun) == (3, (4,))
     assert plan.task("total").restore_from.epoch == 3 and plan.task("ingest").rerun == ()
-    _validate(plan, store, resuming=False)
+    check_still_current(plan, store, LedgerSnapshot(ledger, "s"), resuming=False)
 
     open_table(blocks).delete("epoch = 2")  # what a collection does to the table
     with pytest.raises(PlanError, match=f"can no longer run: it restores or re-reads total's state of epoch 3 at "
                                         f"{state}, which the store no longer holds"):
-        _validate(plan, store, resuming=True)
+        check_still_current(plan, store, LedgerSnapshot(ledger, "s"), resuming=True)

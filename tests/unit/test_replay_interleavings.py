@@ -1,11 +1,12 @@
 """The replay's clearing decisions under seeded interleavings of a scheduler, killed tasks and a
 killed replay, against a brute-force check of the end state.
 
-The replay's own code decides (:func:`falkirk.plugins.recovery._to_clear` and ``_clear``); what
-it reads and writes is an in-memory model of Airflow, the ledger and the completions log
-(``World``: a scheduler cannot be paused between two REST calls, so the model stands in for
-them). Before answering each read or write the model lets the scheduler take a few random
-steps, so that tasks start, commit, complete and succeed between any two of the replay's reads.
+The replay's own loop and rules run (:func:`falkirk.plugins.replay.loop.reconcile` over
+:func:`falkirk.policies.replay.decide`); its observer and applier are an in-memory model of
+Airflow, the ledger and the completions log (``World``: a scheduler cannot be paused between two
+REST calls, so the model stands in for them). Before answering each read or write the model lets
+the scheduler take a few random steps, so that tasks start, commit, complete and succeed between
+any two of the replay's reads.
 
 Each seed draws a re-run set, when the replay is killed (after how many cleared epochs), and
 which task instances are killed (before or after their commit). The replay is resumed, as a
@@ -17,13 +18,17 @@ rollback, nothing else re-ran, and no re-run was refused as a re-run of a comple
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 
-from falkirk.plugins import recovery
-from falkirk.plugins.recovery import RunningReplay, _clear, _to_clear
+from falkirk.plugins.airflow_rest import AirflowError
+from falkirk.plugins.replay.loop import reconcile
+from falkirk.policies.planning.replay_decisions import AirflowRun
+from falkirk.policies.replay import AirflowView, Clear, MarkSuccess, Memory, StoreView
 
 from .replay_scheduler import STATEFUL, TASKS, Scheduler
 
@@ -38,11 +43,8 @@ class Row:
 
     processor: str
     epoch: int
+    incarnation: int = 0
     dag_id: str = DAG
-
-    @property
-    def task_id(self) -> str:
-        return self.processor
 
 
 class ReplayKilled(Exception):
@@ -92,40 +94,37 @@ class World(Scheduler):
             self.completed.add(key)
             self.state[key] = "success"
 
-    # -- what the replay reads and writes (Airflow's REST API, the ledger, completions) ---
+    # -- the replay's observer and applier (Airflow's REST API, the ledger, completions) -------
 
-    def clear(self, dag_id: str, run_id: str, task_ids: list[str], dry_run: bool = False) -> list:
+    def observe(self, memory: Memory) -> tuple[StoreView, AirflowView]:
+        """Airflow first (its reads let the scheduler step), then the store."""
+        runs = {}
+        for epoch in sorted(memory.watch):
+            self.advance()
+            states = {t: self.state[(t, epoch)] for t in TASKS}
+            done = all(s in ("success", "failed", "upstream_failed") for s in states.values())
+            run_state = ("failed" if "failed" in states.values() else "success") if done else "running"
+            runs[epoch] = AirflowRun(states, dict.fromkeys(TASKS, "default"), run_state)
         self.advance()
-        if self.clears_left <= 0:
-            raise ReplayKilled
-        self.clears_left -= 1
-        epoch = int(run_id.split("-")[1])
-        for task in task_ids:
-            self.committed_attempt.discard((task, epoch))
-            self.state[(task, epoch)] = None
-        return []
+        rows = {k: Row(*k) for k in self.rows}
+        return (StoreView(rows=rows, run_ids={e: f"epoch-{e}" for e in EPOCHS},
+                          completed=frozenset(k for k in rows if k in self.completed)),
+                AirflowView(runs=runs))
 
-    def produced_assets(self, dag_id: str, task_id: str) -> list[dict]:
-        return []  # no task of this DAG names an Asset as an outlet
-
-    def set_state(self, dag_id: str, run_id: str, task_id: str, state: str, note: str | None = None) -> None:
+    def apply(self, action: object) -> None:
         self.advance()
-        self.state[(task_id, int(run_id.split("-")[1]))] = state
-
-    def entries(self, dag_id: str) -> list[Row]:
-        self.advance()
-        return [Row(t, e) for t, e in sorted(self.rows)]
-
-    def completed_among(self, rows: list[Row]) -> list[Row]:
-        self.advance()
-        return [r for r in rows if (r.processor, r.epoch) in self.completed]
-
-
-class Replay(RunningReplay):
-    """The replay's state between its steps, without a lease (renewal is not under test)."""
+        if isinstance(action, Clear):
+            if self.clears_left <= 0:
+                raise ReplayKilled
+            self.clears_left -= 1
+            for task in action.tasks:
+                self.committed_attempt.discard((task, action.epoch))
+                self.state[(task, action.epoch)] = None
+        elif isinstance(action, MarkSuccess):
+            self.state[(action.row.processor, action.row.epoch)] = "success"
 
     def renew(self) -> None:
-        pass
+        pass  # no lease here: renewal is not under test
 
 
 def _rerun_set(rng: random.Random) -> set[tuple[str, int]]:
@@ -136,43 +135,42 @@ def _rerun_set(rng: random.Random) -> set[tuple[str, int]]:
     return {(t, e) for t in below for e in EPOCHS if e == epoch or (e > epoch and t in STATEFUL)}
 
 
-def _replay(world: World, rerun: set[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> int:
-    """Roll back, then clear and wait, resumed until every re-run succeeded; returns the resumes.
+def _replay(world: World, rerun: set[tuple[str, int]]) -> int:
+    """Roll back, then run the replay's loop, started again until every re-run succeeded; returns
+    how often it was started again.
 
     The replay stops when it is killed (the scheduler goes on while its lease expires) and when
-    an instance it waits for fails (others may still run when it is resumed)."""
-    monkeypatch.setattr(recovery, "Completions", lambda store: world)
-    monkeypatch.setattr(recovery, "taken_over_replicas", lambda store, dag_id: set())  # no process pairs here
-    plan = type("Plan", (), {"dag_id": DAG, "plan_id": "p", "failures": (), "rerun_set": lambda self: set(rerun)})()
-    running = Replay(plan, None, None, world, {e: f"epoch-{e}" for e in EPOCHS}, {}, 0, 0.0, store="store")
+    an instance it waits for fails (others may still run when it is started again). Its polls are
+    the scheduler's steps; its clock, one second a pass."""
+    plan = SimpleNamespace(dag_id=DAG, plan_id="p", failures=(), tasks=(), last_epoch=max(EPOCHS),
+                           rerun_set=lambda: frozenset(rerun))
     world.rows -= rerun  # the rollback: invalidated once, before any clear
-    redone = lambda: all(world.state[k] == "success" and k in world.rows for k in rerun)  # noqa: E731
-    failed = lambda: any(world.state[k] in ("failed", "upstream_failed") for k in rerun)  # noqa: E731
+    ticks = itertools.count()
     resumes = 0
     while True:
+        memory = Memory.fresh(frozenset(rerun), {e: f"epoch-{e}" for e in EPOCHS}, 0.0, plan.last_epoch)
         try:
-            _clear(running, _to_clear(running, world, lambda *_: None), progress=lambda *_: None)
+            reconcile(plan, world, world, memory, progress=lambda *_: None, timeout=5000, poll=1.0,
+                      clock=lambda: float(next(ticks)), sleep=lambda _: world.step())
+            return resumes
         except ReplayKilled:
             world.clears_left = NEVER  # the executor that resumes is not killed
             world.advance(8)
-        else:
-            while not redone() and not failed() and world.step():
-                pass
-            if redone():
-                return resumes
+        except AirflowError:  # an instance it waited for failed: started again once it has
+            pass
         resumes += 1
         assert resumes <= 10, f"the replay does not converge: {world.state}"
 
 
 @pytest.mark.parametrize("seed", range(300))
-def test_a_replay_interleaved_with_the_scheduler_ends_in_the_failure_free_state(seed: int, monkeypatch) -> None:
+def test_a_replay_interleaved_with_the_scheduler_ends_in_the_failure_free_state(seed: int) -> None:
     rng = random.Random(seed)
     world = World(rng)
     rerun = _rerun_set(rng)
     world.clears_left = rng.choice([0, 1, 2, NEVER])  # killed before, after one or two clears, or not
     world.kills = set(rng.sample(sorted(rerun), k=min(len(rerun), rng.randint(0, 2))))
     injected = (world.clears_left != NEVER) + len(world.kills)
-    resumes = _replay(world, rerun, monkeypatch)
+    resumes = _replay(world, rerun)
 
     assert world.refused == []  # no instance was cleared after it had re-run
     assert {k: world.commits[k] for k in rerun} == dict.fromkeys(rerun, 1)  # each redone once

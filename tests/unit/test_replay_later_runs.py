@@ -2,9 +2,8 @@
 tasks and a killed replay, against a brute-force check that the end state equals the
 failure-free run's.
 
-The replay's own executor runs (:func:`falkirk.plugins.recovery._sweep_later_rows`, ``_to_clear``,
-``_clear`` and :meth:`RunningReplay.wait`, with the decisions of
-``falkirk.policies.planning.replay_decisions``); what it reads and writes is an in-memory model
+The replay's own loop and rules run (:func:`falkirk.plugins.replay.loop.reconcile` over
+:func:`falkirk.policies.replay.decide`); its observer and applier are an in-memory model
 (``World``) of Airflow, the ledger with its rollbacks and the completions log, since a scheduler
 cannot be paused between two REST calls. Before answering each read or write, the model lets the
 scheduler take a few random steps.
@@ -24,6 +23,7 @@ before the bad epoch may have run again.
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -31,11 +31,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from falkirk.plugins import recovery
 from falkirk.plugins.airflow_rest import AirflowError
-from falkirk.plugins.recovery import RunningReplay, _clear, _sweep_later_rows, _to_clear
+from falkirk.plugins.replay.loop import reconcile
 from falkirk.policies.ids import CommitId, ProcessorId
-from falkirk.policies.planning.replay_decisions import affected_later
+from falkirk.policies.planning.replay_decisions import AirflowRun, RolledBack
+from falkirk.policies.replay import AirflowView, Clear, Invalidate, MarkSuccess, Memory, StoreView
 
 from .replay_scheduler import STATEFUL, TASKS, Scheduler
 
@@ -179,55 +179,41 @@ class World(Scheduler):
             raise ReplayKilled
         self.killed_after -= 1
 
-    # -- Airflow's REST API, as the replay calls it -------------------------------------------
+    # -- the replay's observer and applier (Airflow's REST API, the ledger and its rollbacks) ---
 
-    def on_poll(self) -> None:
+    def observe(self, memory: Memory) -> tuple[StoreView, AirflowView]:
+        """Airflow first (each read lets the scheduler step), then the store."""
         self.advance()
+        runs = {}
+        for epoch in sorted(e for e in memory.watch if e in EPOCHS):
+            self.advance()
+            states = {t: self.state[(t, epoch)] for t in TASKS}
+            done = all(s in ("success", "failed", "upstream_failed") for s in states.values())
+            run_state = ("failed" if "failed" in states.values() else "success") if done else "running"
+            runs[epoch] = AirflowRun(states, dict.fromkeys(TASKS, "default"), run_state)
+        self.advance()
+        current = {k: r for k in self.state if (r := self.current(k)) is not None}
+        mine = [(t, e, v) for t, e, p, v in self.records if p == PLAN or p.startswith(PLAN + "+later:")]
+        return (StoreView(rows=current, run_ids={r.epoch: r.run_id for r in self.rows},
+                          completed=frozenset(k for k, r in current.items() if (*k, r.incarnation) in self.completed),
+                          rolled_back=tuple(RolledBack(t, e, v) for t, e, v in mine),
+                          rolled_back_at=STAMP if mine else None,
+                          downstream={t: frozenset(d) for t, d in DOWNSTREAM.items()}),
+                AirflowView(runs=runs))
 
-    def active_runs(self, dag_id: str) -> list[dict]:
-        return []  # no max_active_runs here: slots are tested on their own
-
-    def clear(self, dag_id: str, run_id: str, task_ids: list[str], dry_run: bool = False) -> list:
+    def apply(self, action: object) -> None:
         self._write()
-        epoch = int(run_id.split("-")[1])
-        for task in task_ids:
-            self.committed_attempt.discard((task, epoch))
-            self.state[(task, epoch)] = None
-        return []
+        if isinstance(action, Clear):
+            for task in action.tasks:
+                self.committed_attempt.discard((task, action.epoch))
+                self.state[(task, action.epoch)] = None
+        elif isinstance(action, MarkSuccess):
+            self.state[(action.row.processor, action.row.epoch)] = "success"
+        elif isinstance(action, Invalidate):
+            self.invalidate(list(action.rows), action.name)
 
-    def produced_assets(self, dag_id: str, task_id: str) -> list[dict]:
-        return []  # no task of this DAG names an Asset as an outlet
-
-    def set_state(self, dag_id: str, run_id: str, task_id: str, state: str, note: str | None = None) -> None:
-        self._write()
-        self.state[(task_id, int(run_id.split("-")[1]))] = state
-
-    # -- the ledger, its rollbacks and completions, as the replay reads them -------------------
-
-    def entries(self, dag_id: str, include_invalidated: bool = False) -> list[Row]:
-        self.advance()
-        if include_invalidated:
-            return list(self.rows)
-        return sorted(filter(None, (self.current(k) for k in self.state)), key=lambda r: (r.epoch, r.processor))
-
-    def entries_and_invalidated(self, dag_id: str) -> tuple[list[Row], list[Row]]:
-        current = self.entries(dag_id)
-        return current, [r for r in self.rows if r not in current]
-
-    def completed_among(self, rows: list[Row]) -> list[Row]:
-        self.advance()
-        return [r for r in rows if (r.processor, r.epoch, r.incarnation) in self.completed]
-
-    @property
-    def invalidations(self) -> SimpleNamespace:
-        def record(rows: list[Row], plan_id: str) -> int:
-            self._write()
-            return self.invalidate(rows, plan_id)
-
-        def rolled_back_by(dag_id: str, plan_id: str) -> list[tuple[str, int, int, int]]:
-            return [(t, -1, e, v) for t, e, p, v in self.records if p == plan_id or p.startswith(plan_id + "+later:")]
-
-        return SimpleNamespace(recorded_at=lambda dag_id, plan_id: STAMP, record=record, rolled_back_by=rolled_back_by)
+    def renew(self) -> None:
+        pass  # no lease here: renewal and leases are tested elsewhere
 
 
 def _rerun_set(bad: tuple[str, int]) -> set[tuple[str, int]]:
@@ -238,52 +224,36 @@ def _rerun_set(bad: tuple[str, int]) -> set[tuple[str, int]]:
     return {(t, e) for t in below for e in range(1, LAST + 1) if e == epoch or (e > epoch and t in STATEFUL)}
 
 
-class Replay(RunningReplay):
-    """The replay between its steps, without a lease (renewal and leases are tested elsewhere)."""
-
-    def renew(self) -> None:
-        pass
-
-    def fail(self, exc: BaseException) -> None:
-        pass
-
-
-def _replay(world: World, rerun: set[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> int:
-    """Roll back, then run the replay's executor (sweep, clear, wait, later runs), resumed until it
-    finishes; returns how often it was resumed."""
-    redone = {t for t, _ in rerun}
-    monkeypatch.setattr(recovery, "Completions", lambda store: world)
-    monkeypatch.setattr(recovery, "taken_over_replicas", lambda store, dag_id: set())  # no process pairs here
-    monkeypatch.setattr(recovery, "Ledger", lambda store: world)
-    monkeypatch.setattr(recovery, "_affected_later", lambda running, ledger: affected_later(DOWNSTREAM, redone,
-                                                                                             STATEFUL))
-    monkeypatch.setattr(recovery, "_upstream", lambda running, ledger: UPSTREAM)
-    monkeypatch.setattr(recovery, "_settle_second_runs", lambda running, progress: None)  # no Assets here
-    plan = SimpleNamespace(dag_id=DAG, plan_id=PLAN, failures=(), last_epoch=LAST, rerun_set=lambda: set(rerun))
-    log = SimpleNamespace(end=lambda *a, **k: None)
+def _replay(world: World, rerun: set[tuple[str, int]]) -> int:
+    """Roll back, then run the replay's loop (sweep, clear, wait, later runs), started again until
+    it finishes; returns how often it was started again. Its polls are the scheduler's steps; its
+    clock, one second a pass."""
+    tasks = tuple(SimpleNamespace(task_id=t, rerun=tuple(sorted(e for u, e in rerun if u == t)),
+                                  regime="eager_checkpoint" if t in STATEFUL else "ephemeral") for t in TASKS)
+    plan = SimpleNamespace(dag_id=DAG, plan_id=PLAN, failures=(), last_epoch=LAST, tasks=tasks,
+                           rerun_set=lambda: frozenset(rerun))
     # The plan's rollback, recorded once before anything is cleared.
     world.invalidate([world.current(k) for k in rerun])
     world.rolled_back = True
+    ticks = itertools.count()
     resumes = 0
     while True:
-        running = Replay(plan, log, SimpleNamespace(resumed=resumes > 0), world,
-                         {e: f"epoch-{e}" for e in range(1, LAST + 1)}, {}, 0, 0.0, store="store")
+        memory = Memory.fresh(frozenset(rerun), {e: f"epoch-{e}" for e in range(1, LAST + 1)}, 0.0, LAST)
         try:
-            _sweep_later_rows(running, world, progress=lambda *_: None)
-            _clear(running, _to_clear(running, world, lambda *_: None), progress=lambda *_: None)
-            running.wait(progress=lambda *_: None, timeout=2, poll=0)
+            reconcile(plan, world, world, memory, progress=lambda *_: None, timeout=3000, poll=1.0,
+                      clock=lambda: float(next(ticks)), sleep=lambda _: world.step())
             return resumes
         except ReplayKilled:
             world.killed_after = NEVER  # the executor that resumes is not killed
             world.advance(8)
-        except AirflowError:  # an instance it waited for failed: resumed once it has
+        except AirflowError:  # an instance it waited for failed: started again once it has
             world.advance(8)
         resumes += 1
         assert resumes <= 12, f"the replay does not converge: {world.state}"
 
 
 @pytest.mark.parametrize("seed", range(300))
-def test_a_replay_with_later_runs_arriving_ends_in_the_failure_free_state(seed: int, monkeypatch) -> None:
+def test_a_replay_with_later_runs_arriving_ends_in_the_failure_free_state(seed: int) -> None:
     rng = random.Random(seed)
     bad = (rng.choice(TASKS), rng.randint(1, LAST))
     world = World(rng, bad)
@@ -292,7 +262,7 @@ def test_a_replay_with_later_runs_arriving_ends_in_the_failure_free_state(seed: 
         world.step()
     world.killed_after = rng.choice([0, 1, 2, 4, NEVER])
     world.kills = set(rng.sample(sorted(rerun), k=min(len(rerun), rng.randint(0, 2))))
-    _replay(world, rerun, monkeypatch)
+    _replay(world, rerun)
     while world.step():  # what the scheduler does after the replay ended
         pass
 

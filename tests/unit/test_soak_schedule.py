@@ -123,7 +123,7 @@ def test_the_soak_reads_the_replays_falkirk_watch_starts_from_its_output() -> No
 
     plugins = Path(__file__).resolve().parents[2] / "plugins"
     assert "replaying plan {recovery.plan_id} for the lost worker {worker}" in (plugins / "watch.py").read_text()
-    assert "done, {len(rerun)} task instances re-ran in" in (plugins / "recovery.py").read_text()
+    assert "done, {len(rerun)} task instances re-ran in" in (plugins / "replay" / "executor.py").read_text()
     line = "falkirk_shards: replaying plan 2d0ea75ef995 for the lost worker worker-a (falkirk:auto_recover)"
     assert WATCH_REPLAYING.match(line).groups() == ("falkirk_shards", "2d0ea75ef995", "worker-a")
     assert WATCH_DONE.match("plan 2d0ea75ef995: done, 31 task instances re-ran in 48s").groups() == (

@@ -1,0 +1,66 @@
+"""The replay's loop: observe, decide, act, renew, until the decision says done or stopped.
+
+A crash anywhere (the process killed, a REST call refused, the lease lost) ends the loop; the
+replay started again (by Airflow's retry of the recovery task, or by ``falkirk replay PLAN_ID``)
+begins a new loop from ``Memory.fresh``, and its first pass finds in Airflow and the store what the
+previous one did.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from falkirk.plugins.airflow_rest import AirflowError
+from falkirk.policies.replay import Action, AirflowView, Done, Memory, Stopped, StoreView, decide
+
+Progress = Callable[[str], None]
+
+
+class Observes(Protocol):
+    def observe(self, memory: Memory) -> tuple[StoreView, AirflowView]: ...
+
+
+class Applies(Protocol):
+    def apply(self, action: Action) -> None: ...
+
+    def renew(self) -> None: ...
+
+
+def stall_seconds() -> float:
+    """How long a replay waits, with no task instance changing state, on something it cannot
+    change (slots held by runs it may not queue again, a failed run it may not touch)."""
+    return float(os.environ.get("FALKIRK_REPLAY_STALL_SECONDS", "600"))
+
+
+def reconcile(plan: Any, observer: Observes, applier: Applies, memory: Memory, progress: Progress, *,
+              timeout: float = 3600, poll: float = 2.0, until: Callable[[Memory], bool] | None = None,
+              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Memory:
+    """Run passes of ``plan``'s replay from ``memory`` until it is done (or ``until(memory)``);
+    returns the last memory. Raises :class:`AirflowError` when a pass stops (a re-run failed, or
+    the replay stalled), or after ``timeout`` seconds, naming what it waits for."""
+    deadline = clock() + timeout
+    stall = stall_seconds()
+    while True:
+        store, airflow = observer.observe(memory)
+        decision = decide(plan, store, airflow, memory, clock(), stall)
+        for line in decision.lines:
+            progress(line)
+        for action in decision.actions:
+            applier.apply(action)
+        memory, status = decision.memory, decision.status
+        if isinstance(status, Done):
+            return memory
+        if isinstance(status, Stopped):
+            raise AirflowError(status.reason)
+        applier.renew()
+        if until is not None and until(memory):
+            return memory
+        if status.again:
+            continue
+        if clock() > deadline:
+            raise AirflowError(f"timed out after {timeout:.0f}s with {status.done}/{status.total} task instances "
+                               f"done; resume with: falkirk replay {plan.plan_id}")
+        sleep(poll)
