@@ -256,6 +256,8 @@ def run_demo(root: Path, *, epochs: int = 8, lose_at: int = 6, records: int = DE
     checks = compare_tables(store, lost)
     checks.append(("the task instances Airflow re-ran are the plan's re-run set", reran == set(p.rerun_set()),
                    f"{len(reran)} re-ran, {len(p.rerun_set())} planned"))
+    checks.append(("the replay read the ledger table at most 3 times before its first clear",
+                   report.ledger_reads is not None and report.ledger_reads <= 3, f"{report.ledger_reads} reads"))
     checks.append(("every task instance ended in success", all(ti["state"] == "success" for ti in final.values()),
                    f"{len(final)} task instances"))
     progress("\n== checks")

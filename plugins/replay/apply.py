@@ -28,6 +28,7 @@ from falkirk.policies.replay.actions import (
 )
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.control import Invalidations
+from falkirk.policies.store.ledger import Ledger
 
 Progress = Callable[[str], None]
 
@@ -39,11 +40,16 @@ class Applier:
                  lease: Lease, progress: Progress):
         self.plan, self.store, self.client, self.log, self.lease = plan, store, client, log, lease
         self.progress = progress
+        # Whole reads of the ledger table (in this process) from ``reads_from`` to the first clear.
+        self.reads_from = Ledger.reads
+        self.reads_before_clear: int | None = None
 
     def apply(self, action: Action) -> None:
         """Carry out one action."""
         dag_id, name = self.plan.dag_id, f"plan {self.plan.plan_id}"
         if isinstance(action, Clear):
+            if self.reads_before_clear is None:
+                self.reads_before_clear = Ledger.reads - self.reads_from
             self.client.clear(dag_id, action.run_id, list(action.tasks))
             self.progress(action.line)
             self.renew()

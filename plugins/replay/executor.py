@@ -51,6 +51,7 @@ class ReplayReport:
     seconds: float
     already_done: bool = False
     resumed: bool = False
+    ledger_reads: int | None = None  # whole reads of the ledger table before the first clear (None: no clear)
 
 
 def replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder: str | None = None,
@@ -101,7 +102,7 @@ class RunningReplay:
         seconds = time.monotonic() - self.started
         progress(f"plan {self.plan.plan_id}: done, {len(rerun)} task instances re-ran in {seconds:.0f}s")
         return ReplayReport(self.plan.plan_id, self.cleared, self.invalidated, seconds,
-                            resumed=self.applier.lease.resumed)
+                            resumed=self.applier.lease.resumed, ledger_reads=self.applier.reads_before_clear)
 
     def fail(self, exc: BaseException) -> None:
         """Record the failure and give the lease back; if the store cannot take that row (it is
@@ -124,7 +125,7 @@ def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder
     ledger or the store changed since the plan was computed, and ``AirflowError`` when Airflow
     refuses to clear the task instances (checked with a dry run first); in each case no ledger
     row is invalidated and no task instance cleared."""
-    started = time.monotonic()
+    started, reads_from = time.monotonic(), Ledger.reads
     log, ledger = RecoveryLog(store), Ledger(store)
     recovery = log.plan(plan_id)
     if any(isinstance(f, DiscardedEpochs) for f in recovery.failures):
@@ -145,6 +146,7 @@ def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder
     check_may_clear(recovery, runs, client)
     lease = log.begin(recovery, holder or getpass.getuser())
     applier = Applier(recovery, store, client, log, lease, progress)
+    applier.reads_from = reads_from
     running = RunningReplay(recovery, log, Observer(recovery, store, client, snapshot), applier,
                             Memory(), 0, started)
     try:

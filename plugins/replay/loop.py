@@ -58,9 +58,8 @@ def reconcile(plan: Any, observer: Observes, applier: Applies, memory: Memory, p
         applier.renew()
         if until is not None and until(memory):
             return memory
-        if status.again:
-            continue
         if clock() > deadline:
             raise AirflowError(f"timed out after {timeout:.0f}s with {status.done}/{status.total} task instances "
                                f"done; resume with: falkirk replay {plan.plan_id}")
-        sleep(poll)
+        if not status.again:
+            sleep(poll)

@@ -181,10 +181,10 @@ class TaskPlan:
             object.__setattr__(self, "task_id", ProcessorId.parse(self.task_id))
 
 
-# A recorded plan (the recovery log, ``falkirk plan --json``) keeps its first field names, so
-# plans recorded before load unchanged and keep their content-hash ids.
-_RECORDED = {"kept_through": "frontier", "notified_through": "notification_frontier"}
-_NAMES = {v: k for k, v in _RECORDED.items()}
+# A plan's wire form (the recovery log, ``falkirk plan --json``, the view) names a task's two
+# frontiers as the specification does: f(p) ``frontier`` and f_n(p) ``notification_frontier``.
+_WIRE = {"kept_through": "frontier", "notified_through": "notification_frontier"}
+_FIELDS = {v: k for k, v in _WIRE.items()}
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ class RecoveryPlan:
                  "bad_epoch": BadEpoch, "discarded_epochs": DiscardedEpochs}
         failures = tuple(kinds[f.pop("kind")](**f) for f in (dict(x) for x in data["failures"]))
         tasks = tuple(
-            TaskPlan(**{**{_NAMES.get(k, k): v for k, v in t.items()},
+            TaskPlan(**{**{_FIELDS.get(k, k): v for k, v in t.items()},
                         "rerun": tuple(t["rerun"]), "clear_downstream": tuple(t["clear_downstream"]),
                         "restore_from": StateRef(**t["restore_from"]) if t["restore_from"] else None,
                         "rereads": tuple((a, b, tuple(c)) for a, b, c in t["rereads"]),
@@ -282,7 +282,7 @@ class RecoveryPlan:
             "failures": [{"kind": kind[type(f)], **asdict(f)} for f in self.failures],
             "last_epoch": self.last_epoch,
             "ledger_version": self.ledger_version,
-            "tasks": [{**{_RECORDED.get(k, k): v for k, v in asdict(t).items()
+            "tasks": [{**{_WIRE.get(k, k): v for k, v in asdict(t).items()
                           if k != "resume_from" or v is not None},
                        "rerun": list(t.rerun), "clear_downstream": list(t.clear_downstream),
                        "rereads": [[a, b, list(c)] for a, b, c in t.rereads]} for t in self.tasks],

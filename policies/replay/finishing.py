@@ -4,11 +4,9 @@ second runs."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from falkirk.policies.planning.replay_decisions import runs_to_settle
 from falkirk.policies.replay.actions import QueueRun, SetRunState, SettleSecondRuns, Working
-from falkirk.policies.replay.rules import Acts, Outcome, Pass, affected, clear_and_mark, needed, rows_swept
+from falkirk.policies.replay.rules import Acts, Outcome, Pass, affected, clear_and_mark, needed
 from falkirk.policies.replay.views import Memory
 from falkirk.policies.replay.waiting import free_slots
 
@@ -24,19 +22,15 @@ def look_at_later_runs(p: Pass, m: Memory) -> Outcome:
 def clear_later_runs(p: Pass, m: Memory) -> Outcome:
     """Re-run the instances of later DAG runs that need it because of the plan: those of the tasks
     it affects (its stateful re-run tasks, and what is downstream of a re-run task) that failed
-    waiting for a rolled-back epoch, or whose rows the sweep (run in this same pass) rolls back. A
+    waiting for a rolled-back epoch, or whose rows the sweep rolled back (the pass before). A
     later epoch whose run a discard deleted is left out. With nothing to clear, the DAG runs are
     settled next."""
-    swept = {(r.processor, r.epoch) for r in rows_swept(p)}
-    store = replace(p.store, rows={k: r for k, r in p.store.rows.items() if k not in swept},
-                    completed=p.store.completed - swept)
-    view = replace(p, store=store)
     later = {e for e in m.run_ids if e > p.plan.last_epoch and e in p.airflow.runs and e not in p.airflow.missing}
-    decided = needed(view, {(t, e) for e in later for t in affected(p)})
+    decided = needed(p, {(t, e) for e in later for t in affected(p)})
     if not decided.clear and not decided.mark_success:
         return Outcome(m.but(stage="settle"), status=Working(again=True))
     acts = Acts(m)
-    clear_and_mark(view, acts, decided)
+    clear_and_mark(p, acts, decided)
     if decided.clear:
         acts.lines.insert(0, f"{p.name}: later DAG runs arrived during the recovery; re-running " + ", ".join(
             f"{t}@{e}" for t, e in sorted(decided.clear, key=lambda x: (x[1], x[0]))))

@@ -2,7 +2,8 @@
 
 A rule takes the :class:`Pass` (the plan, the two views, the time) and the memory so far, and
 returns an :class:`Outcome`: actions, the memory after them, progress lines, and, when the pass
-ends there, a status. :func:`falkirk.policies.replay.decide.decide` runs them in the order its
+ends there, a status. A rule whose actions change what the rules after it would read (a mark
+success makes Airflow clear what is downstream) ends the pass: the next one observes again. :func:`falkirk.policies.replay.decide.decide` runs them in the order its
 ``STAGES`` give. The fault behind each rule is named in its docstring; its test is in
 ``tests/unit/test_replay_rules.py``.
 """
@@ -133,7 +134,8 @@ def sweep_later_rows(p: Pass, m: Memory) -> Outcome:
     digest = ",".join(sorted(str(r.commit_id) for r in swept))
     name = f"{p.plan.plan_id}+later:{hashlib.sha256(digest.encode()).hexdigest()[:12]}"
     return Outcome(m, (Invalidate(rows=tuple(swept), name=name, line=(
-        f"{p.name}: invalidated {len(swept)} rows of later DAG runs computed from rolled-back epochs")),))
+        f"{p.name}: invalidated {len(swept)} rows of later DAG runs computed from rolled-back epochs")),),
+        status=Working(again=True))
 
 
 def rows_swept(p: Pass) -> list[Any]:
@@ -172,10 +174,11 @@ def settle_kept_instances(p: Pass, m: Memory) -> Outcome:
     reach = {t: len(d) for t, d in p.store.downstream.items()}
     marks = marks_in_order(kept, states, reach)
     acts = Acts(m)
-    if marks:
-        clear_and_mark(p, acts, Clears(frozenset(), tuple(marks)))
-        acts.lines.append(f"{p.name}: marked {len(marks)} refused re-runs of kept epochs success")
-    return acts.outcome()
+    if not marks:
+        return acts.outcome()
+    clear_and_mark(p, acts, Clears(frozenset(), tuple(marks)))
+    acts.lines.append(f"{p.name}: marked {len(marks)} refused re-runs of kept epochs success")
+    return acts.outcome(Working(again=True))  # Airflow cleared what is downstream of them: look again
 
 
 def restore_lost_pairs(p: Pass, m: Memory) -> Outcome:
@@ -184,7 +187,7 @@ def restore_lost_pairs(p: Pass, m: Memory) -> Outcome:
     wanted = {(p_.task, ReplicaId.of(task=p_.task, map_index=p_.map_index).partition)
               for p_ in (ProcessorId.parse(t) for t, _ in p.plan.rerun_set()) if p_.partitioned}
     lost = tuple(sorted(wanted & p.store.lost_partitions))
-    return Outcome(m, (RestorePairs(partitions=lost),) if lost else ())
+    return Outcome(m, (RestorePairs(partitions=lost),), status=Working(again=True)) if lost else Outcome(m)
 
 
 def clear_the_plan(p: Pass, m: Memory) -> Outcome:
