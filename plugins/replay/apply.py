@@ -23,6 +23,7 @@ from falkirk.policies.replay.actions import (
     MarkSuccess,
     QueueRun,
     RestorePairs,
+    Say,
     SetRunState,
     SettleSecondRuns,
 )
@@ -70,6 +71,8 @@ class Applier:
                 self.progress(action.line)
         elif isinstance(action, SetRunState):
             self.client.set_run_state(dag_id, action.run_id, action.state, note=action.note)
+        elif isinstance(action, Say):
+            self.progress(action.line)
         elif isinstance(action, RestorePairs):
             self._restore(action)
         elif isinstance(action, SettleSecondRuns):

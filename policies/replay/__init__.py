@@ -17,6 +17,7 @@ from falkirk.policies.replay.actions import (
     MarkSuccess,
     QueueRun,
     RestorePairs,
+    Say,
     SetRunState,
     SettleSecondRuns,
     Status,
@@ -27,5 +28,5 @@ from falkirk.policies.replay.decide import STAGES, decide
 from falkirk.policies.replay.views import AirflowView, Memory, StoreView
 
 __all__ = ["Action", "AirflowView", "Clear", "Decision", "Done", "Invalidate", "MarkSuccess", "Memory", "QueueRun",
-           "RestorePairs", "STAGES", "SetRunState", "SettleSecondRuns", "Status", "StoreView", "Stopped", "Working",
+           "RestorePairs", "STAGES", "Say", "SetRunState", "SettleSecondRuns", "Status", "StoreView", "Stopped", "Working",
            "decide"]

@@ -71,12 +71,19 @@ class RestorePairs:
     partitions: tuple[tuple[str, int], ...]
 
 
+@dataclass(frozen=True)
+class Say:
+    """Print ``line``: what the actions before it did, said once they are done."""
+
+    line: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class SettleSecondRuns:
     """Mark success a consumer DAG's refused second runs of the epochs the plan redid."""
 
 
-Action = Invalidate | Clear | MarkSuccess | QueueRun | SetRunState | RestorePairs | SettleSecondRuns
+Action = Invalidate | Clear | MarkSuccess | QueueRun | SetRunState | RestorePairs | SettleSecondRuns | Say
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,7 @@ Status = Working | Done | Stopped
 @dataclass(frozen=True)
 class Decision:
     """What one pass decided: the ``actions`` to carry out, in order, the ``memory`` of the next
-    pass, the ``status``, and progress ``lines`` about what it saw."""
+    pass, the ``status``, and progress ``lines`` about what it saw (said before the actions)."""
 
     actions: Sequence[Action]
     memory: Memory

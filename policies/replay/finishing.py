@@ -5,7 +5,7 @@ second runs."""
 from __future__ import annotations
 
 from falkirk.policies.planning.replay_decisions import runs_to_settle
-from falkirk.policies.replay.actions import QueueRun, SetRunState, SettleSecondRuns, Working
+from falkirk.policies.replay.actions import QueueRun, Say, SetRunState, SettleSecondRuns, Working
 from falkirk.policies.replay.rules import Acts, Outcome, Pass, affected, clear_and_mark, needed
 from falkirk.policies.replay.views import Memory
 from falkirk.policies.replay.waiting import free_slots
@@ -51,13 +51,14 @@ def settle_runs(p: Pass, m: Memory) -> Outcome:
         acts.actions.append(SetRunState(run_id=run, state="success", note=(
             f"Falkirk {p.name}: every task instance of this epoch is done")))
     if decided.success:
-        acts.lines.append(f"{p.name}: set {len(decided.success)} DAG runs to success: {', '.join(decided.success)}")
+        acts.actions.append(Say(f"{p.name}: set {len(decided.success)} DAG runs to success: "
+                                f"{', '.join(decided.success)}"))
     for run in decided.requeue:
         acts.actions.append(QueueRun(run_id=run, line="", note=(
             f"Falkirk {p.name}: the rest of this epoch runs (Airflow cleared it when the plan marked a task success)")))
     if decided.requeue:
-        acts.lines.append(f"{p.name}: queued {len(decided.requeue)} DAG runs again to run the task instances "
-                          f"Airflow cleared: {', '.join(decided.requeue)}")
+        acts.actions.append(Say(f"{p.name}: queued {len(decided.requeue)} DAG runs again to run the task instances "
+                                f"Airflow cleared: {', '.join(decided.requeue)}"))
     acts.lines += [f"{p.name}: DAG run {run} stays failed: {why} (not a task this plan re-runs)"
                    for run, why in decided.left.items()]
     return acts.outcome(Working(again=True))

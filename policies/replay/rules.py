@@ -33,6 +33,7 @@ from falkirk.policies.replay.actions import (
     Invalidate,
     MarkSuccess,
     RestorePairs,
+    Say,
     Status,
     Working,
 )
@@ -177,7 +178,7 @@ def settle_kept_instances(p: Pass, m: Memory) -> Outcome:
     if not marks:
         return acts.outcome()
     clear_and_mark(p, acts, Clears(frozenset(), tuple(marks)))
-    acts.lines.append(f"{p.name}: marked {len(marks)} refused re-runs of kept epochs success")
+    acts.actions.append(Say(f"{p.name}: marked {len(marks)} refused re-runs of kept epochs success"))
     return acts.outcome(Working(again=True))  # Airflow cleared what is downstream of them: look again
 
 

@@ -4,7 +4,7 @@ free the slots the re-runs need, queue again the failed runs that hold them, mov
 from __future__ import annotations
 
 from falkirk.policies.planning.replay_decisions import FAILED, Instance, runs_to_settle, slots_to_free, wait_verdict
-from falkirk.policies.replay.actions import QueueRun, Stopped, Working
+from falkirk.policies.replay.actions import QueueRun, Say, Stopped, Working
 from falkirk.policies.replay.rules import QUIET_SECONDS, Acts, Outcome, Pass, clear_and_mark, needed
 from falkirk.policies.replay.views import Memory
 
@@ -32,9 +32,9 @@ def settle_refused_redos(p: Pass, m: Memory) -> Outcome:
     acts = Acts(m.but(settled=m.settled | redone, changed=p.now))
     decided = needed(p, redone)
     clear_and_mark(p, acts, decided)
-    acts.lines.append(f"{p.name}: {', '.join(f'{t} of epoch {e}' for t, e in sorted(redone))} failed after the redo "
-                      f"had committed (an attempt killed after its commit, run again): "
-                      + ("cleared to finish as a no-op" if decided.clear else "marked success"))
+    acts.actions.append(Say(f"{p.name}: {', '.join(f'{t} of epoch {e}' for t, e in sorted(redone))} failed after "
+                            f"the redo had committed (an attempt killed after its commit, run again): "
+                            + ("cleared to finish as a no-op" if decided.clear else "marked success")))
     return acts.outcome(_working(p, m))
 
 

@@ -104,7 +104,8 @@ def test_settle_kept_instances_marks_a_refused_rerun_of_a_kept_epoch_furthest_do
     store = StoreView(rows=kept, completed=frozenset(kept), downstream=DOWN)
     airflow = AirflowView(runs={4: run({"source": "success", "model": "failed", "sink": "upstream_failed"}, "failed")})
     out = rules.settle_kept_instances(at(p, store, airflow), memory(p))
-    assert [(a.row.processor, a.run_id) for a in out.actions] == [("model", "epoch-4")]
+    assert [(a.row.processor, a.run_id) for a in out.actions if isinstance(a, MarkSuccess)] == [("model", "epoch-4")]
+    assert out.actions[-1].line == "plan p1: marked 1 refused re-runs of kept epochs success"
     assert out.memory.marked == {"epoch-4"}
 
 
@@ -164,7 +165,7 @@ def test_settle_refused_redos_marks_a_producer_killed_after_its_commit_and_clear
     airflow = AirflowView(runs={4: run({"model": "failed", "sink": "failed"})})
     m = memory(p, stage="rerun")
     out = waiting.settle_refused_redos(at(p, store, airflow, now=5.0), m)
-    assert [type(a).__name__ for a in out.actions] == ["MarkSuccess", "Clear"]
+    assert [type(a).__name__ for a in out.actions] == ["MarkSuccess", "Clear", "Say"]  # said once done
     assert out.actions[1].tasks == ("sink",) and isinstance(out.status, Working)
     assert waiting.settle_refused_redos(at(p, store, airflow), out.memory).actions == ()  # once each
 
@@ -243,7 +244,8 @@ def test_settle_runs_sets_done_runs_success_queues_cleared_ones_and_names_the_re
                                                                                  "failed"),
                                 6: run({"model": "success", "notify": "failed"}, "failed")})
     out = finishing.settle_runs(at(p, StoreView(rows={}), airflow), m)
-    assert [(type(a).__name__, a.run_id) for a in out.actions] == [("SetRunState", "epoch-4"), ("QueueRun", "epoch-5")]
+    assert [(type(a).__name__, getattr(a, "run_id", None)) for a in out.actions] == [
+        ("SetRunState", "epoch-4"), ("Say", None), ("QueueRun", "epoch-5"), ("Say", None)]
     assert any("epoch-6 stays failed: notify is failed" in line for line in out.lines)
     assert out.memory.stage == "hand-back"
 
@@ -289,7 +291,7 @@ def test_decide_runs_a_replay_from_its_first_pass_to_done():
         kinds += [type(a).__name__ for a in d.actions]
         if isinstance(d.status, Done):
             break
-    assert kinds == ["Clear", "SetRunState", "SettleSecondRuns"]
+    assert kinds == ["Clear", "SetRunState", "Say", "SettleSecondRuns"]
     assert statuses[-1] == "Done" and m.stage == "done"
 
 
