@@ -35,6 +35,7 @@ import httpx
 
 from devstack.processes import VENV_BIN, Service, ServiceError, free_port, local_spark_env, stop_all, wait_until
 from falkirk.plugins.airflow_rest import AirflowClient
+from falkirk.plugins.supervised import bundle_config
 from falkirk.policies.job_host import hosts_dir, stop_hosts
 from falkirk.policies.store import StoreConfig
 
@@ -202,6 +203,11 @@ class AirflowStack:
                 "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": self.spark_master}),
+                # The provider's DAGs (falkirk_recovery carries recoveries out) beside the DAGs
+                # folder, and the user its task reaches Airflow's REST API as.
+                "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundle_config()),
+                "AIRFLOW_CONN_FALKIRK_AIRFLOW": json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": self.port,
+                                                            "login": "admin", "password": USERS["admin"][1]}),
                 # Not operator defaults: a cluster's jobs want their own JVM flags and hosts.
                 **local_spark_env(self.venv_bin),
                 "PYTHONUNBUFFERED": "1",

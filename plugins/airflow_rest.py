@@ -89,8 +89,10 @@ class AirflowClient:
     """The REST calls the demo and the tests make, authenticated as one user."""
 
     def __init__(self, base_url: str, username: str | None = None, password: str | None = None,
-                 on_poll: Callable[[], None] | None = None, token: str | None = None):
+                 on_poll: Callable[[], None] | None = None, token: str | None = None, refused_seconds: float = 0.0):
         self.base_url = base_url.rstrip("/")
+        # How long a call waits for an API server that refuses connections (restarting): 0, fail at once.
+        self.refused_seconds = refused_seconds
         self.on_poll = on_poll or (lambda: None)
         self.http = httpx.Client(base_url=self.base_url, timeout=30)
         if token is None:
@@ -115,15 +117,26 @@ class AirflowClient:
         :data:`WRITE_TIMEOUT` for its answer and is not sent again after a timeout: the server may
         still be carrying it out, and two clears of one task instance at once collide in Airflow's
         task-instance history. Any call that meets 503 is retried: Airflow answers 503 when it
-        refused the call before carrying it out (a backfill on a locked SQLite file). ``missing_ok``:
-        a 404 answers ``None``."""
+        refused the call before carrying it out (a backfill on a locked SQLite file). A refused
+        connection (nothing sent: the API server restarting) is tried again for up to the client's
+        ``refused_seconds``. ``missing_ok``: a 404 answers ``None``."""
         if method != "GET":
             kwargs.setdefault("timeout", httpx.Timeout(30, read=WRITE_TIMEOUT))
-        for attempt in range(1, attempts + 1):
+        refused_until = time.monotonic() + self.refused_seconds
+        attempt = 0
+        while attempt < attempts:
+            attempt += 1
             retry = (method == "GET" or idempotent) and attempt < attempts
             _check_path(method, path)
             try:
                 response = self.http.request(method, path, **kwargs)
+            except httpx.ConnectError:
+                # Nothing was sent: the API server is down (restarting). Any call may wait for it.
+                if time.monotonic() > refused_until:
+                    raise
+                attempt -= 1
+                time.sleep(2)
+                continue
             except httpx.TimeoutException as exc:
                 sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
                 if method == "GET" and not retry:

@@ -33,11 +33,8 @@ Example::
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -64,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import or_, select
 
 from falkirk.plugins.airflow_rest import AirflowClient, AirflowError
-from falkirk.plugins.asset_recovery import replay_across, with_consumers
+from falkirk.plugins.asset_recovery import with_consumers
 from falkirk.plugins.discard import Discard, beyond_note, discard, plan_discard, rows_beyond
 from falkirk.plugins.grid_status import CheckpointGrid, current_epochs, grid_from_ledger, trimmed, unrecorded, with_runs
 
@@ -73,9 +70,11 @@ from falkirk.plugins.grid_status import CheckpointGrid, current_epochs, grid_fro
 # database transaction (creating a run's task instances), a cold import held SQLite's write lock
 # for a minute and stalled every component. The functions live in task_metadata.
 from falkirk.plugins.operators import epoch_clock_of, partition_outlets_of, partitions_of, regime_of
-from falkirk.plugins.recovery import RunningReplay, compute_plan, start_replay
+from falkirk.plugins.recovery import compute_plan
+from falkirk.plugins.replay.executor import check_replay
 from falkirk.plugins.shared_computations import SharedComputations
 from falkirk.plugins.store_hook import FalkirkStoreHook
+from falkirk.plugins.supervised import RECOVERY_DAG, trigger_recovery
 from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, recovery_history
 from falkirk.policies.epochs import EpochClock, EpochError
 from falkirk.policies.ids import IdError, ProcessorId, check_dag_id
@@ -529,11 +528,13 @@ def start_recovery(
     user: GetUserDep,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> dict[str, Any]:
-    """Roll back and replay: record the plan for ``spec``, take the DAG's recovery lease,
-    invalidate the rolled-back ledger rows and clear exactly the re-run set through Airflow's
-    REST API with the caller's token. Answers 202 once the task instances are cleared; the
-    recovery's outcome then appears in ``GET .../recoveries``. 409 when the ledger changed
-    since the preview, another recovery of the DAG is running, or the plan already ran."""
+    """Roll back and replay: record the plan for ``spec``, check with the caller's token that it
+    can run (the store still holds what it restores, the DAG's lease is free, Airflow lets the
+    caller clear its task instances: a dry run), then start a run of the ``falkirk_recovery`` DAG
+    that carries it out (:mod:`falkirk.plugins.supervised`). Answers 202 once that run is
+    queued; the recovery's progress is that run's task log, its outcome appears in ``GET
+    .../recoveries``. 409 when the ledger changed since the preview, another recovery of the DAG
+    is running, or the plan already ran."""
     plan = _plan(dag_id, spec, record=False)
     if plan.ledger_version != spec.ledger_version:
         raise HTTPException(status_code=409, detail=f"the DAG's ledger changed since the preview (version "
@@ -552,19 +553,20 @@ def start_recovery(
     if consumers:
         log_.link([plan, *consumers])  # each DAG's history names the others' plans
     client = AirflowClient(_airflow_url(), token=_caller_token(request, bearer))
-    since = datetime.now(UTC)
     try:
-        running = start_replay(plan.plan_id, store, client, holder=user.get_name(), progress=log.info)
+        check_replay(plan.plan_id, store, client)
     except (AlreadyReplayed, LeaseHeld, PlanError) as exc:
         raise HTTPException(status_code=409, detail=str(exc)) from exc
     except AirflowError as exc:
         raise HTTPException(status_code=502, detail=f"Airflow refused to clear the task instances: {exc}") from exc
-    then = [p.plan_id for p in consumers]
-    threading.Thread(target=_finish, args=(running, then, since), name=f"falkirk-replay-{plan.plan_id}",
-                     daemon=True).start()
-    return {"plan_id": plan.plan_id, "status": "running", "by": user.get_name(),
-            "cleared": {run: list(tasks) for run, tasks in running.cleared.items()},
-            "invalidated": running.invalidated, "rerun_count": len(plan.rerun_set()),
+    try:
+        run_id = trigger_recovery(client, plan.plan_id, [p.plan_id for p in consumers], holder=user.get_name())
+    except AirflowError as exc:
+        raise HTTPException(status_code=502, detail=f"Airflow did not start the {RECOVERY_DAG} DAG, which carries "
+                                                    f"recoveries out ({exc}); add the provider's DAG bundle "
+                                                    f"(docs/howto/recover.md) and let this user trigger it") from exc
+    return {"plan_id": plan.plan_id, "status": "queued", "by": user.get_name(),
+            "recovery": {"dag_id": RECOVERY_DAG, "run_id": run_id}, "rerun_count": len(plan.rerun_set()),
             "across": [{"dag_id": p.dag_id, "plan_id": p.plan_id, "rerun_count": len(p.rerun_set())}
                        for p in consumers]}
 
@@ -635,18 +637,6 @@ def release_lease(dag_id: str, spec: ReleaseRequest, user: GetUserDep) -> dict[s
         raise HTTPException(status_code=409, detail=str(exc)) from exc
     return {"dag_id": dag_id, "plan_id": held.plan_id, "holder": held.holder, "since": held.since.isoformat(),
             "released_by": user.get_name()}
-
-
-def _finish(running: RunningReplay, then: Sequence[str] = (), since: datetime | None = None) -> None:
-    """Wait for the replay; then replay the consumer DAGs' plans ``then``, in order."""
-    try:
-        running.wait(progress=log.info)
-        if then:
-            applier = running.applier
-            replay_across([running.plan.plan_id, *then], applier.store, applier.client, holder=applier.lease.holder,
-                          progress=log.info, since=since)
-    except Exception:  # recorded as "failed" in the recovery log by wait() and replay()
-        log.exception("Falkirk replay %s failed", running.plan.plan_id)
 
 
 @app.get("/api/v1/dags/{dag_id}/recoveries", dependencies=[ReadDag])

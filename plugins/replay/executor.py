@@ -30,7 +30,7 @@ from falkirk.plugins.replay.loop import reconcile
 from falkirk.plugins.replay.observe import Observer
 from falkirk.policies.faults import crash_point
 from falkirk.policies.planning.recovery import DiscardedEpochs, PlanError, RecoveryPlan
-from falkirk.policies.planning.recovery_log import AlreadyReplayed, RecoveryLog, check_not_finished
+from falkirk.policies.planning.recovery_log import AlreadyReplayed, RecoveryLog, check_lease_free, check_not_finished
 from falkirk.policies.replay import Memory
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
@@ -117,6 +117,41 @@ class RunningReplay:
                          type(unrecorded).__name__, lease.expires_at())
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A plan that passed :func:`check_replay`, with what the checks read: whether it resumes, the
+    DAG's ledger snapshot, and the DAG run of each epoch it re-runs."""
+
+    plan: RecoveryPlan
+    resuming: bool
+    snapshot: LedgerSnapshot
+    runs: dict[int, str]
+
+
+def check_replay(plan_id: str, store: StoreConfig, client: AirflowClient) -> Checked:
+    """Everything a replay checks before it writes, changing nothing: the plan is not a discard,
+    not finished, its DAG's lease is free, the store still carries it out, every epoch it re-runs
+    has a DAG run (or can get one), and Airflow lets ``client``'s user clear its task instances
+    (a dry run). Raises as :func:`start_replay` does."""
+    log = RecoveryLog(store)
+    recovery = log.plan(plan_id)
+    if any(isinstance(f, DiscardedEpochs) for f in recovery.failures):
+        raise PlanError(f"plan {plan_id} records a discard (`falkirk discard`), which re-runs nothing; there is "
+                        f"nothing to replay")
+    events = log.events(recovery.dag_id)
+    check_not_finished(events, plan_id)
+    check_lease_free(events, recovery.dag_id)
+    resuming = any(r["plan_id"] == plan_id and r["event"] in ("started", "resumed") for r in events)
+    snapshot = LedgerSnapshot(Ledger(store), recovery.dag_id)  # the one read of the DAG's rows; brought forward since
+    check_still_current(recovery, store, snapshot, resuming)
+    current, rolled = entries_of(snapshot.rows, snapshot.gone)
+    check_no_rows_without_runs(recovery, current, client)
+    runs = run_ids(recovery, [*current, *rolled], client)
+    check_missing_runs(recovery, runs, client)
+    check_may_clear(recovery, runs, client)
+    return Checked(recovery, resuming, snapshot, runs)
+
+
 def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder: str | None = None,
                  progress: Progress = print) -> RunningReplay:
     """Check, take the lease, check again, invalidate, and run the first pass (see the module
@@ -126,24 +161,12 @@ def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder
     refuses to clear the task instances (checked with a dry run first); in each case no ledger
     row is invalidated and no task instance cleared."""
     started, reads_from = time.monotonic(), Ledger.reads
-    log, ledger = RecoveryLog(store), Ledger(store)
-    recovery = log.plan(plan_id)
-    if any(isinstance(f, DiscardedEpochs) for f in recovery.failures):
-        raise PlanError(f"plan {plan_id} records a discard (`falkirk discard`), which re-runs nothing; there is "
-                        f"nothing to replay")
-    events = log.events(recovery.dag_id)
-    check_not_finished(events, plan_id)
-    resuming = any(r["plan_id"] == plan_id and r["event"] in ("started", "resumed") for r in events)
-    snapshot = LedgerSnapshot(ledger, recovery.dag_id)  # the one read of the DAG's rows; brought forward since
-    check_still_current(recovery, store, snapshot, resuming)  # refuse early, before anything is written
-    current, rolled = entries_of(snapshot.rows, snapshot.gone)
-    check_no_rows_without_runs(recovery, current, client)
     # Airflow checks the caller's rights (changing nothing) before the lease is taken: a caller it
     # refuses leaves no "started" record behind, which would let the next replay resume the plan
     # without checking that it is still current.
-    runs = run_ids(recovery, [*current, *rolled], client)
-    check_missing_runs(recovery, runs, client)
-    check_may_clear(recovery, runs, client)
+    checked = check_replay(plan_id, store, client)
+    recovery, snapshot, runs = checked.plan, checked.snapshot, checked.runs
+    log = RecoveryLog(store)
     lease = log.begin(recovery, holder or getpass.getuser())
     applier = Applier(recovery, store, client, log, lease, progress)
     applier.reads_from = reads_from
@@ -151,13 +174,13 @@ def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder
                             Memory(), 0, started)
     try:
         if lease.resumed:
-            progress(f"plan {plan_id}: resuming (the lease was {'taken over' if not resuming else 'taken again'})")
+            progress(f"plan {plan_id}: resuming (the lease was {'taken over' if not checked.resuming else 'taken again'})")
         crash_point("replay", 0, "after-lease", dag_id=recovery.dag_id)
         snapshot.refresh()
-        check_still_current(recovery, store, snapshot, resuming)  # again under the lease: nothing changes it now
+        check_still_current(recovery, store, snapshot, checked.resuming)  # again under the lease: nothing changes it now
         rerun = recovery.rerun_set()
         doomed = [e for e in snapshot.entries() if (e.processor, e.epoch) in rerun]
-        running.invalidated = ledger.invalidations.record(doomed, plan_id)  # one append per plan
+        running.invalidated = snapshot.ledger.invalidations.record(doomed, plan_id)  # one append per plan
         progress(f"plan {plan_id}: invalidated {running.invalidated} ledger rows past the frontiers")
         crash_point("replay", 0, "after-invalidations", dag_id=recovery.dag_id)
         # Only now the epochs with no run get theirs (their runs commit as soon as they start,

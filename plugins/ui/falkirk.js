@@ -927,7 +927,8 @@ function FalkirkView({ dagId, runId, taskId }) {
     h(PlanSummary, { plan, error: planError, loading: planning, view, order: Object.fromEntries(gridRows(view).map((r, i) => [r.row_id, i])) }),
     replay?.error ? h("div", { role: "alert", "data-testid": "replay-error", style: { color: "#e53e3e", marginTop: 8 } }, replay.error) : null,
     replay?.plan_id ? h("div", { "data-testid": "replay-started", style: { marginTop: 8 } },
-      `Recovery ${replay.plan_id} started by ${replay.by}: ${replay.rerun_count} task instances cleared.` +
+      `Recovery ${replay.plan_id} started by ${replay.by}: ${replay.rerun_count} task instances to re-run, ` +
+      `carried out by ${replay.recovery ? `${replay.recovery.dag_id} run ${replay.recovery.run_id}` : "Airflow"}.` +
       ((replay.across || []).length ? ` Then: ${replay.across.map((p) => `${p.dag_id} (plan ${p.plan_id}, ${p.rerun_count})`).join(", ")}.` : "")) : null),
     h(Panel, { title: "Checkpoints (epochs × tasks)", testid: "panel-grid" }, h(Grid, { view, plan })),
     view.pairs ? h(Panel, { title: "Process pairs", testid: "panel-pairs" }, h(Pairs, { pairs: view.pairs })) : null,

@@ -367,6 +367,13 @@ def live_lease(events: list[dict], dag_id: str) -> Lease | None:
     return held if held is not None and not held.expired() else None
 
 
+def check_lease_free(events: list[dict], dag_id: str) -> None:
+    """Raise :class:`LeaseHeld` if ``events`` (the DAG's log) show a live lease on ``dag_id``."""
+    held = live_lease(events, dag_id)
+    if held is not None:
+        raise _held(held)
+
+
 def check_not_finished(events: list[dict], plan_id: str) -> None:
     """Raise :class:`AlreadyReplayed` if ``events`` (the DAG's log) show ``plan_id`` finished."""
     done = [r for r in events if r["plan_id"] == plan_id and r["event"] == "finished"]
