@@ -104,7 +104,16 @@ class AirflowClient:
         self.http.headers["Authorization"] = f"Bearer {self.token}"
 
     def _token(self, username: str, password: str) -> str:
-        response = httpx.post(f"{self.base_url}/auth/token", json={"username": username, "password": password}, timeout=30)
+        refused_until = time.monotonic() + self.refused_seconds
+        while True:
+            try:
+                response = httpx.post(f"{self.base_url}/auth/token", json={"username": username, "password": password},
+                                      timeout=30)
+                break
+            except httpx.ConnectError:  # nothing sent: the API server is down (restarting)
+                if time.monotonic() > refused_until:
+                    raise
+                time.sleep(2)
         if response.status_code >= 400:
             raise AirflowError(f"Airflow at {self.base_url} refused user {username!r} ({response.status_code})")
         return response.json()["access_token"]

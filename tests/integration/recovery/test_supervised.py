@@ -41,16 +41,19 @@ def test_a_recovery_started_from_the_api_outlives_the_api_server_and_its_own_kil
         faults.write_text("")
     first = client.task_log(RECOVERY_DAG, run, "replay", 1)
     assert "injected crash: replay epoch 5 at after-clear" in first, first[-3000:]
-    second = client.task_log(RECOVERY_DAG, run, "replay", 2)
-    assert f"plan {plan_id}: resuming" in second and f"plan {plan_id}: done, 4 task instances re-ran" in second, \
-        second[-3000:]
+    last = client.task_instances(RECOVERY_DAG, run)["replay"]["try_number"]
+    assert last >= 2  # Airflow's retry (another, if the API server was down when one started)
+    resumed = client.task_log(RECOVERY_DAG, run, "replay", last)
+    assert f"plan {plan_id}: resuming" in resumed and f"plan {plan_id}: done, 4 task instances re-ran" in resumed, \
+        resumed[-3000:]
     wait_states(client, C, {e: SUCCESS for e in EPOCHS})
     after = tries(client, C)
     rerun = {(5, "model"), (5, "sink"), (6, "model"), (6, "sink")}
     assert {k: after[k][1] - before[k][1] for k in after} == {k: int(k in rerun) for k in after}
     assert_equals_reference(drill.store, C)
-    # the retry released the lease its killed attempt held, resumed the plan, and finished it
+    # the retry took over the lease its killed attempt held (or found it expired), resumed, finished
     events = [r["event"] for r in RecoveryLog(drill.store).events(C) if r["plan_id"] == plan_id
               and r["event"] != "heartbeat"]
-    assert events == ["planned", "started", "released", "resumed", "finished"], events
+    assert events[:2] == ["planned", "started"] and events[-2:] == ["resumed", "finished"], events
+    assert events[2:-2] and set(events[2:-2]) <= {"released", "expired", "failed", "resumed"}, events
     assert {client.dag_run(C, run_id_of(e))["state"] for e in EPOCHS} == {"success"}
