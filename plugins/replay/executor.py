@@ -30,7 +30,13 @@ from falkirk.plugins.replay.loop import reconcile
 from falkirk.plugins.replay.observe import Observer
 from falkirk.policies.faults import crash_point
 from falkirk.policies.planning.recovery import DiscardedEpochs, PlanError, RecoveryPlan
-from falkirk.policies.planning.recovery_log import AlreadyReplayed, RecoveryLog, check_lease_free, check_not_finished
+from falkirk.policies.planning.recovery_log import (
+    AlreadyReplayed,
+    RecoveryLog,
+    check_lease_free,
+    check_not_finished,
+    invalidations_made,
+)
 from falkirk.policies.replay import Memory
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import StoreUnreachable, unanswered
@@ -179,8 +185,12 @@ def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder
         snapshot.refresh()
         check_still_current(recovery, store, snapshot, checked.resuming)  # again under the lease: nothing changes it now
         rerun = recovery.rerun_set()
-        doomed = [e for e in snapshot.entries() if (e.processor, e.epoch) in rerun]
-        running.invalidated = snapshot.ledger.invalidations.record(doomed, plan_id)  # one append per plan
+        # Once per plan: a resumed replay must not roll back what the plan's re-runs committed since
+        # (with nothing to roll back, the plan's invalidations leave no rollback row to find).
+        if not invalidations_made(log.events(recovery.dag_id), plan_id):
+            doomed = [e for e in snapshot.entries() if (e.processor, e.epoch) in rerun]
+            running.invalidated = snapshot.ledger.invalidations.record(doomed, plan_id)  # one append per plan
+            applier.lease = log.rolled_back(applier.lease, running.invalidated)
         progress(f"plan {plan_id}: invalidated {running.invalidated} ledger rows past the frontiers")
         crash_point("replay", 0, "after-invalidations", dag_id=recovery.dag_id)
         # Only now the epochs with no run get theirs (their runs commit as soon as they start,

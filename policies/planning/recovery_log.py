@@ -209,6 +209,17 @@ class RecoveryLog:
         self._check_held(lease)
         return Lease(lease.dag_id, lease.plan_id, lease.holder, lease.since, lease.token, lease.resumed, now)
 
+    def rolled_back(self, lease: Lease, rows: int) -> Lease:
+        """Record that ``lease``'s plan has made its invalidations (``rows`` of them, perhaps none):
+        a heartbeat saying so, which a resumed replay of the plan reads (:func:`invalidations_made`)
+        so as never to roll back what the plan's own re-runs committed since."""
+        self._check_held(lease)
+        now = datetime.now(UTC)
+        detail = json.dumps({"token": lease.token, "invalidated": rows})
+        self._append([_row(lease.dag_id, lease.plan_id, "heartbeat", lease.holder, detail, now)],
+                     table=open_table(self.uri, self._options), retries=None)
+        return Lease(lease.dag_id, lease.plan_id, lease.holder, lease.since, lease.token, lease.resumed, now)
+
     def end(self, lease: Lease, event: str, detail: str = "") -> bool:
         """Give the lease back: ``finished`` (the plan is done) or ``failed``. Returns ``False``
         (and records nothing) when the lease was taken over or released meanwhile."""
@@ -365,6 +376,25 @@ def live_lease(events: list[dict], dag_id: str) -> Lease | None:
     """The lease in ``events`` (the DAG's log, oldest first) that is held and not expired, if any."""
     held = open_lease(events, dag_id)
     return held if held is not None and not held.expired() else None
+
+
+def invalidations_made(events: list[dict], plan_id: str) -> bool:
+    """Whether ``events`` (the DAG's log) show that a replay of ``plan_id`` made its invalidations
+    (:meth:`RecoveryLog.rolled_back`).
+
+    >>> invalidations_made([{"plan_id": "p", "event": "heartbeat", "detail": '{"token": "t", "invalidated": 0}'}], "p")
+    True
+    >>> invalidations_made([{"plan_id": "p", "event": "heartbeat", "detail": '{"token": "t"}'}], "p")
+    False
+    """
+    for r in events:
+        if r["plan_id"] == plan_id and r["event"] == "heartbeat":
+            try:
+                if "invalidated" in json.loads(r["detail"] or "{}"):
+                    return True
+            except ValueError:
+                continue
+    return False
 
 
 def check_lease_free(events: list[dict], dag_id: str) -> None:
