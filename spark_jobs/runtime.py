@@ -399,12 +399,6 @@ class EpochContext:
             current, rolled_back = self.rows.entries_and_invalidated(a.task_id, a.map_index)
             before = [e for e in current if e.epoch < a.epoch]
             previous = max((e for e in before if e.epoch == a.epoch - 1), key=lambda e: e.incarnation, default=None)
-            if previous is None and a.epoch > 1:  # committed since the snapshot was read: read again once
-                self.rows.refresh()
-                current, rolled_back = self.rows.entries_and_invalidated(a.task_id, a.map_index)
-                before = [e for e in current if e.epoch < a.epoch]
-                previous = max((e for e in before if e.epoch == a.epoch - 1), key=lambda e: e.incarnation,
-                               default=None)
             earlier = [e.epoch for e in [*before, *rolled_back] if e.epoch < a.epoch]
             if previous is None and earlier and a.regime.keeps_state:
                 gone = any(e.epoch == a.epoch - 1 for e in rolled_back)

@@ -477,15 +477,17 @@ def test_admin_previews_and_replays_from_the_view(view_stack: ViewStack, browser
         page.get_by_test_id("replay-started").wait_for(timeout=60_000)
         shot(page, "4-replay-started")
 
-        wait_states(vs.admin, DAG, {e: {t: {"success"} for t in TASKS} for e in EPOCHS}, timeout=600)
-        row = page.get_by_test_id(f"history-{plan_id}")
-        deadline = time.monotonic() + 120
-        while row.get_attribute("data-outcome") != "finished":
-            assert time.monotonic() < deadline, row.inner_text()
+        # carried out by a run of falkirk_recovery: the history says when it finished
+        deadline = time.monotonic() + 600
+        while {r["plan_id"]: r["outcome"] for r in call(vs, "GET", f"dags/{DAG}/recoveries", "admin").json()[
+                "recoveries"]}.get(plan_id) != "finished":
+            assert time.monotonic() < deadline, "the recovery did not finish"
             page.wait_for_timeout(1000)
-        assert "admin" in row.inner_text()
+        wait_states(vs.admin, DAG, {e: {t: {"success"} for t in TASKS} for e in EPOCHS}, timeout=600)
         page.reload()
         page.get_by_test_id("falkirk-view").wait_for()
+        row = page.get_by_test_id(f"history-{plan_id}")
+        assert row.get_attribute("data-outcome") == "finished" and "admin" in row.inner_text()
         status = {t: "".join(page.get_by_test_id(f"cell-{t}-{e}").get_attribute("data-status") for e in EPOCHS)
                   for t in TASKS}
         assert status == {"source": "SSSS", "clean": "LLLL", "model": "SSDS", "sink": "DDDD"}
