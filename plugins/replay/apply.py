@@ -38,11 +38,11 @@ class Applier:
     """Carries out the actions of ``plan``'s replay under ``lease`` (see the module docstring)."""
 
     def __init__(self, plan: RecoveryPlan, store: StoreConfig, client: AirflowClient, log: RecoveryLog,
-                 lease: Lease, progress: Progress):
+                 lease: Lease, progress: Progress, reads_from: int | None = None):
         self.plan, self.store, self.client, self.log, self.lease = plan, store, client, log, lease
         self.progress = progress
         # Whole reads of the ledger table (in this process) from ``reads_from`` to the first clear.
-        self.reads_from = Ledger.reads
+        self.reads_from = Ledger.reads if reads_from is None else reads_from
         self.reads_before_clear: int | None = None
 
     def apply(self, action: Action) -> None:

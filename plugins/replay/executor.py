@@ -174,8 +174,7 @@ def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder
     recovery, snapshot, runs = checked.plan, checked.snapshot, checked.runs
     log = RecoveryLog(store)
     lease = log.begin(recovery, holder or getpass.getuser())
-    applier = Applier(recovery, store, client, log, lease, progress)
-    applier.reads_from = reads_from
+    applier = Applier(recovery, store, client, log, lease, progress, reads_from)
     running = RunningReplay(recovery, log, Observer(recovery, store, client, snapshot), applier,
                             Memory(), 0, started)
     try:

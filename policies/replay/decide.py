@@ -77,10 +77,9 @@ def decide(plan: Any, store: StoreView, airflow: AirflowView, memory: Memory, no
             status = outcome.status
             break
     if status is None and memory.stage in ("rerun", "later-wait"):
-        status = (finishing.look_at_later_runs(p, memory) if waiting.finished(p, memory)
-                  else waiting.waiting_for(p, memory)).status
-        if isinstance(status, Working) and status.again:
-            memory = finishing.look_at_later_runs(p, memory).memory
+        last = finishing.look_at_later_runs if waiting.finished(p, memory) else waiting.waiting_for
+        outcome = last(p, memory)
+        memory, status = outcome.memory, outcome.status
     if memory.stage == "done":
         status = Done(len(plan.rerun_set()))
     return Decision(tuple(actions), memory, status or Working(), tuple(lines))

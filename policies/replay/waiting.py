@@ -3,7 +3,7 @@ free the slots the re-runs need, queue again the failed runs that hold them, mov
 
 from __future__ import annotations
 
-from falkirk.policies.planning.replay_decisions import FAILED, Instance, runs_to_settle, slots_to_free, wait_verdict
+from falkirk.policies.planning.replay_decisions import FAILED, runs_to_settle, slots_to_free, wait_verdict
 from falkirk.policies.replay.actions import QueueRun, Say, Stopped, Working
 from falkirk.policies.replay.rules import QUIET_SECONDS, Acts, Outcome, Pass, clear_and_mark, needed
 from falkirk.policies.replay.views import Memory
@@ -118,5 +118,5 @@ def waiting_for(p: Pass, m: Memory) -> Outcome:
     return Outcome(m, status=_working(p, m))
 
 
-__all__ = ["Instance", "finished", "let_earlier_epochs_through", "queue_failed_runs", "report_changes",
+__all__ = ["finished", "let_earlier_epochs_through", "queue_failed_runs", "report_changes",
            "settle_refused_redos", "stop_on_a_failed_rerun", "waiting_for"]
