@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # not a failure; a `-m` in PYTEST_ARGS replaces the passes' own.
 TEST_WORKERS ?= 2
 
-.PHONY: demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-replay bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -99,6 +99,12 @@ bench-delta-log: install
 ## the Falkirk plan against clear-downstream and a restart; each regime's overhead, scratch tier on and off
 bench-recovery: install cluster-tools
 	$(PY) -m benchmarks.recovery_bench $(BENCH_ARGS)
+
+## bench-replay: a replay's wall time against the critical path of its re-runs, make demo's plan and a lost
+## worker on the distributed shape, this checkout against BEFORE (a worktree with its own environment)
+BEFORE ?= ea3a66b
+bench-replay: install cluster-tools
+	$(PY) -m benchmarks.replay_bench --before $(BEFORE) $(BENCH_ARGS)
 
 ## bench-pairs: process pairs on the distributed shape, one of four workers lost at epoch 10 of 20: output and
 ## latency of the recovering and other partitions, state copied, input dropped; unreplicated vs cluster pairs vs process pairs

@@ -1,0 +1,312 @@
+"""Replay benchmark: a replay's wall time against the critical path of the re-runs it waits for.
+
+Two plans of the reference application (``falkirk_figure1``, 8 epochs, the fault before epoch 6):
+
+* **demo**: ``make demo``'s plan: one Airflow (LocalExecutor) and a Spark Connect server; rank's
+  scratch tier is deleted, ``plan(lost_scratch=...)``;
+* **lost worker**: ``make cluster-demo``'s plan on the distributed shape (Airflow on PostgreSQL,
+  two Celery workers, a Spark standalone cluster, the durable store on ``moto_server``); worker-a
+  is killed and its disk deleted, ``plan(lost_workers=["worker-a"])``.
+
+The replay (``falkirk.plugins.recovery.replay``, what ``falkirk replay`` runs) is timed from its
+call to its return. Its **critical path** is the longest chain of the task instances that ran
+inside that window, each weighed by its duration as Airflow records it (end minus start), along
+the DAG's edges within an epoch and from a ``depends_on_past`` task's epoch to the next: the time
+the re-runs need however well they are driven. **Overhead** is wall time minus critical path: what
+the replay's orchestration (and Airflow's scheduling of what it clears) adds.
+
+``make bench-replay`` measures this checkout and, in a git worktree with its own environment
+(made and installed on first use, kept under ``--root``), the commit ``--before`` (default
+``ea3a66b``, the replay before it became a reconciler over one observation), and prints both::
+
+    make bench-replay
+    .venv/bin/python -m benchmarks.replay_bench --before ea3a66b
+    .venv/bin/python -m benchmarks.replay_bench --measure out.json   # this checkout only
+
+Only this file is taken from the current tree; in the other checkout it imports that checkout's
+``devstack`` and ``falkirk``, through names both have.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+TARGETS = {"overhead after / before": 0.5, "wall / critical path (after)": 1.5}
+EPOCHS, LOSE_AT, RECORDS = 8, 6, 5_000
+HERE = Path(__file__).resolve()
+
+
+def say(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def _when(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+# -- measuring, inside the checkout measured ------------------------------------------------------------------------
+
+
+def critical_path(tasks: list[dict[str, Any]], instances: dict[tuple[str, int], dict[str, Any]],
+                  started: float, ended: float) -> tuple[float, int, float]:
+    """(critical path seconds, instances in the window, their task-seconds) of the task instances
+    that ran inside [started, ended], along the DAG's edges and ``depends_on_past``.
+
+    >>> tasks = [{"task_id": "a", "downstream_task_ids": ["b"], "depends_on_past": True},
+    ...          {"task_id": "b", "downstream_task_ids": [], "depends_on_past": False}]
+    >>> ti = lambda s, e: {"start_date": f"2026-01-01T00:00:{s:02d}Z", "end_date": f"2026-01-01T00:00:{e:02d}Z"}
+    >>> t0 = _when("2026-01-01T00:00:00Z")
+    >>> critical_path(tasks, {("a", 1): ti(1, 3), ("b", 1): ti(4, 5), ("a", 2): ti(4, 9), ("b", 2): ti(9, 10)},
+    ...               t0, t0 + 60)
+    (8.0, 4, 9.0)
+    """
+    upstream: dict[str, set[str]] = {t["task_id"]: set() for t in tasks}
+    for t in tasks:
+        for down in t["downstream_task_ids"]:
+            upstream[down].add(t["task_id"])
+    past = {t["task_id"] for t in tasks if t["depends_on_past"]}
+    order = {task: i for i, task in enumerate(_topological(upstream))}
+    ran = {k: end - start for k, (start, end) in inside(instances, started, ended).items()}
+    longest: dict[tuple[str, int], float] = {}
+    for task, epoch in sorted(ran, key=lambda k: (k[1], order[k[0]])):
+        before = [(u, epoch) for u in upstream[task]] + ([(task, epoch - 1)] if task in past else [])
+        longest[task, epoch] = ran[task, epoch] + max((longest[k] for k in before if k in longest), default=0.0)
+    return max(longest.values(), default=0.0), len(ran), sum(ran.values())
+
+
+def inside(instances: dict[tuple[str, int], dict[str, Any]], started: float,
+           ended: float) -> dict[tuple[str, int], tuple[float, float]]:
+    """(start, end) of the task instances that ran inside [started, ended] (a second's slack:
+    Airflow's clock and this process's are one machine's, its stamps rounded)."""
+    spans = {k: (_when(ti["start_date"]), _when(ti["end_date"])) for k, ti in instances.items()
+             if ti.get("start_date") and ti.get("end_date")}
+    return {k: (s, e) for k, (s, e) in spans.items() if s >= started - 1 and e <= ended + 1}
+
+
+def _topological(upstream: dict[str, set[str]]) -> list[str]:
+    done: list[str] = []
+    while len(done) < len(upstream):
+        done += sorted(t for t, ups in upstream.items() if t not in done and ups <= set(done))
+    return done
+
+
+def _instances(client: Any, dag_id: str, epochs: Iterable[int]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(ti["task_id"], e): ti for e in epochs for ti in client.task_instances(dag_id, f"epoch-{e}").values()}
+
+
+def _tasks(client: Any, dag_id: str) -> list[dict[str, Any]]:
+    from falkirk.plugins.airflow_rest import api_path
+    return client.request("GET", api_path("dags", dag_id, "tasks"))["tasks"]
+
+
+def _timed_replay(name: str, plan: Any, store: Any, client: Any, dag_id: str) -> dict[str, Any]:
+    from falkirk.plugins.recovery import replay
+    say(f"{name}: replaying {plan.plan_id} ({len(plan.rerun_set())} task instances in its re-run set)")
+    started = time.time()
+    replay(plan.plan_id, store, client, holder="falkirk-bench", progress=lambda line: say(f"  {line}"))
+    ended = time.time()
+    instances = _instances(client, dag_id, range(1, EPOCHS + 1))
+    path, count, task_seconds = critical_path(_tasks(client, dag_id), instances, started, ended)
+    spans = inside(instances, started, ended).values()
+    say(f"{name}: wall {ended - started:.1f}s, critical path {path:.1f}s over {count} task instances")
+    return {"plan": name, "planned": len(plan.rerun_set()), "instances": count, "task_seconds": task_seconds,
+            "critical_path": path, "wall": ended - started,
+            # the replay's own ends of the overhead: until the first re-run starts, after the last ends
+            "first_start": min(s for s, _ in spans) - started, "after_last": ended - max(e for _, e in spans)}
+
+
+def _wait(client: Any, dag_id: str, want: dict[tuple[str, int], set[str | None]], timeout: float = 1800) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        epochs = sorted({e for _, e in want})
+        states = {k: ti.get("state") for k, ti in _instances(client, dag_id, epochs).items()}
+        if all(states.get(k) in ok for k, ok in want.items()):
+            return
+        if time.monotonic() > deadline:
+            wrong = sorted((k, states.get(k)) for k, ok in want.items() if states.get(k) not in ok)
+            raise RuntimeError(f"{dag_id}: not in the expected states after {timeout:.0f}s: {wrong[:5]}")
+        time.sleep(2)
+
+
+def measure_demo(root: Path) -> dict[str, Any]:
+    """make demo's plan: rank's scratch tier lost before epoch LOSE_AT."""
+    from devstack.airflow import AirflowStack
+    from devstack.cluster_demo import DAG_ID, _clock
+    from devstack.spark import SparkConnectServer
+    from falkirk.plugins.recovery import plan
+    from falkirk.policies.store import StoreConfig
+    from falkirk.spark_jobs.figure1.data import RECORDS_ENV
+
+    store = StoreConfig(str(root / "store"), str(root / "scratch"))
+    clock = _clock()
+    with SparkConnectServer(root) as connect:
+        stack = AirflowStack(home=root / "airflow", store=store,
+                             extra_env={**connect.airflow_env(), RECORDS_ENV: str(RECORDS)})
+        stack.init()
+        stack.start()
+        try:
+            client = stack.client()
+            client.wait_for_dag(DAG_ID)
+            client.set_paused(DAG_ID, False)
+            tasks = _tasks(client, DAG_ID)
+            say(f"demo: epochs 1-{LOSE_AT - 1}")
+            for e in range(1, LOSE_AT):
+                client.trigger(DAG_ID, f"epoch-{e}", clock.logical_date(e))
+            _wait(client, DAG_ID, {(t["task_id"], e): {"success"} for t in tasks for e in range(1, LOSE_AT)})
+            lost = f"{store.scratch_uri}/{DAG_ID}/rank"
+            shutil.rmtree(lost, ignore_errors=True)
+            say(f"demo: deleted {lost}; epochs {LOSE_AT}-{EPOCHS}")
+            for e in range(LOSE_AT, EPOCHS + 1):
+                client.trigger(DAG_ID, f"epoch-{e}", clock.logical_date(e))
+            blocked = _downstream(tasks, "rank")
+            _wait(client, DAG_ID, {
+                (t, e): ({"failed"} if t == "rank" and e == LOSE_AT else
+                         {"upstream_failed"} if t in blocked and e == LOSE_AT else
+                         {None} if t == "rank" or t in blocked else {"success"})
+                for t in (t["task_id"] for t in tasks) for e in range(LOSE_AT, EPOCHS + 1)})
+            p = plan(DAG_ID, store, client, lost_scratch=[lost])
+            return _timed_replay("demo", p, store, client, DAG_ID)
+        finally:
+            stack.stop()
+
+
+def _downstream(tasks: list[dict[str, Any]], task: str) -> set[str]:
+    down = {t["task_id"]: set(t["downstream_task_ids"]) for t in tasks}
+    found, todo = set(), [task]
+    while todo:
+        for d in down[todo.pop()] - found:
+            found.add(d)
+            todo.append(d)
+    return found
+
+
+def measure_lost_worker(root: Path) -> dict[str, Any]:
+    """make cluster-demo's plan: worker-a and its disk lost before epoch LOSE_AT."""
+    from devstack.cluster import Cluster
+    from devstack.cluster_demo import DAG_ID, DAGS, QUEUES_ENV, _clock
+    from falkirk.plugins.recovery import plan
+    from falkirk.spark_jobs.figure1.data import RECORDS_ENV
+
+    queues = root / "queues.json"
+    queues.write_text(json.dumps({DAG_ID: "worker-a"}))
+    env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(RECORDS), "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5"}
+    clock = _clock()
+    with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True) as cluster:
+        client = cluster.airflow.client()
+        client.wait_for_dag(DAG_ID)
+        client.set_paused(DAG_ID, False)
+        tasks = _tasks(client, DAG_ID)
+        say(f"lost worker: epochs 1-{LOSE_AT - 1} on worker-a")
+        for e in range(1, LOSE_AT):
+            client.trigger(DAG_ID, f"epoch-{e}", clock.logical_date(e))
+        _wait(client, DAG_ID, {(t["task_id"], e): {"success"} for t in tasks for e in range(1, LOSE_AT)})
+        say(f"lost worker: worker-a is killed and its disk deleted; epochs {LOSE_AT}-{EPOCHS}")
+        cluster.airflow.worker("worker-a").kill()
+        shutil.rmtree(cluster.scratch_root("worker-a"), ignore_errors=True)
+        for e in range(LOSE_AT, EPOCHS + 1):
+            client.trigger(DAG_ID, f"epoch-{e}", clock.logical_date(e))
+        p = plan(DAG_ID, cluster.store, client, lost_workers=["worker-a"])
+        return _timed_replay("lost worker", p, cluster.store, client, DAG_ID)
+
+
+PLANS = {"demo": measure_demo, "lost-worker": measure_lost_worker}
+
+
+def measure(out: Path, root: Path, plans: list[str]) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    results = []
+    for name in plans:
+        (root / name).mkdir(parents=True)
+        results.append(PLANS[name](root / name))
+    out.write_text(json.dumps(results, indent=1))
+
+
+# -- comparing two checkouts -----------------------------------------------------------------------------------------
+
+
+def checkout_at(commit: str, root: Path) -> Path:
+    """A worktree of ``commit`` under ``root`` with its own installed environment."""
+    tree = root / f"checkout-{commit}"
+    if not (tree / ".venv" / ".compiled").exists():
+        if not tree.exists():
+            say(f"git worktree add {tree} {commit}")
+            subprocess.run(["git", "worktree", "add", "-f", str(tree), commit], cwd=HERE.parents[1], check=True,
+                           capture_output=True)
+        say(f"make install in {tree} (its own environment; once)")
+        subprocess.run(["make", "install"], cwd=tree, check=True, stdout=subprocess.DEVNULL)
+    return tree
+
+
+def run_in(checkout: Path, label: str, root: Path, plans: list[str]) -> list[dict[str, Any]]:
+    out = root / f"{label}.json"
+    say(f"== {label}: {checkout}")
+    subprocess.run([str(checkout / ".venv" / "bin" / "python"), str(HERE), "--measure", str(out),
+                    "--root", str(root / label), "--plans", ",".join(plans)], cwd=checkout, check=True,
+                   env={**os.environ, "PYTHONPATH": str(checkout)})
+    return json.loads(out.read_text())
+
+
+def report(before: list[dict[str, Any]], after: list[dict[str, Any]], commit: str) -> tuple[str, bool]:
+    rows = [["plan", "checkout", "task instances", "critical path (s)", "replay wall (s)", "overhead (s)",
+             "to first start (s)", "after last end (s)", "wall / critical path"]]
+    for label, results in ((commit, before), ("this", after)):
+        for r in results:
+            rows.append([r["plan"], label, str(r["instances"]), f"{r['critical_path']:.1f}", f"{r['wall']:.1f}",
+                         f"{r['wall'] - r['critical_path']:.1f}", f"{r['first_start']:.1f}", f"{r['after_last']:.1f}",
+                         f"{r['wall'] / r['critical_path']:.2f}"])
+    checks = [["plan", "overhead after / before", "target", "wall / critical path (after)", "target"]]
+    ok = True
+    for b, a in zip(before, after):
+        shrink = (a["wall"] - a["critical_path"]) / (b["wall"] - b["critical_path"])
+        ratio = a["wall"] / a["critical_path"]
+        ok = ok and shrink <= TARGETS["overhead after / before"] and ratio <= TARGETS["wall / critical path (after)"]
+        checks.append([a["plan"], f"{shrink:.2f}", "<= 0.50", f"{ratio:.2f}", "<= 1.50"])
+    return f"{table(rows)}\n\n{table(checks)}", ok
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="ea3a66b", help="the commit to compare with (default ea3a66b)")
+    parser.add_argument("--measure", type=Path, metavar="OUT",
+                        help="measure this checkout only and write the results to OUT (JSON)")
+    parser.add_argument("--root", type=Path, default=HERE.parents[1] / ".falkirk" / "bench-replay",
+                        help="where the stacks, the other checkout and the results live")
+    parser.add_argument("--plans", default=",".join(PLANS), help=f"which plans, comma-separated (default: all, "
+                                                                  f"{','.join(PLANS)})")
+    args = parser.parse_args(argv)
+    plans = args.plans.split(",")
+    if unknown := sorted(set(plans) - set(PLANS)):
+        parser.error(f"--plans: {', '.join(unknown)} is not a plan; use some of {','.join(PLANS)}")
+    root = args.root.resolve()
+    if args.measure:
+        measure(args.measure.resolve(), root, plans)
+        return 0
+    root.mkdir(parents=True, exist_ok=True)
+    before = run_in(checkout_at(args.before, root), args.before, root / "runs", plans)
+    after = run_in(HERE.parents[1], "this", root / "runs", plans)
+    text, ok = report(before, after, args.before)
+    print(f"\nreplays of {EPOCHS} epochs with the fault before epoch {LOSE_AT}; overhead = wall - critical path\n\n"
+          f"{text}\n\n{'targets met' if ok else 'TARGETS MISSED'}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""The replay benchmark's arithmetic (``make bench-replay`` runs the stacks itself): the critical
+path of the re-runs, the window it counts, and the targets it reports."""
+
+from __future__ import annotations
+
+from benchmarks.replay_bench import _when, critical_path, report
+
+TASKS = [{"task_id": "events", "downstream_task_ids": ["rank", "popularity"], "depends_on_past": False},
+         {"task_id": "popularity", "downstream_task_ids": ["answers"], "depends_on_past": True},
+         {"task_id": "rank", "downstream_task_ids": ["answers"], "depends_on_past": True},
+         {"task_id": "answers", "downstream_task_ids": [], "depends_on_past": False}]
+T0 = _when("2026-01-01T00:00:00Z")
+
+
+def _ti(start: int, end: int) -> dict:
+    return {"start_date": f"2026-01-01T00:{start // 60:02d}:{start % 60:02d}Z",
+            "end_date": f"2026-01-01T00:{end // 60:02d}:{end % 60:02d}Z"}
+
+
+def test_the_critical_path_follows_edges_and_depends_on_past_only() -> None:
+    tis = {("events", 4): _ti(1, 3), ("rank", 4): _ti(3, 13), ("popularity", 4): _ti(3, 5),
+           ("answers", 4): _ti(14, 16),
+           # epoch 5: events ran long but answers waits on rank 5, which waits on rank 4 (past)
+           ("events", 5): _ti(1, 12), ("rank", 5): _ti(13, 20), ("answers", 5): _ti(21, 22)}
+    # rank 4 (10) -> rank 5 (7) -> answers 5 (1), after events 4 (2): 20 s
+    assert critical_path(TASKS, tis, T0, T0 + 60) == (20.0, 7, 35.0)
+
+
+def test_instances_outside_the_replay_window_do_not_count() -> None:
+    tis = {("events", 4): _ti(1, 3), ("rank", 4): _ti(30, 40), ("answers", 4): _ti(41, 42),
+           ("events", 5): _ti(50, 100),  # still running when the replay returned
+           ("popularity", 4): {"start_date": None, "end_date": None}}  # never ran
+    assert critical_path(TASKS, tis, T0 + 20, T0 + 60) == (11.0, 2, 11.0)
+
+
+def test_report_gives_the_overhead_and_checks_the_targets() -> None:
+    def result(plan: str, path: float, wall: float) -> dict:
+        return {"plan": plan, "planned": 9, "instances": 9, "task_seconds": 2 * path, "critical_path": path,
+                "wall": wall, "first_start": 2.0, "after_last": 1.0}
+
+    before = [result("demo", 100.0, 200.0), result("lost worker", 100.0, 300.0)]
+    after = [result("demo", 100.0, 140.0), result("lost worker", 110.0, 150.0)]
+    text, ok = report(before, after, "ea3a66b")
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    assert "demo ea3a66b 9 100.0 200.0 100.0 2.0 1.0 2.00" in lines
+    assert "lost worker this 9 110.0 150.0 40.0 2.0 1.0 1.36" in lines
+    assert "demo 0.40 <= 0.50 1.40 <= 1.50" in lines and "lost worker 0.20 <= 0.50 1.36 <= 1.50" in lines
+    assert ok
+    slow = [result("demo", 100.0, 160.0), after[1]]  # overhead 60 s of 100: 0.6
+    assert report(before, slow, "ea3a66b")[1] is False
