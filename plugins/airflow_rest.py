@@ -381,12 +381,13 @@ class AirflowClient:
         runs = [r for r in data["dag_runs"] if r.get("logical_date") and not is_test_run(r)]
         return datetime.fromisoformat(runs[0]["logical_date"].replace("Z", "+00:00")) if runs else None
 
-    def latest_partition_date(self, dag_id: str) -> datetime | None:
-        """The latest date of a partition among ``dag_id``'s newest 200 runs that Airflow started
-        on asset events, which have no logical date (``None``: none runs a dated partition)."""
-        data = self.request("GET", api_path("dags", dag_id, "dagRuns"), params={"order_by": "-run_after", "limit": 200})
-        return max((d for r in data["dag_runs"] if not r.get("logical_date") and (d := partition_date_of(r))),
-                   default=None)
+    def run_dates(self, dag_id: str) -> list[tuple[str, datetime | None]]:
+        """``dag_id``'s newest 1,000 runs, newest first, each with the date its epoch is read from
+        (:func:`falkirk.policies.asset_events.run_date`); runs of ``airflow dags test`` left out."""
+        from falkirk.plugins.dags_test import is_test_run
+
+        data = self.request("GET", api_path("dags", dag_id, "dagRuns"), params={"order_by": "-run_after", "limit": 1000})
+        return [(r["dag_run_id"], run_date_of(r)) for r in data["dag_runs"] if not is_test_run(r)]
 
     def runs_between(self, dag_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
         """``dag_id``'s runs at a date from ``start`` to ``end`` (each with ``dag_run_id``,
@@ -465,6 +466,18 @@ class AirflowClient:
 
     def dag_exists(self, dag_id: str) -> bool:
         return self.http.get(api_path("dags", dag_id)).status_code == 200
+
+
+def run_date_of(run: Mapping[str, Any]) -> datetime | None:
+    """The date a run's epoch is read from: its logical date, else its partition's.
+
+    >>> run_date_of({"logical_date": "2026-01-02T00:00:00Z", "partition_key": None})
+    datetime.datetime(2026, 1, 2, 0, 0, tzinfo=datetime.timezone.utc)
+    >>> run_date_of({"logical_date": None, "partition_key": "2026-01-03T00:00:00"})
+    datetime.datetime(2026, 1, 3, 0, 0, tzinfo=datetime.timezone.utc)
+    """
+    logical = run.get("logical_date")
+    return datetime.fromisoformat(logical.replace("Z", "+00:00")) if logical else partition_date_of(run)
 
 
 def partition_date_of(run: Mapping[str, Any]) -> datetime | None:

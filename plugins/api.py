@@ -76,7 +76,8 @@ from falkirk.plugins.shared_computations import SharedComputations
 from falkirk.plugins.store_hook import FalkirkStoreHook
 from falkirk.plugins.supervised import RECOVERY_DAG, trigger_recovery
 from falkirk.plugins.view import DagTask, dag_view, epoch_progress, plan_view, recovery_history
-from falkirk.policies.epochs import EpochClock, EpochError
+from falkirk.policies.asset_events import run_date
+from falkirk.policies.epochs import EpochClock, runs_by_epoch
 from falkirk.policies.ids import IdError, ProcessorId, check_dag_id
 from falkirk.policies.partitions import processors
 from falkirk.policies.planning.recovery import (
@@ -295,27 +296,22 @@ def _dag_tasks(dag_id: str) -> list[DagTask]:
 
 
 def _runs_at_epochs(dag_id: str, tasks: list[DagTask], run_ids: set[str] | None = None) -> dict[int, str]:
-    """The DAG runs (all of them, or those of ``run_ids``) at their epochs, placed by the epoch
-    clock the operator serialized; runs off the clock's grid are left out (their tasks fail
-    naming the grid)."""
+    """The DAG runs (the newest, or those of ``run_ids``) at their epochs, placed by the epoch
+    clock the operator serialized and the rule the CLI uses over REST
+    (:func:`falkirk.policies.epochs.runs_by_epoch`): a run's logical date, else the date of the
+    partition it runs; runs off the clock's grid are left out (their tasks fail naming the grid)."""
     spec = next((t.epoch_clock for t in tasks if t.epoch_clock), None)
     if spec is None or run_ids == set():
         return {}
-    clock = EpochClock.parse(spec)
     # Runs of `airflow dags test` are no epochs of the DAG: their tasks write to a store of their own.
-    query = select(DagRun.run_id, DagRun.logical_date).where(
+    query = select(DagRun.run_id, DagRun.logical_date, DagRun.partition_date, DagRun.partition_key).where(
         DagRun.dag_id == dag_id, or_(DagRun.triggered_by.is_(None), DagRun.triggered_by != DagRunTriggeredByType.TEST))
     if run_ids is not None:
         query = query.where(DagRun.run_id.in_(sorted(run_ids)[:MAX_UNPLACED_RUNS]))
     with create_session() as session:
-        rows = session.execute(query.order_by(DagRun.logical_date.desc()).limit(MAX_UNPLACED_RUNS)).all()
-    placed: dict[int, str] = {}
-    for run_id, logical_date in rows:
-        try:
-            placed.setdefault(clock.epoch_of(logical_date), run_id)
-        except EpochError:
-            continue
-    return placed
+        rows = session.execute(query.order_by(DagRun.run_after.desc()).limit(MAX_UNPLACED_RUNS)).all()
+    return runs_by_epoch(((run_id, run_date(logical, partition, key)) for run_id, logical, partition, key in rows),
+                         EpochClock.parse(spec))
 
 
 _previews = SharedComputations()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from falkirk.plugins.airflow_rest import FALKIRK_API, AirflowClient, AirflowError, api_path
-from falkirk.policies.epochs import EpochClock, EpochError
+from falkirk.policies.epochs import EpochClock, runs_by_epoch
 from falkirk.policies.ids import ProcessorId
 from falkirk.policies.partitions import processors
 from falkirk.policies.planning.recovery import PlanError
@@ -28,18 +28,13 @@ def regimes_and_clock(dag_id: str, client: AirflowClient) -> tuple[dict[Processo
 
 
 def latest_run_epoch(dag_id: str, client: AirflowClient, clock: EpochClock) -> int | None:
-    """The epoch of the DAG's latest run (``airflow dags test`` runs left out): the last epoch a
-    plan covers, which may be past the ledger's newest epoch (runs that committed nothing yet)
-    or before it (rows of runs deleted since: see :func:`falkirk.plugins.discard.beyond_note`);
-    ``None`` when the DAG has no run on its epoch grid. A DAG scheduled on Assets has runs
-    without a logical date: the date of the latest partition they run counts then."""
-    latest = client.latest_logical_date(dag_id) or client.latest_partition_date(dag_id)
-    if latest is None:
-        return None
-    try:
-        return clock.epoch_of(latest)
-    except EpochError:
-        return None
+    """The epoch of the DAG's latest run on its grid (``airflow dags test`` runs left out): the
+    last epoch a plan covers, which may be past the ledger's newest epoch (runs that committed
+    nothing yet) or before it (rows of runs deleted since: see
+    :func:`falkirk.plugins.discard.beyond_note`); ``None`` when the DAG has no run on its grid.
+    A run Airflow started on asset events has no logical date: the date of the partition it runs
+    counts (:func:`falkirk.policies.epochs.runs_by_epoch`, the API server's rule too)."""
+    return max(runs_by_epoch(client.run_dates(dag_id), clock), default=None)
 
 
 def runs_at_dates(dag_id: str, client: AirflowClient, clock: EpochClock, epochs: Sequence[int]) -> dict[int, str]:

@@ -116,6 +116,31 @@ class EpochClock:
 
 
 
+def runs_by_epoch(runs: Iterable[tuple[str, datetime | None]], clock: EpochClock) -> dict[int, str]:
+    """The run at each epoch among ``runs``: pairs of a run id and the date its epoch is read
+    from (:func:`falkirk.policies.asset_events.run_date`), newest first. The first run met at an
+    epoch holds it; runs with no date, or with one off the clock's grid, are left out. The one
+    rule by which the CLI (over REST) and the API server (over the metadata database) place a
+    DAG's runs, so the two never disagree on its latest epoch.
+
+    >>> from datetime import timezone
+    >>> clock = EpochClock(first=datetime(2026, 1, 1, tzinfo=timezone.utc), period=timedelta(days=1))
+    >>> day = lambda d, h=0: datetime(2026, 1, d, h, tzinfo=timezone.utc)
+    >>> runs_by_epoch([("again-2", day(2)), ("off-grid", day(3, 5)), ("asset", day(3)), ("first-2", day(2)),
+    ...                ("no-date", None)], clock)
+    {2: 'again-2', 3: 'asset'}
+    """
+    placed: dict[int, str] = {}
+    for run_id, date in runs:
+        if date is None:
+            continue
+        try:
+            placed.setdefault(clock.epoch_of(date), run_id)
+        except EpochError:
+            continue
+    return placed
+
+
 def epoch_ranges(epochs: Iterable[int]) -> str:
     """``1-5, 7``: epochs (or block seqs) written as runs of consecutive numbers.
 

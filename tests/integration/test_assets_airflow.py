@@ -722,6 +722,10 @@ def test_a_consumer_run_that_failed_before_its_first_commit_is_replayed_in_the_r
 
     p = plan(LEADERS, store, client, failed_instances=[("leaders", 8)])
     assert p.rerun_set() == {("leaders", 8)}
+    # The API server places the run by its partition too: its plan covers epoch 8, as the CLI's.
+    preview = client.request("POST", f"/falkirk/api/v1/dags/{LEADERS}/preview",
+                             json={"failed_tasks": [{"task_id": "leaders", "epoch": 8}]})
+    assert (preview["last_epoch"], [tuple(k) for k in preview["rerun"]]) == (p.last_epoch, [("leaders", 8)])
     replay(p.plan_id, store, client, progress=print, timeout=600)
     assert client.task_instances(LEADERS, run["dag_run_id"])["leaders"]["state"] == "success"
     [row] = [e for e in Ledger(store).entries(LEADERS, "leaders") if e.epoch == 8]
