@@ -83,7 +83,7 @@ def plan(
         every = entries_of(snapshot.rows, set())[0]  # rolled-back rows too
         lost = [] if live_lease(RecoveryLog(store).events(dag_id), dag_id) else _unrecorded_from_airflow(
             dag_id, client, snapshot.entries(), every, regimes, Collections(store).through(dag_id))
-        found = _failed_from_airflow(dag_id, client, failed_tasks, every, lost, clock)
+        found = _failed_from_airflow(dag_id, client, failed_tasks, every, lost, clock, snapshot.entries())
         newest = max((e.epoch for e in every), default=0)
         if last_epoch is None and any(f.epoch > newest for f in found):  # a run that committed nothing
             last_epoch = max(f.epoch for f in found)
@@ -138,32 +138,41 @@ def _unrecorded_from_airflow(dag_id: str, client: AirflowClient, current: Sequen
 
 def _failed_from_airflow(dag_id: str, client: AirflowClient, tasks: Sequence[str],
                          entries: Sequence[LedgerEntry], unrecorded: Sequence[FailedTask] = (),
-                         clock: EpochClock | None = None) -> list[FailedTask]:
+                         clock: EpochClock | None = None, current: Sequence[LedgerEntry] = ()) -> list[FailedTask]:
     """The failed instances of ``tasks`` (every task for ``"*"``), and those of ``unrecorded``:
     successful in Airflow without a ledger row, which must run again as well. A run with no
-    ledger row at all gets its epoch from its logical date and the DAG's epoch clock."""
+    ledger row at all gets its epoch from its logical date and the DAG's epoch clock.
+    ``current``: the ledger's current rows, by which a failed instance of a successful run is
+    told apart (see below)."""
     epoch_of = {e.run_id: e.epoch for e in entries}
+    committed = {(e.processor, e.epoch) for e in current}
     found = [f for f in unrecorded if "*" in tasks or f.task_id in tasks or ProcessorId.parse(f.task_id).task in tasks]
     failed = [ti for ti in client.failed_task_instances(dag_id) if not is_test_instance(ti)]
-    # A run a recovery settled (a second run of a redone epoch, refused, then set to success
-    # naming the plan that redid it) keeps its refused instance failed: that is no failure.
-    settled = {run for run in {ti["dag_run_id"] for ti in failed}
-               if client.dag_run(dag_id, run).get("state") == "success"}
+    # A failed instance in a successful run is settled when its epoch is committed: a second run
+    # of a redone epoch, refused, then set to success naming the plan that redid it. One without
+    # a row is a failure: a replica of a process pair whose twin's readers went on, so Airflow
+    # set the run to success, while its next epoch waits on it (depends_on_past).
+    succeeded = {run for run in {ti["dag_run_id"] for ti in failed}
+                 if client.dag_run(dag_id, run).get("state") == "success"}
     for ti in failed:
-        if ti["dag_run_id"] in settled:
-            continue
         name = ProcessorId(task=ti["task_id"], map_index=ti.get("map_index", -1))
-        if "*" in tasks or ti["task_id"] in tasks or name in tasks:
-            if ti["dag_run_id"] not in epoch_of and clock is not None and (date := _run_date(dag_id, client, ti)):
-                try:
-                    epoch_of[ti["dag_run_id"]] = clock.epoch_of(date)
-                except EpochError as exc:
-                    raise PlanError(f"failed task instance {ti['task_id']} of run {ti['dag_run_id']}: {exc}") from None
-            if ti["dag_run_id"] not in epoch_of:
-                raise PlanError(f"failed task instance {ti['task_id']} of run {ti['dag_run_id']}: no task of that "
-                                f"run is in the ledger, so its epoch is unknown; use --failed-task TASK:EPOCH")
-            if FailedTask(name, epoch_of[ti["dag_run_id"]]) not in found:
-                found.append(FailedTask(name, epoch_of[ti["dag_run_id"]]))
+        if not ("*" in tasks or ti["task_id"] in tasks or name in tasks):
+            continue
+        run = ti["dag_run_id"]
+        if run not in epoch_of and clock is not None and (date := _run_date(dag_id, client, ti)):
+            try:
+                epoch_of[run] = clock.epoch_of(date)
+            except EpochError as exc:
+                if run in succeeded:
+                    continue
+                raise PlanError(f"failed task instance {ti['task_id']} of run {run}: {exc}") from None
+        if run in succeeded and (run not in epoch_of or (name, epoch_of[run]) in committed):
+            continue
+        if run not in epoch_of:
+            raise PlanError(f"failed task instance {ti['task_id']} of run {run}: no task of that "
+                            f"run is in the ledger, so its epoch is unknown; use --failed-task TASK:EPOCH")
+        if FailedTask(name, epoch_of[run]) not in found:
+            found.append(FailedTask(name, epoch_of[run]))
     named = {f.task_id for f in found} | {ProcessorId.parse(f.task_id).task for f in found}
     for task in tasks:
         if task != "*" and task not in named:

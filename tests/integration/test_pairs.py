@@ -114,6 +114,10 @@ def paired(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
             for e in (1, 2):
                 assert client.wait_for_run(dag, run_id_of(e), timeout=900) == "success"
         faults.write_text("")
+        # Airflow set epoch 2's run to success (its readers went on) with the replica failed and no
+        # row of it: a failure `falkirk plan --failed-task sessions` finds (epoch 3 waits on it).
+        assert client.wait_for_run(A, run_id_of(2), timeout=120) == "success"
+        unsettled = plan(A, store, client, failed_tasks=["sessions"], record=False)
         before = PairLayouts(store).load(A)
         took = take_over(A, store, client, replica="sessions[1].A", reason="its task instance failed")
         wait_states(client, A, {3: {**SUCCESS, LOST: {"skipped"}}}, timeout=900)
@@ -143,7 +147,9 @@ def paired(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnect
         both = (both, take_over(A, store, client, replica="stats[2].B", reason="failed"))
         durable = plan(A, store, client, failed_instances=[("stats[4]", 5), ("stats[5]", 5)])
         replay(durable.plan_id, store, client, progress=print)
-        yield SimpleState(stack, store, client, before, took, caught, both, durable, killed, half, spare_lost)
+        state = SimpleState(stack, store, client, before, took, caught, both, durable, killed, half, spare_lost)
+        state.unsettled = unsettled
+        yield state
     finally:
         stack.stop()
 
@@ -154,6 +160,14 @@ class SimpleState:
         self.stack, self.store, self.client = stack, store, client
         self.before, self.took, self.caught, self.both, self.durable = before, took, caught, both, durable
         self.killed, self.half, self.spare_lost = killed, half, spare_lost
+
+
+def test_a_replica_failed_in_a_run_airflow_set_to_success_is_a_failure_to_plan(paired) -> None:
+    """Before the take-over, ``plan --failed-task sessions`` plans the failed replica of epoch 2,
+    whose run succeeded: a failed instance of a successful run is settled (a refused second run of
+    a redone epoch) only when the ledger holds its epoch's row."""
+    assert [(str(f.task_id), f.epoch) for f in paired.unsettled.failures] == [(LOST, 2)]
+    assert (LOST, 2) in {(str(t), e) for t, e in paired.unsettled.rerun_set()}
 
 
 def test_the_take_over_skips_the_dead_replica_and_nothing_re_runs(paired) -> None:
