@@ -125,6 +125,18 @@ def _timed_replay(name: str, plan: Any, store: Any, client: Any, dag_id: str) ->
             "first_start": min(s for s, _ in spans) - started, "after_last": ended - max(e for _, e in spans)}
 
 
+def _steady_state(client: Any, dag_id: str, clock: Any, label: str) -> list[dict[str, Any]]:
+    """Unpause the DAG, run epochs 1 to LOSE_AT - 1 and wait for them; returns its tasks."""
+    client.wait_for_dag(dag_id)
+    client.set_paused(dag_id, False)
+    tasks = _tasks(client, dag_id)
+    say(f"{label}: epochs 1-{LOSE_AT - 1}")
+    for e in range(1, LOSE_AT):
+        client.trigger(dag_id, f"epoch-{e}", clock.logical_date(e))
+    _wait(client, dag_id, {(t["task_id"], e): {"success"} for t in tasks for e in range(1, LOSE_AT)})
+    return tasks
+
+
 def _wait(client: Any, dag_id: str, want: dict[tuple[str, int], set[str | None]], timeout: float = 1800) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -142,9 +154,11 @@ def measure_demo(root: Path) -> dict[str, Any]:
     """make demo's plan: rank's scratch tier lost before epoch LOSE_AT."""
     from devstack.airflow import AirflowStack
     from devstack.cluster_demo import DAG_ID, _clock
+    from devstack.figure1_demo import _downstream
     from devstack.spark import SparkConnectServer
     from falkirk.plugins.recovery import plan
     from falkirk.policies.store import StoreConfig
+    from falkirk.spark_jobs.figure1 import EDGES
     from falkirk.spark_jobs.figure1.data import RECORDS_ENV
 
     store = StoreConfig(str(root / "store"), str(root / "scratch"))
@@ -156,19 +170,13 @@ def measure_demo(root: Path) -> dict[str, Any]:
         stack.start()
         try:
             client = stack.client()
-            client.wait_for_dag(DAG_ID)
-            client.set_paused(DAG_ID, False)
-            tasks = _tasks(client, DAG_ID)
-            say(f"demo: epochs 1-{LOSE_AT - 1}")
-            for e in range(1, LOSE_AT):
-                client.trigger(DAG_ID, f"epoch-{e}", clock.logical_date(e))
-            _wait(client, DAG_ID, {(t["task_id"], e): {"success"} for t in tasks for e in range(1, LOSE_AT)})
+            tasks = _steady_state(client, DAG_ID, clock, "demo")
             lost = f"{store.scratch_uri}/{DAG_ID}/rank"
             shutil.rmtree(lost, ignore_errors=True)
             say(f"demo: deleted {lost}; epochs {LOSE_AT}-{EPOCHS}")
             for e in range(LOSE_AT, EPOCHS + 1):
                 client.trigger(DAG_ID, f"epoch-{e}", clock.logical_date(e))
-            blocked = _downstream(tasks, "rank")
+            blocked = _downstream(EDGES, "rank")
             _wait(client, DAG_ID, {
                 (t, e): ({"failed"} if t == "rank" and e == LOSE_AT else
                          {"upstream_failed"} if t in blocked and e == LOSE_AT else
@@ -178,16 +186,6 @@ def measure_demo(root: Path) -> dict[str, Any]:
             return _timed_replay("demo", p, store, client, DAG_ID)
         finally:
             stack.stop()
-
-
-def _downstream(tasks: list[dict[str, Any]], task: str) -> set[str]:
-    down = {t["task_id"]: set(t["downstream_task_ids"]) for t in tasks}
-    found, todo = set(), [task]
-    while todo:
-        for d in down[todo.pop()] - found:
-            found.add(d)
-            todo.append(d)
-    return found
 
 
 def measure_lost_worker(root: Path) -> dict[str, Any]:
@@ -203,13 +201,7 @@ def measure_lost_worker(root: Path) -> dict[str, Any]:
     clock = _clock()
     with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True) as cluster:
         client = cluster.airflow.client()
-        client.wait_for_dag(DAG_ID)
-        client.set_paused(DAG_ID, False)
-        tasks = _tasks(client, DAG_ID)
-        say(f"lost worker: epochs 1-{LOSE_AT - 1} on worker-a")
-        for e in range(1, LOSE_AT):
-            client.trigger(DAG_ID, f"epoch-{e}", clock.logical_date(e))
-        _wait(client, DAG_ID, {(t["task_id"], e): {"success"} for t in tasks for e in range(1, LOSE_AT)})
+        _steady_state(client, DAG_ID, clock, "lost worker (on worker-a)")
         say(f"lost worker: worker-a is killed and its disk deleted; epochs {LOSE_AT}-{EPOCHS}")
         cluster.airflow.worker("worker-a").kill()
         shutil.rmtree(cluster.scratch_root("worker-a"), ignore_errors=True)
@@ -257,6 +249,7 @@ def run_in(checkout: Path, label: str, root: Path, plans: list[str]) -> list[dic
 
 
 def report(before: list[dict[str, Any]], after: list[dict[str, Any]], commit: str) -> tuple[str, bool]:
+    from benchmarks.regime_bench import table
     rows = [["plan", "checkout", "task instances", "critical path (s)", "replay wall (s)", "overhead (s)",
              "to first start (s)", "after last end (s)", "wall / critical path"]]
     for label, results in ((commit, before), ("this", after)):
@@ -272,14 +265,6 @@ def report(before: list[dict[str, Any]], after: list[dict[str, Any]], commit: st
         ok = ok and shrink <= TARGETS["overhead after / before"] and ratio <= TARGETS["wall / critical path (after)"]
         checks.append([a["plan"], f"{shrink:.2f}", "<= 0.50", f"{ratio:.2f}", "<= 1.50"])
     return f"{table(rows)}\n\n{table(checks)}", ok
-
-
-def table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-             for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
