@@ -67,8 +67,6 @@ class Applier:
                 self.progress(action.line)
         elif isinstance(action, QueueRun):
             self.client.queue_run(dag_id, action.run_id, note=action.note)
-            if action.line:
-                self.progress(action.line)
         elif isinstance(action, SetRunState):
             self.client.set_run_state(dag_id, action.run_id, action.state, note=action.note)
         elif isinstance(action, Say):

@@ -51,7 +51,6 @@ class QueueRun:
 
     run_id: str
     note: str
-    line: str
 
 
 @dataclass(frozen=True, kw_only=True)

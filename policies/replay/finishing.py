@@ -54,7 +54,7 @@ def settle_runs(p: Pass, m: Memory) -> Outcome:
         acts.actions.append(Say(f"{p.name}: set {len(decided.success)} DAG runs to success: "
                                 f"{', '.join(decided.success)}"))
     for run in decided.requeue:
-        acts.actions.append(QueueRun(run_id=run, line="", note=(
+        acts.actions.append(QueueRun(run_id=run, note=(
             f"Falkirk {p.name}: the rest of this epoch runs (Airflow cleared it when the plan marked a task success)")))
     if decided.requeue:
         acts.actions.append(Say(f"{p.name}: queued {len(decided.requeue)} DAG runs again to run the task instances "

@@ -68,8 +68,9 @@ def free_slots(p: Pass, m: Memory, waiting: set[str], so_that: str, held: str) -
     slots = slots_to_free(p.airflow.active, waiting, limit)
     acts = Acts(m.but(queued_again=m.queued_again | set(slots.requeue)))
     for run in slots.requeue:
-        acts.actions.append(QueueRun(run_id=run, line=f"{p.name}: {run} {held}; queued it again", note=(
-            f"queued again by Falkirk {p.name} so that {so_that} (max_active_runs={limit})")))
+        acts.actions += [QueueRun(run_id=run, note=(
+            f"queued again by Falkirk {p.name} so that {so_that} (max_active_runs={limit})")),
+            Say(f"{p.name}: {run} {held}; queued it again")]
     return acts.outcome(_stalled(p, m, slots.stuck))
 
 
@@ -87,9 +88,9 @@ def queue_failed_runs(p: Pass, m: Memory) -> Outcome:
     decided = runs_to_settle(failed)
     acts = Acts(m.but(looked=p.now, queued_again=m.queued_again | set(decided.requeue)))
     for run in decided.requeue:
-        acts.actions.append(QueueRun(run_id=run, note=(
-            f"queued again by Falkirk {p.name}: the instances it re-runs were cleared in a failed run"),
-            line=f"{p.name}: {run} was failed with instances this plan re-runs not started; queued it again"))
+        acts.actions += [QueueRun(run_id=run, note=(
+            f"queued again by Falkirk {p.name}: the instances it re-runs were cleared in a failed run")),
+            Say(f"{p.name}: {run} was failed with instances this plan re-runs not started; queued it again")]
     stuck = None if not decided.left else "the re-runs wait in failed DAG runs: " + "; ".join(
         f"{run} ({why})" for run, why in sorted(decided.left.items())) + "; clear those instances or mark them success"
     return acts.outcome(_stalled(p, m, stuck))

@@ -186,7 +186,8 @@ def test_let_earlier_epochs_through_queues_again_a_later_run_holding_the_only_sl
               {"dag_run_id": "epoch-5", "state": "running", "logical_date": "5"})
     airflow = AirflowView(runs={4: run({"model": None}, "queued")}, active=active, max_active_runs=1)
     out = waiting.let_earlier_epochs_through(at(p, StoreView(rows={}), airflow), memory(p, stage="rerun"))
-    assert [(a.run_id, type(a).__name__) for a in out.actions] == [("epoch-5", "QueueRun")]
+    assert [(type(a).__name__, getattr(a, "run_id", None)) for a in out.actions] == [("QueueRun", "epoch-5"), ("Say", None)]
+    assert "epoch-5 held one of the DAG's max_active_runs=1 slots" in out.actions[1].line
     assert out.memory.queued_again == {"epoch-5"}
 
 
@@ -209,7 +210,7 @@ def test_queue_failed_runs_queues_again_a_run_failed_late_by_the_scheduler_once_
     m = memory(p, stage="rerun")
     assert waiting.queue_failed_runs(at(p, StoreView(rows={}), airflow, now=5.0), m).actions == ()  # not quiet yet
     out = waiting.queue_failed_runs(at(p, StoreView(rows={}), airflow, now=11.0), m)
-    assert [(a.run_id, type(a).__name__) for a in out.actions] == [("epoch-4", "QueueRun")]
+    assert [(type(a).__name__, getattr(a, "run_id", None)) for a in out.actions] == [("QueueRun", "epoch-4"), ("Say", None)]
     assert out.memory.looked == 11.0
 
 
@@ -259,7 +260,7 @@ def test_hand_back_slots_keeps_a_later_run_from_taking_the_slot_of_a_run_queued_
     m = memory(p, stage="hand-back", queued_again=frozenset({"epoch-5"}))
     out = finishing.hand_back_slots(at(p, StoreView(rows={}), AirflowView(runs={}, active=active,
                                                                           max_active_runs=1)), m)
-    assert [(type(a).__name__, a.run_id) for a in out.actions] == [("QueueRun", "epoch-7")]
+    assert [(type(a).__name__, getattr(a, "run_id", None)) for a in out.actions] == [("QueueRun", "epoch-7"), ("Say", None)]
     assert out.lines[0].endswith("waiting for the runs it queued again to start: epoch-5")
     paused = finishing.hand_back_slots(at(p, StoreView(rows={}), AirflowView(runs={}, active=active, paused=True)), m)
     assert paused.actions == () and paused.memory.stage == "second-runs"
@@ -334,5 +335,5 @@ def test_the_replay_modules_stay_small(module: str):
 
 
 def test_every_action_is_a_value():
-    assert QueueRun(run_id="r", note="n", line="l") == QueueRun(run_id="r", note="n", line="l")
+    assert QueueRun(run_id="r", note="n") == QueueRun(run_id="r", note="n")
     assert SetRunState(run_id="r", state="success", note="n").state == "success"
