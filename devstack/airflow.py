@@ -202,6 +202,12 @@ class AirflowStack:
                 # for 1.7 s more of the scheduler's CPU per idle minute (4.6 s instead of 2.9 s).
                 "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+                # A task's supervisor waits on its sockets at most this long (Airflow's default: 5 s)
+                # between heartbeats; when the task's sockets close before its process can be reaped,
+                # that whole wait passes with the task done and its worker slot still taken. On the
+                # Celery shape a quarter of the re-runs held a slot 5 s after their end, and a lost
+                # worker's replay waited on them. One heartbeat a second per running task instead.
+                "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": self.spark_master}),
                 # The provider's DAGs (falkirk_recovery carries recoveries out) beside the DAGs
                 # folder, and the user its task reaches Airflow's REST API as.

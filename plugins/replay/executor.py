@@ -26,7 +26,7 @@ from falkirk.plugins.replay.checks import (
     check_still_current,
     run_ids,
 )
-from falkirk.plugins.replay.loop import reconcile
+from falkirk.plugins.replay.loop import POLL_SECONDS, reconcile
 from falkirk.plugins.replay.observe import Observer
 from falkirk.policies.faults import crash_point
 from falkirk.policies.planning.recovery import DiscardedEpochs, PlanError, RecoveryPlan
@@ -61,7 +61,7 @@ class ReplayReport:
 
 
 def replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder: str | None = None,
-           progress: Progress = print, timeout: float = 3600, poll: float = 2.0) -> ReplayReport:
+           progress: Progress = print, timeout: float = 3600, poll: float = POLL_SECONDS) -> ReplayReport:
     """Execute the recorded plan ``plan_id`` and wait for it. Run again after an executor died
     half-way, it resumes: what is invalidated stays so, and only the instances that did not
     already re-run (or are not already waiting to) are cleared."""
@@ -89,7 +89,7 @@ class RunningReplay:
     def cleared(self) -> dict[str, tuple[str, ...]]:
         return dict(self.memory.cleared)
 
-    def run(self, progress: Progress, timeout: float = 3600, poll: float = 2.0,
+    def run(self, progress: Progress, timeout: float = 3600, poll: float = POLL_SECONDS,
             until: Callable[[Memory], bool] | None = None) -> None:
         """Passes of the loop until the replay is done (or ``until``); a failure is recorded."""
         self.applier.progress = progress
@@ -100,7 +100,7 @@ class RunningReplay:
             self.fail(exc)
             raise
 
-    def wait(self, progress: Progress = print, timeout: float = 3600, poll: float = 2.0) -> ReplayReport:
+    def wait(self, progress: Progress = print, timeout: float = 3600, poll: float = POLL_SECONDS) -> ReplayReport:
         """Run the loop to its end, then give the lease back."""
         self.run(progress, timeout, poll)
         rerun = self.plan.rerun_set()

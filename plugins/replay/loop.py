@@ -18,6 +18,11 @@ from falkirk.policies.replay import Action, AirflowView, Done, Memory, Stopped, 
 
 Progress = Callable[[str], None]
 
+# Seconds between passes: a pass is a handful of REST reads and the ledger's new commits, and the
+# replay's ends (from the call to the first re-run, from the last re-run's end to the return) are
+# about one poll each.
+POLL_SECONDS = 1.0
+
 
 class Observes(Protocol):
     def observe(self, memory: Memory) -> tuple[StoreView, AirflowView]: ...
@@ -36,7 +41,7 @@ def stall_seconds() -> float:
 
 
 def reconcile(plan: Any, observer: Observes, applier: Applies, memory: Memory, progress: Progress, *,
-              timeout: float = 3600, poll: float = 2.0, until: Callable[[Memory], bool] | None = None,
+              timeout: float = 3600, poll: float = POLL_SECONDS, until: Callable[[Memory], bool] | None = None,
               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Memory:
     """Run passes of ``plan``'s replay from ``memory`` until it is done (or ``until(memory)``);
     returns the last memory. Raises :class:`AirflowError` when a pass stops (a re-run failed, or

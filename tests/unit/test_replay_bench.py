@@ -3,7 +3,7 @@ path of the re-runs, the window it counts, and the targets it reports."""
 
 from __future__ import annotations
 
-from benchmarks.replay_bench import _when, critical_path, report
+from benchmarks.replay_bench import _when, critical_path, handoffs, report
 
 TASKS = [{"task_id": "events", "downstream_task_ids": ["rank", "popularity"], "depends_on_past": False},
          {"task_id": "popularity", "downstream_task_ids": ["answers"], "depends_on_past": True},
@@ -48,3 +48,17 @@ def test_report_gives_the_overhead_and_checks_the_targets() -> None:
     assert ok
     slow = [result("demo", 100.0, 160.0), after[1]]  # overhead 60 s of 100: 0.6
     assert report(before, slow, "ea3a66b")[1] is False
+
+
+def test_handoffs_wait_from_the_last_predecessor_that_ran_inside_the_window() -> None:
+    def ti(scheduled: int, queued: int, start: int, end: int) -> dict:
+        return {**_ti(start, end), "scheduled_when": _ti(scheduled, scheduled)["start_date"],
+                "queued_when": _ti(queued, queued)["start_date"]}
+
+    tis = {("events", 4): ti(0, 1, 2, 3),     # no predecessor inside: released at the replay's start (1)
+           ("rank", 4): ti(5, 6, 9, 13),      # released by events 4 at 3
+           ("popularity", 4): ti(4, 4, 4, 5),  # released at 3 too
+           ("answers", 4): ti(13, 15, 16, 17),  # released by rank 4 at 13
+           ("rank", 5): ti(14, 14, 14, 20)}   # rank 4 (past) ended at 13; events 5 never ran
+    assert handoffs(TASKS, tis, T0 + 1, T0 + 60) == {
+        "released -> scheduled": 1.0, "scheduled -> queued": 1.0, "queued -> started": 1.0}
