@@ -36,7 +36,7 @@ def test_instances_outside_the_replay_window_do_not_count() -> None:
 def test_report_gives_the_overhead_and_checks_the_targets() -> None:
     def result(plan: str, path: float, wall: float) -> dict:
         return {"plan": plan, "planned": 9, "instances": 9, "task_seconds": 2 * path, "critical_path": path,
-                "wall": wall, "first_start": 2.0, "after_last": 1.0}
+                "wall": wall, "first_start": 2.0, "after_last": 1.0, "slots": 4 if plan == "demo" else 1}
 
     before = [result("demo", 100.0, 200.0), result("lost worker", 100.0, 300.0)]
     after = [result("demo", 100.0, 140.0), result("lost worker", 110.0, 150.0)]
@@ -46,6 +46,8 @@ def test_report_gives_the_overhead_and_checks_the_targets() -> None:
     assert "lost worker this 9 110.0 150.0 40.0 2.0 1.0 1.36" in lines
     assert "demo 0.40 <= 0.50 1.40 <= 1.50" in lines and "lost worker 0.20 <= 0.50 1.36 <= 1.50" in lines
     assert ok
+    # one slot: 220 task-seconds bound the lost worker's replay, not its 110 s critical path
+    assert "demo this 4 50.0 100.0 1.40" in lines and "lost worker this 1 220.0 220.0 0.68" in lines
     slow = [result("demo", 100.0, 160.0), after[1]]  # overhead 60 s of 100: 0.6
     assert report(before, slow, "ea3a66b")[1] is False
 
