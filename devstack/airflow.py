@@ -334,6 +334,14 @@ class AirflowStack:
         started, such as the scheduler's running task instances; the others keep running."""
         self._service(component).kill()
 
+    def freeze(self, component: str) -> None:
+        """SIGSTOP one component and the processes it started (``thaw`` goes on): a scheduler
+        frozen between two of its decisions, as a stalled machine holds it."""
+        self._service(component).freeze()
+
+    def thaw(self, component: str) -> None:
+        self._service(component).thaw()
+
     def restart(self, *components: str, timeout: float = 120) -> None:
         """Start killed or stopped components again and wait until Airflow is healthy."""
         for service in [self._service(c) for c in components]:

@@ -99,6 +99,17 @@ class Service:
             return
         self.proc.wait(30)
 
+    def freeze(self) -> None:
+        """SIGSTOP the process group: alive, holding its connections, deciding nothing (a
+        process stalled by its machine) until :meth:`thaw`."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT the process group :meth:`freeze` stopped."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the process group, SIGKILL it after ``timeout`` (see :func:`stop_all`)."""
         stop_all([self], timeout)

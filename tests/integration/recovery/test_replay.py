@@ -208,11 +208,12 @@ def test_a_re_run_killed_after_its_commit_is_settled_without_running_it_again(dr
     marks it success instead, naming why.
 
     The replay is held, once it sees model failed, until Airflow has failed epoch 6's run too
-    (sink upstream_failed). Marking model success then makes Airflow clear sink and queue the
-    run; a scheduler that decided the run failed just before that writes its decision after it
-    (injected here by writing it to Airflow's database). Airflow never starts an instance of a
-    failed run, so the replay queues the run again. sink's epoch 6 then runs, the replay
-    finishes, and model's epoch 6 ran exactly once."""
+    (sink upstream_failed); then the scheduler is frozen (SIGSTOP). Marking model success makes
+    Airflow clear sink and queue the run; a scheduler that decided the run failed just before
+    that writes its decision after it (injected here by writing it to Airflow's database while
+    the scheduler is frozen, so that it cannot start sink first), and is thawed. Airflow never
+    starts an instance of a failed run, so the replay queues the run again. sink's epoch 6 then
+    runs, the replay finishes, and model's epoch 6 ran exactly once."""
     faults = drill.inbox.parent / "faults"
     base = tries(drill.client, A)
     p = plan(A, drill.store, drill.client, bad_epochs=[("model", 6)])
@@ -228,12 +229,15 @@ def test_a_re_run_killed_after_its_commit_is_settled_without_running_it_again(dr
             while drill.client.dag_run(A, run_id_of(6)).get("state") != "failed":
                 assert time.monotonic() < deadline, "Airflow did not fail epoch 6's run"
                 time.sleep(1)
+            _freeze_scheduler_between_transactions(drill)
         if message.startswith(f"plan {p.plan_id}: model of epoch 6 failed after the redo had committed"):
             _scheduler_writes_run_state(drill, A, run_id_of(6), "failed")
+            drill.stack.thaw("scheduler")
 
     try:
         replay(p.plan_id, drill.store, drill.client, progress=progress, timeout=600)
     finally:
+        drill.stack.thaw("scheduler")
         faults.write_text("")
     assert any(f"plan {p.plan_id}: model of epoch 6 failed after the redo had committed" in m and
                m.endswith("marked success") for m in said), said
@@ -249,6 +253,30 @@ def test_a_re_run_killed_after_its_commit_is_settled_without_running_it_again(dr
     assert [e.incarnation for e in Ledger(drill.store).entries(A, "model") if e.epoch == 6] == [
         max(e.incarnation for e in Ledger(drill.store).entries(A, "model", include_invalidated=True) if e.epoch == 6)]
     assert_equals_reference(drill.store, A)
+
+
+def _freeze_scheduler_between_transactions(drill: Drill, timeout: float = 60) -> None:
+    """SIGSTOP the scheduler at a moment none of the database's sessions is inside a
+    transaction: frozen inside one, it would hold its row locks, and the API server's writes
+    would wait for its thaw."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(drill.stack.database_url)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            drill.stack.freeze("scheduler")
+            with engine.connect() as conn:
+                busy = conn.execute(sqlalchemy.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                    "pid <> pg_backend_pid() AND state IN ('active', 'idle in transaction')")).scalar_one()
+            if not busy:
+                return
+            drill.stack.thaw("scheduler")
+            assert time.monotonic() < deadline, "no moment without an open transaction to freeze the scheduler at"
+            time.sleep(0.05)
+    finally:
+        engine.dispose()
 
 
 def _scheduler_writes_run_state(drill: Drill, dag_id: str, run_id: str, state: str) -> None:
