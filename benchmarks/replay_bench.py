@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -152,8 +154,10 @@ def _timed_replay(name: str, plan: Any, store: Any, client: Any, dag_id: str, sl
     once where the re-runs go (the bound no schedule of their task-seconds beats)."""
     from falkirk.plugins.recovery import replay
     say(f"{name}: replaying {plan.plan_id} ({len(plan.rerun_set())} task instances in its re-run set)")
+    passes = _Passes()
     started = time.time()
-    replay(plan.plan_id, store, client, holder="falkirk-bench", progress=lambda line: say(f"  {line}"))
+    with passes:
+        replay(plan.plan_id, store, client, holder="falkirk-bench", progress=lambda line: say(f"  {line}"))
     ended = time.time()
     instances = _instances(client, dag_id, range(1, EPOCHS + 1))
     tasks = _tasks(client, dag_id)
@@ -165,7 +169,53 @@ def _timed_replay(name: str, plan: Any, store: Any, client: Any, dag_id: str, sl
             "critical_path": path, "wall": ended - started,
             "handoffs": handoffs(tasks, instances, started, ended),
             # the replay's own ends of the overhead: until the first re-run starts, after the last ends
-            "first_start": min(s for s, _ in spans) - started, "after_last": ended - max(e for _, e in spans)}
+            "first_start": min(s for s, _ in spans) - started, "after_last": ended - max(e for _, e in spans),
+            **passes.totals()}
+
+
+class _Passes(logging.Handler):
+    """The replay loop's passes as its debug log gives them (a checkout whose loop logs none
+    gives no totals): the seconds before the first pass (checks, lease, invalidations), how many
+    passes, and the seconds they spent observing and applying."""
+
+    LINE = re.compile(r"pass \d+ \((?P<stage>[^)]*)\): observed in (?P<observe>[\d.]+)s, \d+ actions applied in "
+                      r"(?P<apply>[\d.]+)s")
+    SETUP = re.compile(r"checked, leased and invalidated in (?P<seconds>[\d.]+)s")
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: list[tuple[str, float, float]] = []
+        self.setup = 0.0
+        self.logger = logging.getLogger("falkirk.plugins.replay")
+
+    def __enter__(self) -> _Passes:
+        self.level_before = self.logger.level
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.level_before)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if m := self.SETUP.search(record.getMessage()):
+            self.setup = float(m["seconds"])
+        if m := self.LINE.search(record.getMessage()):
+            self.seen.append((m["stage"], float(m["observe"]), float(m["apply"])))
+
+    def totals(self) -> dict[str, float]:
+        """{} when no pass was logged; else passes, observing and applying seconds.
+
+        >>> p = _Passes()
+        >>> p.emit(logging.makeLogRecord({"msg": "plan x: pass 1 (start): observed in 0.250s, 3 actions applied in 0.500s"}))
+        >>> p.totals()
+        {'setup': 0.0, 'passes': 1, 'observing': 0.25, 'applying': 0.5}
+        """
+        if not self.seen:
+            return {}
+        return {"setup": self.setup, "passes": len(self.seen), "observing": sum(o for _, o, _ in self.seen),
+                "applying": sum(a for _, _, a in self.seen)}
 
 
 def _steady_state(client: Any, dag_id: str, clock: Any, label: str) -> list[dict[str, Any]]:
@@ -324,7 +374,14 @@ def report(before: list[dict[str, Any]], after: list[dict[str, Any]], commit: st
                                f"{bound:.1f}", f"{r['wall'] / bound:.2f}"])
     bounded = (f"\n\nthe bound no schedule beats with the executor's slots: max(critical path, task-seconds / "
                f"slots)\n\n{table(bounds)}") if len(bounds) > 1 else ""
-    return f"{table(rows)}\n\n{table(checks)}{handed}{bounded}", ok
+    loops = [["plan", "checkout", "before the first pass (s)", "passes", "observing (s)", "applying (s)"]]
+    for label, results in ((commit, before), ("this", after)):
+        for r in results:
+            if "passes" in r:
+                loops.append([r["plan"], label, f"{r['setup']:.1f}", str(r["passes"]), f"{r['observing']:.1f}", f"{r['applying']:.1f}"])
+    looped = (f"\n\nthe replay's own time (its debug log): its checks, lease and invalidations, then its "
+              f"passes, reading Airflow and the store, and acting\n\n{table(loops)}") if len(loops) > 1 else ""
+    return f"{table(rows)}\n\n{table(checks)}{handed}{bounded}{looped}", ok
 
 
 def main(argv: list[str] | None = None) -> int:

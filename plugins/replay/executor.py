@@ -199,6 +199,7 @@ def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder
     except BaseException as exc:
         running.fail(exc)
         raise
+    _log.debug("plan %s: checked, leased and invalidated in %.3fs", plan_id, time.monotonic() - started)
     running.run(progress, until=lambda m: m.stage != "start")
     return running
 

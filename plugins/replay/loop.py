@@ -8,6 +8,7 @@ previous one did.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from falkirk.plugins.airflow_rest import AirflowError
 from falkirk.policies.replay import Action, AirflowView, Done, Memory, Stopped, StoreView, decide
 
 Progress = Callable[[str], None]
+
+_log = logging.getLogger(__name__)
 
 # Seconds between passes: a pass is a handful of REST reads and the ledger's new commits, and the
 # replay's ends (from the call to the first re-run, from the last re-run's end to the return) are
@@ -48,13 +51,19 @@ def reconcile(plan: Any, observer: Observes, applier: Applies, memory: Memory, p
     the replay stalled), or after ``timeout`` seconds, naming what it waits for."""
     deadline = clock() + timeout
     stall = stall_seconds()
+    passes = 0
     while True:
+        passes, began = passes + 1, time.perf_counter()
         store, airflow = observer.observe(memory)
+        observed = time.perf_counter()
         decision = decide(plan, store, airflow, memory, clock(), stall)
         for line in decision.lines:
             progress(line)
         for action in decision.actions:
             applier.apply(action)
+        # A controller's own cost, per pass: what a slow replay spends reading against acting.
+        _log.debug("plan %s: pass %d (%s): observed in %.3fs, %d actions applied in %.3fs", plan.plan_id, passes,
+                   memory.stage, observed - began, len(decision.actions), time.perf_counter() - observed)
         memory, status = decision.memory, decision.status
         if isinstance(status, Done):
             return memory
