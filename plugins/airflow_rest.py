@@ -31,6 +31,10 @@ FALKIRK_API = "/falkirk/api/v1"  # the plugin's own routes (falkirk.plugins.api)
 WRITE_TIMEOUT = 600.0
 
 
+# Entries per page of a listing: Airflow's default [api] maximum_page_limit, which caps any larger ask.
+PAGE = 100
+
+
 class AirflowError(RuntimeError):
     """Airflow refused a request or did not reach the state waited for; the message says which."""
 
@@ -269,6 +273,45 @@ class AirflowClient:
         data = self.request("GET", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances"),
                             params={"limit": 1000})
         return _by_processor(data["task_instances"])
+
+    def runs_with_instances(self, dag_id: str, run_ids: Iterable[str]
+                            ) -> dict[str, tuple[dict[str, Any], dict[ProcessorId, dict[str, Any]]]]:
+        """Of ``run_ids``, each DAG run Airflow holds with its task instances (keyed as
+        :meth:`task_instances` keys them); a run it does not hold (deleted) is left out. Two
+        requests (one more per further page of :data:`PAGE`) for all the runs: the task instances
+        of every run at once, then the DAG's runs from the earliest one's ``run_after`` on, where
+        reading one run at a time takes two requests each."""
+        wanted = sorted(set(run_ids))
+        if not wanted:
+            return {}
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        for ti in self._pages("POST", api_path("dags", "~", "dagRuns", "~", "taskInstances", "list"), "task_instances",
+                              body={"dag_ids": [dag_id], "dag_run_ids": wanted, "order_by": "id"}):
+            by_run.setdefault(ti["dag_run_id"], []).append(ti)
+        if not by_run:
+            return {}
+        since = min(ti["run_after"] for tis in by_run.values() for ti in tis)
+        runs = {run["dag_run_id"]: run for run in self._pages(
+            "GET", api_path("dags", dag_id, "dagRuns"), "dag_runs", params={"run_after_gte": since,
+                                                                            "order_by": "run_after"})
+            if run["dag_run_id"] in by_run}
+        return {run_id: (runs[run_id], _by_processor(tis)) for run_id, tis in by_run.items() if run_id in runs}
+
+    def _pages(self, method: str, path: str, key: str, params: Mapping[str, Any] | None = None,
+               body: Mapping[str, Any] | None = None) -> Iterable[dict[str, Any]]:
+        """Every entry of a listing, a page of :data:`PAGE` at a time (a POST listing is a read:
+        retried as one)."""
+        offset = 0
+        while True:
+            if method == "GET":
+                data = self.request("GET", path, params={**(params or {}), "limit": PAGE, "offset": offset})
+            else:
+                data = self.request(method, path, idempotent=True,
+                                    json={**(body or {}), "page_limit": PAGE, "page_offset": offset})
+            yield from data[key]
+            offset += len(data[key])
+            if not data[key] or offset >= data["total_entries"]:
+                return
 
     def task_instances_by_run(self, dag_id: str) -> dict[str, dict[ProcessorId, dict[str, Any]]]:
         """Every task instance of the DAG, by run id and then as :meth:`task_instances` keys

@@ -1,10 +1,10 @@
 """The replay's observer: one pass's views, read from Airflow first and the store after.
 
-Airflow's REST API gives each watched epoch's DAG run and task instances, the DAG's active runs,
-``max_active_runs`` and whether it is paused; the store gives the ledger's current rows from one
-:class:`~falkirk.policies.store.ledger.LedgerSnapshot` brought forward each pass (only the commits
-made since the last pass are read), the completions of the rows the pass may act on, and the
-process-pair layout. Reads only: every write is the applier's (:mod:`falkirk.plugins.replay.apply`).
+Airflow's REST API gives each watched epoch's DAG run and task instances (all of them in two
+requests), the DAG's active runs, ``max_active_runs`` and whether it is paused; the store gives
+the ledger's current rows from one :class:`~falkirk.policies.store.ledger.LedgerSnapshot`
+brought forward each pass (only the commits made since the last pass are read), the completions
+of the rows the pass may act on, and the process-pair layout. Reads only: every write is the applier's (:mod:`falkirk.plugins.replay.apply`).
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ class Observer:
 
     def airflow(self, memory: Memory) -> AirflowView:
         dag_id = self.plan.dag_id
+        watched = {e: memory.run_ids[e] for e in sorted(memory.watch) if e in memory.run_ids}
+        held = self.client.runs_with_instances(dag_id, watched.values())
         runs, missing = {}, set()
-        for epoch in sorted(e for e in memory.watch if e in memory.run_ids):
-            run = self.client.find_run(dag_id, memory.run_ids[epoch])
-            if run is None:
+        for epoch, run_id in watched.items():
+            if run_id not in held:
                 missing.add(epoch)
                 continue
-            tis = self.client.task_instances(dag_id, memory.run_ids[epoch])
+            run, tis = held[run_id]
             runs[epoch] = AirflowRun({t: ti.get("state") for t, ti in tis.items()},
                                      {t: ti.get("queue") for t, ti in tis.items()}, run.get("state"))
         dag = self.client.dag(dag_id)

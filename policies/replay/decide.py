@@ -16,6 +16,8 @@ Each stage's rules, in the order they run (a rule that gives a status ends the p
     :func:`~.finishing.settle_runs`, :func:`~.finishing.hand_back_slots`,
     :func:`~.finishing.settle_second_runs`
 
+A pass that moves, without acting, into a stage of :data:`ON_THE_SAME_VIEWS` goes on into it.
+
 ``decide`` reads nothing and writes nothing: the views are what the observer read, the actions
 what the applier will do.
 """
@@ -26,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from falkirk.policies.replay import finishing, rules, waiting
-from falkirk.policies.replay.actions import Action, Decision, Done, Status, Working
+from falkirk.policies.replay.actions import Action, Decision, Done, Say, Status, Working
 from falkirk.policies.replay.rules import Outcome, Pass
 from falkirk.policies.replay.views import AirflowView, Memory, StoreView
 
@@ -43,6 +45,12 @@ STAGES: Mapping[str, Sequence[Rule]] = {
     "second-runs": (finishing.settle_second_runs,),
 }
 STAGES = {**STAGES, "later-wait": STAGES["rerun"]}
+
+# Stages whose rules read only what any pass observes (the watched runs' states, the active runs,
+# paused): a pass that moves into one without acting goes on into it over the same views, where
+# another observation would find nothing new. ``later`` is not one: it watches runs the pass
+# before it did not read, and reads the store more widely.
+ON_THE_SAME_VIEWS = frozenset({"settle", "hand-back", "second-runs"})
 
 
 def decide(plan: Any, store: StoreView, airflow: AirflowView, memory: Memory, now: float,
@@ -68,18 +76,23 @@ def decide(plan: Any, store: StoreView, airflow: AirflowView, memory: Memory, no
     actions: list[Action] = []
     lines: list[str] = []
     status: Status | None = None
-    for rule in STAGES[memory.stage]:
-        outcome = rule(p, memory)
-        memory = outcome.memory
-        actions += outcome.actions
-        lines += outcome.lines
-        if outcome.status is not None:
-            status = outcome.status
+    while True:
+        stage, status = memory.stage, None
+        for rule in STAGES[stage]:
+            outcome = rule(p, memory)
+            memory = outcome.memory
+            actions += outcome.actions
+            lines += outcome.lines
+            if outcome.status is not None:
+                status = outcome.status
+                break
+        if status is None and memory.stage in ("rerun", "later-wait"):
+            last = finishing.look_at_later_runs if waiting.finished(p, memory) else waiting.waiting_for
+            outcome = last(p, memory)
+            memory, status = outcome.memory, outcome.status
+        acted = any(not isinstance(a, Say) for a in actions)
+        if acted or memory.stage == stage or memory.stage not in ON_THE_SAME_VIEWS:
             break
-    if status is None and memory.stage in ("rerun", "later-wait"):
-        last = finishing.look_at_later_runs if waiting.finished(p, memory) else waiting.waiting_for
-        outcome = last(p, memory)
-        memory, status = outcome.memory, outcome.status
     if memory.stage == "done":
         status = Done(len(plan.rerun_set()))
     return Decision(tuple(actions), memory, status or Working(), tuple(lines))

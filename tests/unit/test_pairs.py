@@ -443,6 +443,9 @@ def test_a_replay_leaves_skipped_a_replica_taken_over_while_it_runs(tmp_path) ->
         def on_poll(self) -> None:
             pass
 
+        def runs_with_instances(self, dag_id: str, run_ids) -> dict:
+            return {r: (self.find_run(dag_id, r), self.task_instances(dag_id, r)) for r in run_ids}
+
         def find_run(self, dag_id: str, run: str) -> dict:
             return {"state": "running"}
 

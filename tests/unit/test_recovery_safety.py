@@ -617,6 +617,9 @@ class AirflowStatesDouble:
     def on_poll(self) -> None:
         pass
 
+    def runs_with_instances(self, dag_id: str, run_ids) -> dict:
+        return {r: (self.find_run(dag_id, r), self.task_instances(dag_id, r)) for r in run_ids}
+
     def find_run(self, dag_id: str, run_id: str) -> dict[str, str]:
         return {"state": "running"}
 

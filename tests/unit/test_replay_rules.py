@@ -296,6 +296,24 @@ def test_decide_runs_a_replay_from_its_first_pass_to_done():
     assert statuses[-1] == "Done" and m.stage == "done"
 
 
+def test_a_pass_that_moves_on_without_acting_goes_on_over_the_same_views_until_it_acts():
+    """No later run to clear: the same pass settles (epoch 4's failed run set to success) and
+    ends there, as that changes what the next stage reads; the next pass hands back (nothing)
+    and settles the second runs, done. ``later`` itself is always observed afresh."""
+    p = plan({("model", 4)})
+    m = memory(p, range(1, 5), stage="later", cleared={"epoch-4": ("model",)})
+    airflow = AirflowView(runs={4: run({"source": "success", "model": "success"}, "failed")})
+    first = decide(p, StoreView(rows={}, downstream=DOWN), airflow, m, now=0.0)
+    assert [type(a).__name__ for a in first.actions] == ["SetRunState", "Say"]
+    assert first.memory.stage == "hand-back"
+    settled = AirflowView(runs={4: run({"source": "success", "model": "success"}, "success")})
+    second = decide(p, StoreView(rows={}), settled, first.memory, now=1.0)
+    assert second.actions == (SettleSecondRuns(),) and second.status == Done(1)
+    looked = decide(p, StoreView(rows={}), settled, memory(p, range(1, 5), stage="rerun",
+                                                            cleared={"epoch-4": ("model",)}), now=0.0)
+    assert looked.memory.stage == "later" and looked.actions == () and looked.status.again
+
+
 def test_the_rules_import_nothing_from_plugins_and_open_no_connection(monkeypatch):
     """``falkirk.policies.replay`` loaded afresh with ``falkirk.plugins`` unimportable and every
     socket refused, then a whole first pass decided."""

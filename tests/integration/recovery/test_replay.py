@@ -156,6 +156,26 @@ def test_bad_requests_change_nothing(drill: Drill) -> None:
     assert (len(log.events()), len(ledger.invalidations.keys()), ledger.version(), tries(drill.client, A)) == before
 
 
+def test_a_pass_reads_every_watched_run_with_its_instances_in_one_listing_of_each(drill: Drill, monkeypatch) -> None:
+    """The replay's observer reads the watched runs and their task instances through two
+    listings (task instances by run, runs from the earliest one on), page by page: the same as
+    reading each run and its task instances one at a time, and a run Airflow does not hold is
+    left out."""
+    import falkirk.plugins.airflow_rest as rest
+
+    monkeypatch.setattr(rest, "PAGE", 5)  # several pages: the drill's DAG has 4 tasks a run
+    run_ids = [run_id_of(e) for e in (2, 4, 5, 6)]
+    batched = drill.client.runs_with_instances(A, [*run_ids, "epoch-99"])
+    assert sorted(batched) == sorted(run_ids)
+    for run_id in run_ids:
+        run, tis = batched[run_id]
+        assert run["state"] == drill.client.dag_run(A, run_id)["state"]
+        assert {p: ti["state"] for p, ti in tis.items()} == {
+            p: ti["state"] for p, ti in drill.client.task_instances(A, run_id).items()}
+        assert sorted(str(p) for p in tis) == sorted(TASKS)
+    assert drill.client.runs_with_instances(A, ["epoch-99"]) == {}
+
+
 def test_two_recoveries_of_different_plans_on_one_dag(drill: Drill) -> None:
     """Two plans for clicks_a, computed from the same ledger (sink's epoch 6 declared bad; model's
     epoch 5 declared bad), replayed at once: one takes the lease, the other is refused with
