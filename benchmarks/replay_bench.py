@@ -22,6 +22,8 @@ the replay's orchestration (and Airflow's scheduling of what it clears) adds.
     make bench-replay
     .venv/bin/python -m benchmarks.replay_bench --before ea3a66b
     .venv/bin/python -m benchmarks.replay_bench --measure out.json   # this checkout only
+    .venv/bin/python -m benchmarks.replay_bench --measure out.json --plans lost-worker \
+        --airflow AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL=5          # with an Airflow setting of one's own
 
 Only this file is taken from the current tree; in the other checkout it imports that checkout's
 ``devstack`` and ``falkirk``, through names both have.
@@ -243,7 +245,7 @@ def _wait(client: Any, dag_id: str, want: dict[tuple[str, int], set[str | None]]
         time.sleep(2)
 
 
-def measure_demo(root: Path) -> dict[str, Any]:
+def measure_demo(root: Path, airflow_env: dict[str, str]) -> dict[str, Any]:
     """make demo's plan: rank's scratch tier lost before epoch LOSE_AT."""
     from devstack.airflow import AirflowStack
     from devstack.cluster_demo import DAG_ID, _clock
@@ -258,7 +260,7 @@ def measure_demo(root: Path) -> dict[str, Any]:
     clock = _clock()
     with SparkConnectServer(root) as connect:
         stack = AirflowStack(home=root / "airflow", store=store,
-                             extra_env={**connect.airflow_env(), RECORDS_ENV: str(RECORDS)})
+                             extra_env={**connect.airflow_env(), RECORDS_ENV: str(RECORDS), **airflow_env})
         stack.init()
         stack.start()
         try:
@@ -282,7 +284,7 @@ def measure_demo(root: Path) -> dict[str, Any]:
             stack.stop()
 
 
-def measure_lost_worker(root: Path) -> dict[str, Any]:
+def measure_lost_worker(root: Path, airflow_env: dict[str, str]) -> dict[str, Any]:
     """make cluster-demo's plan: worker-a and its disk lost before epoch LOSE_AT."""
     from devstack.cluster import Cluster
     from devstack.cluster_demo import DAG_ID, DAGS, QUEUES_ENV, _clock
@@ -291,7 +293,8 @@ def measure_lost_worker(root: Path) -> dict[str, Any]:
 
     queues = root / "queues.json"
     queues.write_text(json.dumps({DAG_ID: "worker-a"}))
-    env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(RECORDS), "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5"}
+    env = {QUEUES_ENV: str(queues), RECORDS_ENV: str(RECORDS), "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+           **airflow_env}
     clock = _clock()
     with Cluster(root / "shape", dags_folder=DAGS, extra_env=env, spark_connect=True) as cluster:
         client = cluster.airflow.client()
@@ -309,12 +312,12 @@ def measure_lost_worker(root: Path) -> dict[str, Any]:
 PLANS = {"demo": measure_demo, "lost-worker": measure_lost_worker}
 
 
-def measure(out: Path, root: Path, plans: list[str]) -> None:
+def measure(out: Path, root: Path, plans: list[str], airflow_env: dict[str, str] | None = None) -> None:
     shutil.rmtree(root, ignore_errors=True)
     results = []
     for name in plans:
         (root / name).mkdir(parents=True)
-        results.append(PLANS[name](root / name))
+        results.append(PLANS[name](root / name, airflow_env or {}))
     out.write_text(json.dumps(results, indent=1))
 
 
@@ -334,11 +337,11 @@ def checkout_at(commit: str, root: Path) -> Path:
     return tree
 
 
-def run_in(checkout: Path, label: str, root: Path, plans: list[str]) -> list[dict[str, Any]]:
+def run_in(checkout: Path, label: str, root: Path, plans: list[str], settings: list[str]) -> list[dict[str, Any]]:
     out = root / f"{label}.json"
     say(f"== {label}: {checkout}")
     subprocess.run([str(checkout / ".venv" / "bin" / "python"), str(HERE), "--measure", str(out),
-                    "--root", str(root / label), "--plans", ",".join(plans)], cwd=checkout, check=True,
+                    "--root", str(root / label), "--plans", ",".join(plans), *(f"--airflow={kv}" for kv in settings)], cwd=checkout, check=True,
                    env={**os.environ, "PYTHONPATH": str(checkout)})
     return json.loads(out.read_text())
 
@@ -384,6 +387,23 @@ def report(before: list[dict[str, Any]], after: list[dict[str, Any]], commit: st
     return f"{table(rows)}\n\n{table(checks)}{handed}{bounded}{looped}", ok
 
 
+def airflow_settings(parser: argparse.ArgumentParser, given: list[str]) -> dict[str, str]:
+    """``--airflow`` values as environment variables; anything but ``AIRFLOW__SECTION__KEY=VALUE``
+    is refused, naming it.
+
+    >>> airflow_settings(argparse.ArgumentParser(), ["AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL=5"])
+    {'AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL': '5'}
+    """
+    settings = {}
+    for kv in given:
+        key, sep, value = kv.partition("=")
+        if not sep or not re.fullmatch(r"AIRFLOW__[A-Z0-9_]+__[A-Z0-9_]+", key):
+            parser.error(f"--airflow {kv!r}: give AIRFLOW__SECTION__KEY=VALUE, e.g. "
+                         f"AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL=5")
+        settings[key] = value
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="ea3a66b", help="the commit to compare with (default ea3a66b)")
@@ -393,17 +413,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the stacks, the other checkout and the results live")
     parser.add_argument("--plans", default=",".join(PLANS), help=f"which plans, comma-separated (default: all, "
                                                                   f"{','.join(PLANS)})")
+    parser.add_argument("--airflow", action="append", default=[], metavar="AIRFLOW__SECTION__KEY=VALUE",
+                        help="an Airflow setting for both shapes, over the project's own (repeatable), e.g. "
+                             "--airflow AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL=5")
     args = parser.parse_args(argv)
     plans = args.plans.split(",")
     if unknown := sorted(set(plans) - set(PLANS)):
         parser.error(f"--plans: {', '.join(unknown)} is not a plan; use some of {','.join(PLANS)}")
     root = args.root.resolve()
+    airflow_env = airflow_settings(parser, args.airflow)
     if args.measure:
-        measure(args.measure.resolve(), root, plans)
+        measure(args.measure.resolve(), root, plans, airflow_env)
         return 0
     root.mkdir(parents=True, exist_ok=True)
-    before = run_in(checkout_at(args.before, root), args.before, root / "runs", plans)
-    after = run_in(HERE.parents[1], "this", root / "runs", plans)
+    before = run_in(checkout_at(args.before, root), args.before, root / "runs", plans, args.airflow)
+    after = run_in(HERE.parents[1], "this", root / "runs", plans, args.airflow)
     text, ok = report(before, after, args.before)
     print(f"\nreplays of {EPOCHS} epochs with the fault before epoch {LOSE_AT}; overhead = wall - critical path\n\n"
           f"{text}\n\n{'targets met' if ok else 'TARGETS MISSED'}", flush=True)

@@ -3,7 +3,9 @@ path of the re-runs, the window it counts, and the targets it reports."""
 
 from __future__ import annotations
 
-from benchmarks.replay_bench import _when, critical_path, handoffs, report
+import pytest
+
+from benchmarks.replay_bench import _when, critical_path, handoffs, main, report
 
 TASKS = [{"task_id": "events", "downstream_task_ids": ["rank", "popularity"], "depends_on_past": False},
          {"task_id": "popularity", "downstream_task_ids": ["answers"], "depends_on_past": True},
@@ -64,3 +66,11 @@ def test_handoffs_wait_from_the_last_predecessor_that_ran_inside_the_window() ->
            ("rank", 5): ti(14, 14, 14, 20)}   # rank 4 (past) ended at 13; events 5 never ran
     assert handoffs(TASKS, tis, T0 + 1, T0 + 60) == {
         "released -> scheduled": 1.0, "scheduled -> queued": 1.0, "queued -> started": 1.0}
+
+
+def test_an_airflow_setting_not_named_as_airflow_reads_it_is_refused_before_anything_starts(capsys) -> None:
+    for bad in ("MIN_HEARTBEAT_INTERVAL=5", "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"):
+        with pytest.raises(SystemExit) as exit:
+            main(["--measure", "/nonexistent/out.json", "--airflow", bad])
+        assert exit.value.code == 2
+        assert f"--airflow {bad!r}: give AIRFLOW__SECTION__KEY=VALUE" in capsys.readouterr().err
