@@ -315,18 +315,13 @@ class AirflowClient:
 
     def task_instances_by_run(self, dag_id: str) -> dict[str, dict[ProcessorId, dict[str, Any]]]:
         """Every task instance of the DAG, by run id and then as :meth:`task_instances` keys
-        them: one request per page of 100 for all runs, where one per run would ask again for
-        each."""
+        them: one request per page of :data:`PAGE` for all runs, where one per run would ask
+        again for each."""
         by_run: dict[str, list[dict[str, Any]]] = {}
-        offset = 0
-        while True:
-            data = self.request("GET", api_path("dags", dag_id, "dagRuns", "~", "taskInstances"),
-                                params={"limit": 100, "offset": offset, "order_by": "id"})
-            for ti in data["task_instances"]:
-                by_run.setdefault(ti["dag_run_id"], []).append(ti)
-            offset += len(data["task_instances"])
-            if not data["task_instances"] or offset >= data["total_entries"]:
-                return {run: _by_processor(tis) for run, tis in by_run.items()}
+        for ti in self._pages("GET", api_path("dags", dag_id, "dagRuns", "~", "taskInstances"), "task_instances",
+                              params={"order_by": "id"}):
+            by_run.setdefault(ti["dag_run_id"], []).append(ti)
+        return {run: _by_processor(tis) for run, tis in by_run.items()}
 
     def wait_for_run(
         self,

@@ -4,7 +4,8 @@ Airflow's REST API gives each watched epoch's DAG run and task instances (all of
 requests), the DAG's active runs, ``max_active_runs`` and whether it is paused; the store gives
 the ledger's current rows from one :class:`~falkirk.policies.store.ledger.LedgerSnapshot`
 brought forward each pass (only the commits made since the last pass are read), the completions
-of the rows the pass may act on, and the process-pair layout. Reads only: every write is the applier's (:mod:`falkirk.plugins.replay.apply`).
+of the rows the pass may act on, and the process-pair layout. Reads only: every write is the
+applier's (:mod:`falkirk.plugins.replay.apply`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from falkirk.policies.replay import finishing, rules, waiting
-from falkirk.policies.replay.actions import Action, Decision, Done, Say, Status, Working
+from falkirk.policies.replay.actions import Action, Decision, Done, Say, Working
 from falkirk.policies.replay.rules import Outcome, Pass
 from falkirk.policies.replay.views import AirflowView, Memory, StoreView
 
@@ -53,6 +53,25 @@ STAGES = {**STAGES, "later-wait": STAGES["rerun"]}
 ON_THE_SAME_VIEWS = frozenset({"settle", "hand-back", "second-runs"})
 
 
+def _one_stage(p: Pass, memory: Memory) -> Outcome:
+    """The rules of ``memory``'s stage in order, until one gives a status; a waiting stage whose
+    rules gave none ends with the later runs (all re-runs done) or with what it waits for."""
+    actions: list[Action] = []
+    lines: list[str] = []
+    for rule in STAGES[memory.stage]:
+        outcome = rule(p, memory)
+        memory = outcome.memory
+        actions += outcome.actions
+        lines += outcome.lines
+        if outcome.status is not None:
+            return Outcome(memory, tuple(actions), tuple(lines), outcome.status)
+    if memory.stage in ("rerun", "later-wait"):
+        last = finishing.look_at_later_runs if waiting.finished(p, memory) else waiting.waiting_for
+        outcome = last(p, memory)
+        return Outcome(outcome.memory, tuple(actions), tuple(lines), outcome.status)
+    return Outcome(memory, tuple(actions), tuple(lines))
+
+
 def decide(plan: Any, store: StoreView, airflow: AirflowView, memory: Memory, now: float,
            stall_seconds: float = 600.0) -> Decision:
     """What the replay of ``plan`` does in this pass, given what it read and remembers.
@@ -75,21 +94,12 @@ def decide(plan: Any, store: StoreView, airflow: AirflowView, memory: Memory, no
         return Decision((), memory, Done(len(plan.rerun_set())))
     actions: list[Action] = []
     lines: list[str] = []
-    status: Status | None = None
     while True:
-        stage, status = memory.stage, None
-        for rule in STAGES[stage]:
-            outcome = rule(p, memory)
-            memory = outcome.memory
-            actions += outcome.actions
-            lines += outcome.lines
-            if outcome.status is not None:
-                status = outcome.status
-                break
-        if status is None and memory.stage in ("rerun", "later-wait"):
-            last = finishing.look_at_later_runs if waiting.finished(p, memory) else waiting.waiting_for
-            outcome = last(p, memory)
-            memory, status = outcome.memory, outcome.status
+        stage = memory.stage
+        outcome = _one_stage(p, memory)
+        memory, status = outcome.memory, outcome.status
+        actions += outcome.actions
+        lines += outcome.lines
         acted = any(not isinstance(a, Say) for a in actions)
         if acted or memory.stage == stage or memory.stage not in ON_THE_SAME_VIEWS:
             break
