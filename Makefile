@@ -1,6 +1,8 @@
 # Two commands: `make demo` sets everything up and runs the main job; `make test` runs the tests.
 SHELL := /bin/bash
 VENV ?= .venv
+# Spark's JVM packages (see $(JARS)/.fetched below).
+JARS := $(VENV)/jars
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 UV_VERSION := 0.13.8
@@ -16,7 +18,7 @@ BENCH_ARGS ?=
 # not a failure; a `-m` in PYTEST_ARGS replaces the passes' own.
 TEST_WORKERS ?= 2
 
-.PHONY: demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-replay bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: jars demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-recovery bench-replay bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -135,8 +137,23 @@ bench-travellers: install
 # once here, for the packages and for the project's own modules (up to date in about a second).
 SOURCES := plugins policies spark_jobs devstack dags benchmarks tests
 
-install: $(VENV)/.compiled
+install: $(VENV)/.compiled $(JARS)/.fetched
 	@$(PY) -m compileall -q -j 0 $(SOURCES) >/dev/null
+
+# Spark's JVM packages (jvm/pom.xml: Delta for Spark 4.2, Hadoop's S3A and the AWS SDK modules it
+# calls), from Maven Central into .venv/jars, once per change of the pom; the Spark servers
+# devstack starts load them (devstack/spark_packages.py). Fetched into a new directory and moved
+# into place, so an interrupted fetch leaves no partial set behind.
+$(JARS)/.fetched: jvm/pom.xml
+	@$(MAKE) --no-print-directory java
+	rm -rf $(JARS).partial
+	mvn -B -q -f jvm/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(abspath $(JARS)).partial
+	rm -rf $(JARS) && mv $(JARS).partial $(JARS)
+	@touch $@
+
+## jars: fetch Spark's JVM packages only (make install does it too)
+jars: $(JARS)/.fetched
 
 $(VENV)/.compiled: $(VENV)/.installed
 	$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null
@@ -166,6 +183,9 @@ java:
 	@command -v java >/dev/null 2>&1 || { \
 	  echo "Java not found: installing openjdk-17-jre-headless"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless; }
+	@command -v mvn >/dev/null 2>&1 || { \
+	  echo "Maven not found: installing Debian's maven"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends maven; }
 
 # Debian's docker-compose validates docker-compose.yml in the tests (no Docker engine needed);
 # Debian's chromium runs the browser test of the Falkirk view (Playwright drives it).

@@ -41,6 +41,7 @@ from devstack.s3_outage import S3Outage
 from devstack.servers import PostgresServer, RedisServer
 from devstack.spark import SparkConnectServer, StandaloneSpark
 from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.config import s3a_conf
 
 WORKERS = ("worker-a", "worker-b")
 BUCKET = "falkirk"
@@ -81,7 +82,8 @@ class ClusterServers:
             self.spark = StandaloneSpark(self._dir("spark"), cores=1, memory="1g", workers=self.spark_workers,
                                          hidden_dir=self.scratch)
             if self.spark_connect:  # one driver on the cluster; each task a light client of it
-                self.connect = SparkConnectServer(self._dir("connect"), master=self.spark.master_url)
+                self.connect = SparkConnectServer(self._dir("connect"), master=self.spark.master_url,
+                                                  conf=s3a_conf(self.s3.storage_options()))
             if self._given_postgres is None:
                 self._stack.enter_context(self.postgres)
             # Airflow's schema migration (half a minute) runs once, while the other servers start;

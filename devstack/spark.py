@@ -12,19 +12,24 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 
 from devstack.processes import SHORT_JOB_JAVA_OPTIONS, VENV_BIN, Service, free_port, local_spark_env, wait_until
+from devstack.spark_packages import submit_args
 
 # The SQL settings of every Spark this package starts: its epochs are thousands of rows, where
 # compiling each query's generated code (whole stages, and single expressions too) and
 # re-planning it at every shuffle cost more than they save (the reference application's epoch
 # runs about 10% faster warm, far more on a JVM that has just started). A deployment with large
-# epochs leaves them on.
+# epochs leaves them on. Spark's Delta reader rebuilds a table's snapshot from its log in 50
+# tasks by default; a log of a few hundred commits takes one (a small table opens three times
+# as fast).
 SMALL_EPOCHS_SQL_CONF = {"spark.sql.shuffle.partitions": "4", "spark.sql.adaptive.enabled": "false",
-                         "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+                         "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+                         "spark.databricks.delta.snapshotPartitions": "1"}
 SMALL_EPOCHS_CONF = [arg for key, value in SMALL_EPOCHS_SQL_CONF.items() for arg in ("--conf", f"{key}={value}")]
 
 
@@ -116,7 +121,7 @@ def spark_submit(
 
     full_env = {**os.environ, **local_spark_env(), **env}
     argv = [str(VENV_BIN / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false",
-            *SMALL_EPOCHS_CONF, str(application), *args]
+            *SMALL_EPOCHS_CONF, *submit_args(), str(application), *args]
     return subprocess.run(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=timeout)
 
@@ -127,7 +132,10 @@ class SparkConnectServer:
 
     One JVM serves every task, so a task starts in about as long as Python takes to import
     PySpark. Its executors' Python workers run this venv's interpreter, which imports
-    ``spark_jobs`` for the functions the runtime ships to them.
+    ``spark_jobs`` for the functions the runtime ships to them. It loads the JVM packages of
+    :mod:`devstack.spark_packages` (Delta, S3A) with Delta's extension and catalog, then ``conf``:
+    a store's :meth:`~falkirk.policies.store.config.StoreConfig.spark_conf` lets it read that
+    store's tables over ``s3a://``.
 
     Example::
 
@@ -135,11 +143,13 @@ class SparkConnectServer:
             print(server.url)   # sc://127.0.0.1:PORT
     """
 
-    def __init__(self, work_dir: Path, cores: int = 2, venv_bin: Path = VENV_BIN, master: str | None = None) -> None:
+    def __init__(self, work_dir: Path, cores: int = 2, venv_bin: Path = VENV_BIN, master: str | None = None,
+                 conf: Mapping[str, str] | None = None) -> None:
         self.work_dir = work_dir
         self.cores = cores
         self.master = master
         self.venv_bin = venv_bin
+        self.conf = dict(conf or {})
         self._new_service()
 
     def _new_service(self) -> None:
@@ -166,7 +176,7 @@ class SparkConnectServer:
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false", *SMALL_EPOCHS_CONF, *executors,
-             str(Path(__file__).resolve().parent / "connect_server.py")],
+             *submit_args(venv_bin, self.conf), str(Path(__file__).resolve().parent / "connect_server.py")],
             env, self.work_dir / "spark-connect.log",
         )
 

@@ -55,7 +55,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -125,6 +125,9 @@ class SoakReport:
     # (at, each DAG's last epoch checked, differences)
     along_the_way: list[tuple[float, dict[str, int], int]] = field(default_factory=list)
     broken: str = ""  # the recovery steps broken on purpose (FALKIRK_BROKEN), if any
+    # Where the shape kept its tables, as the S3 server itself serves them (not through the front
+    # the faults stop): its buckets and worker disks outlive the shape.
+    store: StoreConfig | None = None
 
     @property
     def ok(self) -> bool:
@@ -154,7 +157,8 @@ class Soak:
         self.cli_env = {**os.environ, **cluster.store.env(), "FALKIRK_AIRFLOW_URL": cluster.airflow.base_url,
                         "FALKIRK_AIRFLOW_USER": "admin", "FALKIRK_AIRFLOW_PASSWORD": "admin",
                         **({BROKEN_ENV: broken} if broken else {})}
-        self.report = SoakReport(schedule, broken=broken)
+        self.report = SoakReport(schedule, broken=broken, store=replace(
+            cluster.store, storage_options=cluster.s3.storage_options()))
         self.dags = [DagUnderSoak(self, dag) for dag in (dags or [SOAK_DAGS["figure1"]])]
         self.report.dags = [d.dag_id for d in self.dags]
         self.inputs = self.dags[0]  # falkirk_figure1: its clickstream is the source bad-input spoils

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import random
 import re
@@ -253,7 +254,6 @@ COLLECTED_METADATA = "falkirk.collected_epochs"
 def collection_properties(epochs: Iterable[int]) -> CommitProperties:
     """The commit properties of a delete that collects ``epochs``: its commit info names them, so
     that a reader can tell an epoch collected from one lost (:func:`collected_epochs`)."""
-    import json
 
     return CommitProperties(custom_metadata={COLLECTED_METADATA: json.dumps(sorted(int(e) for e in epochs))})
 
@@ -270,7 +270,6 @@ def collected_epochs(table: DeltaTable) -> set[int]:
     >>> sorted(collected_epochs(open_table(uri)))
     [1, 2]
     """
-    import json
 
     found: set[int] = set()
     for commit in table.history():
@@ -489,9 +488,18 @@ def commit_once(uri: str, key: OnceKey, write: Write, rows: int,
 def commit_properties(key: OnceKey) -> CommitProperties:
     """The Delta commit properties that record ``key``: its app transaction (id: the
     (task, epoch), version: the incarnation), the transaction naming its inputs when it has
-    them, and no retry inside delta-rs."""
+    them, and no retry inside delta-rs. The commit's ``userMetadata``, the column Spark's
+    ``DESCRIBE HISTORY`` shows, names the DAG, the task (as the planner names it), the epoch and
+    the incarnation.
+
+    >>> commit_properties(CommitKey(dag_id="d", task_id="t", epoch=3, map_index=1)).custom_metadata["userMetadata"]
+    '{"falkirk":{"dag_id":"d","task":"t[1]","epoch":3,"incarnation":0}}'
+    """
     transactions = [Transaction(key.app_id, key.incarnation)]
     metadata = {"falkirk.app_id": key.app_id, "falkirk.incarnation": str(key.incarnation)}
+    about: dict[str, object] = {"dag_id": key.dag_id, "task": str(key.processor)} if isinstance(key, CommitKey) else {}
+    about |= {"epoch": key.epoch, "incarnation": key.incarnation}
+    metadata["userMetadata"] = json.dumps({"falkirk": about}, separators=(",", ":"))
     if key.inputs:  # keys of shared tables (the ledger, control tables) have none
         transactions.append(Transaction(key.inputs_app_id, key.incarnation))
         metadata["falkirk.inputs"] = key.inputs

@@ -97,6 +97,15 @@ class StoreConfig:
             return self.durable_uri
         return f"{self.scratch_uri}/{self.worker}" if self.worker else self.scratch_uri
 
+    def spark_conf(self) -> dict[str, str]:
+        """The Hadoop settings with which Spark's own readers reach this store (:func:`s3a_conf`
+        of its storage options), empty for a local durable root.
+
+        >>> StoreConfig("/data/falkirk", "/tmp/s").spark_conf()
+        {}
+        """
+        return s3a_conf(self.storage_options) if _is_remote(self.durable_uri) else {}
+
     def worker_scratch(self, worker: str) -> str:
         """The scratch directory of ``worker`` (its local disk's share of the scratch root).
 
@@ -243,6 +252,37 @@ def request_limits(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """
     budget = store_retry_seconds(environ)
     return {"timeout": f"{int(min(30, max(5, budget)))}s", "retry_timeout": f"{int(max(1, budget))}s"}
+
+
+def s3a_conf(storage_options: Mapping[str, str]) -> dict[str, str]:
+    """The Hadoop settings with which Spark's own readers (``format("delta")`` over ``s3a://``,
+    :func:`spark_uri`) reach the S3 store that ``storage_options`` (delta-rs's) name: given to the
+    Spark server that reads it (``--conf``). The AWS SDK's own chain finds the credentials where
+    the options name none.
+
+    >>> s3a_conf({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1"})  # doctest: +NORMALIZE_WHITESPACE
+    {'spark.hadoop.fs.s3a.endpoint': 'http://127.0.0.1:9000', 'spark.hadoop.fs.s3a.path.style.access': 'true',
+     'spark.hadoop.fs.s3a.connection.ssl.enabled': 'false', 'spark.hadoop.fs.s3a.endpoint.region': 'eu-west-1'}
+    """
+    conf: dict[str, str] = {}
+    if endpoint := storage_options.get("AWS_ENDPOINT_URL"):  # an S3-compatible server: its URL, the bucket in the path
+        conf |= {"fs.s3a.endpoint": endpoint, "fs.s3a.path.style.access": "true",
+                 "fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https://")).lower()}
+    for option, key in (("AWS_REGION", "fs.s3a.endpoint.region"), ("AWS_ACCESS_KEY_ID", "fs.s3a.access.key"),
+                        ("AWS_SECRET_ACCESS_KEY", "fs.s3a.secret.key")):
+        if storage_options.get(option):
+            conf[key] = storage_options[option]
+    return {f"spark.hadoop.{key}": value for key, value in conf.items()}
+
+
+def spark_uri(uri: str) -> str:
+    """``uri`` as Spark's Hadoop file systems name it: ``s3a://`` (S3A) for ``s3://``, a local
+    path unchanged.
+
+    >>> spark_uri("s3://falkirk/store/orders/aggregate/state"), spark_uri("/data/falkirk/orders/x")
+    ('s3a://falkirk/store/orders/aggregate/state', '/data/falkirk/orders/x')
+    """
+    return "s3a://" + uri[len("s3://"):] if _is_remote(uri) else uri
 
 
 def _is_remote(uri: str) -> bool:

@@ -145,3 +145,25 @@ def test_the_printed_plan_is_what_airflow_reran(job) -> None:
     # events 2-4 again. Never what a recovery may re-read (epochs 2-8).
     assert outcome.acknowledged == {5: 0, 8: 1}
     assert ClickstreamSource.for_dag(outcome.store.durable_uri, DAG_ID).acknowledged == 1
+
+
+def test_every_table_opens_in_sparks_delta_reader(job, spark_connect: SparkConnectServer) -> None:
+    """Every table of both runs (durable and scratch, the ledger and control tables too) read by
+    Spark's Delta reader over Spark Connect equals what delta-rs reads; each table a task commits
+    epochs to travels back to its latest epoch commit with ``versionAsOf``, and ``DESCRIBE
+    HISTORY`` names those epochs."""
+    from pyspark.sql import SparkSession
+
+    from tests.delta_interop import compare, tables_under
+
+    outcome, _ = job
+    store = outcome.store
+    uris = tables_under(store.durable_uri) + tables_under(store.scratch_uri)
+    spark = SparkSession.builder.remote(spark_connect.url).getOrCreate()
+    found = compare(spark, uris, store)
+    assert found.differing == {}
+    assert len(uris) >= 20 and sum(found.rows.values()) > 0
+    committed = {uri for uri, epochs in found.epochs_in_history.items() if epochs}
+    assert committed == set(found.time_travelled)
+    for dag in (DAG_ID, REFERENCE):
+        assert any(found.epochs_in_history[uri] == set(EPOCHS) for uri in committed if f"/{dag}/" in uri), dag

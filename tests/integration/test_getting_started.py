@@ -92,6 +92,11 @@ def test_the_getting_started_page_runs_as_written_to_a_green_dag_and_a_recovery(
     assert "manual__epoch-1: success" in out and "manual__epoch-2: success" in out, out[-3000:]
     assert re.search(r"plan \w+: done, 3 task instances re-ran", out), out[-3000:]
     assert re.search(r"^\s*wheel\s+4$", out, re.M), out[-3000:]  # the tables step: epoch 2's count of "wheel"
+    # Spark's own Delta reader, on the server started with the page's jars: the same rows, and the
+    # history of the recovered epoch's commit
+    assert "words at epoch 2: 12" in out, out[-3000:]
+    assert re.search(r'^\d+ [A-Z ]+ \{"falkirk":\{"dag_id":"word_count","task":"word_count","epoch":2,"incarnation":1\}\}$',
+                     out, re.M), out[-3000:]
     assert left == [], left  # the teardown stopped Airflow, Spark Connect and the job host
 
     store = StoreConfig(str(project / "falkirk-store"), str(project / "falkirk-store-scratch"))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from devstack.cluster import ClusterServers
+from devstack.spark import SparkConnectServer
 from devstack.soak.pipelines import SOAK_DAGS
 from devstack.soak.run import SoakReport, run_soak
 from devstack.soak.schedule import FaultSchedule, Mix
@@ -61,3 +62,33 @@ def test_every_durable_table_and_the_sql_sink_equal_the_failure_free_run(report:
             "nothing in the store outside what the ledger names"))]:
         assert checks[name][0], f"{name}: {checks[name][1]}"
     assert report.discrepancies == [] and report.ok
+
+
+def test_every_table_opens_in_sparks_delta_reader_durable_through_s3a(
+        report: SoakReport, cluster_servers: ClusterServers, spark_connect: SparkConnectServer) -> None:
+    """Every table the soak left (its DAG's and the failure-free run's, the ledger and control
+    tables too) read by Spark's Delta reader equals what delta-rs reads: the durable ones on the S3
+    server through ``s3a://`` by the cluster's Spark Connect server, the worker disks' scratch
+    tables by a local one (the cluster's Spark workers stand for other hosts and do not see them).
+    Each table committed to by epoch travels back to its latest epoch commit."""
+    from pyspark.sql import SparkSession
+
+    from tests.delta_interop import compare, tables_under
+
+    store = report.store
+    assert store is not None and cluster_servers.connect is not None
+    durable = tables_under(store.durable_uri, dict(store.storage_options))
+    scratch = tables_under(str(cluster_servers.scratch))
+    assert all(uri.startswith("s3://") for uri in durable) and len(durable) >= 10 and scratch
+    found = {}
+    for server, uris in ((cluster_servers.connect, durable), (spark_connect, scratch)):
+        spark = SparkSession.builder.remote(server.url).getOrCreate()
+        try:
+            found[server.url] = compare(spark, uris, store)
+        finally:
+            spark.stop()
+    assert {url: f.differing for url, f in found.items()} == {cluster_servers.connect.url: {}, spark_connect.url: {}}
+    on_s3 = found[cluster_servers.connect.url]
+    committed = {uri for uri, epochs in on_s3.epochs_in_history.items() if epochs}
+    assert committed == set(on_s3.time_travelled) and committed
+    assert any("/falkirk_figure1/rank/state" in uri for uri in committed)

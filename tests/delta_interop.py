@@ -1,0 +1,101 @@
+"""Every Delta table a run left in a store, opened by Spark's own Delta reader and compared with
+what delta-rs reads: rows, time travel to an epoch's commit, and the commit info that
+``DESCRIBE HISTORY`` shows.
+
+The readers are Spark Connect sessions on servers devstack starts (:mod:`devstack.spark_packages`
+loads Delta and S3A into them): a local one for local tables, the cluster's (started with the
+S3 server's :func:`~falkirk.policies.store.config.s3a_conf`) for ``s3a://``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import boto3
+from deltalake import DeltaTable
+
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import scan
+from falkirk.policies.store.config import spark_uri
+
+
+def tables_under(root: str, storage_options: dict[str, str] | None = None) -> list[str]:
+    """The URI of every Delta table under ``root`` (a local directory or ``s3://bucket/prefix``):
+    each directory holding a ``_delta_log/``."""
+    if root.startswith("s3://"):
+        bucket, _, prefix = root[len("s3://"):].partition("/")
+        options = storage_options or {}
+        client = boto3.client("s3", endpoint_url=options.get("AWS_ENDPOINT_URL"),
+                              region_name=options.get("AWS_REGION"),
+                              aws_access_key_id=options.get("AWS_ACCESS_KEY_ID"),
+                              aws_secret_access_key=options.get("AWS_SECRET_ACCESS_KEY"))
+        found = set()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/"):
+            for item in page.get("Contents", []):
+                table, marker, _ = item["Key"].partition("/_delta_log/")
+                if marker:
+                    found.add(f"s3://{bucket}/{table}")
+        return sorted(found)
+    return sorted(str(log.parent) for log in Path(root).rglob("_delta_log") if log.is_dir())
+
+
+def _canonical(rows: list[dict]) -> list[str]:
+    """Rows as sorted JSON lines; an instant in UTC, however the reader zones it."""
+    def plain(value: object) -> object:
+        if isinstance(value, datetime):
+            return (value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, bytes | bytearray):
+            return value.hex()
+        return value
+    return sorted(json.dumps(plain(row), sort_keys=True, default=str) for row in rows)
+
+
+@dataclass
+class Interop:
+    """What :func:`compare` found, table by table."""
+
+    tables: list[str] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+    differing: dict[str, str] = field(default_factory=dict)
+    time_travelled: dict[str, int] = field(default_factory=dict)  # table -> the version read back
+    epochs_in_history: dict[str, set[int]] = field(default_factory=dict)
+
+
+def compare(spark, uris: list[str], store: StoreConfig) -> Interop:  # noqa: ANN001 (a Connect session)
+    """Read each table with ``spark`` and with delta-rs; for a table whose commits record Falkirk
+    epochs, read the version of its latest epoch commit back with ``versionAsOf`` too. A
+    session's time zone is UTC, so instants compare as instants."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    out = Interop(tables=list(uris))
+    for uri in uris:
+        table = DeltaTable(uri, storage_options=store.options_for(uri))
+        ours = _canonical(scan(table).to_pylist())
+        theirs = _canonical(spark.read.format("delta").load(spark_uri(uri)).toArrow().to_pylist())
+        out.rows[uri] = len(ours)
+        if ours != theirs:
+            out.differing[uri] = f"delta-rs reads {len(ours)} rows, Spark {len(theirs)}"
+            continue
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{spark_uri(uri)}`").select("version", "userMetadata").collect()
+        epochs = {}
+        for row in history:
+            about = json.loads(row.userMetadata).get("falkirk", {}) if row.userMetadata else {}
+            if "epoch" in about:
+                epochs[row.version] = about["epoch"]
+        out.epochs_in_history[uri] = set(epochs.values())
+        if epochs:
+            version = max(epochs)
+            table.load_as_version(version)
+            past = _canonical(scan(table).to_pylist())
+            read = spark.read.format("delta").option("versionAsOf", version).load(spark_uri(uri))
+            if past != _canonical(read.toArrow().to_pylist()):
+                out.differing[uri] = f"version {version} differs"
+            else:
+                out.time_travelled[uri] = version
+    return out
