@@ -176,7 +176,7 @@ class SparkConnectServer:
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false", *SMALL_EPOCHS_CONF, *executors,
-             *submit_args(venv_bin, self.conf), str(Path(__file__).resolve().parent / "connect_server.py")],
+             *submit_args(self.conf), str(Path(__file__).resolve().parent / "connect_server.py")],
             env, self.work_dir / "spark-connect.log",
         )
 

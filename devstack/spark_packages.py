@@ -42,9 +42,10 @@ def jars(venv_bin: Path = VENV_BIN) -> list[Path]:
     return found
 
 
-def submit_args(venv_bin: Path = VENV_BIN, conf: Mapping[str, str] | None = None) -> list[str]:
-    """``spark-submit`` arguments that load the JVM packages and Delta's extension and catalog,
-    then ``conf`` (a store's :meth:`~falkirk.policies.store.config.StoreConfig.spark_conf`, say)."""
+def submit_args(conf: Mapping[str, str] | None = None) -> list[str]:
+    """``spark-submit`` arguments that load the JVM packages of this environment (whatever
+    interpreter the Spark processes run: the jars are the JVM's) and Delta's extension and
+    catalog, then ``conf`` (a store's :meth:`~falkirk.policies.store.config.StoreConfig.spark_conf`, say)."""
     settings = {**DELTA_SQL_CONF, **(conf or {})}
-    return ["--jars", ",".join(str(path) for path in jars(venv_bin)),
+    return ["--jars", ",".join(str(path) for path in jars()),
             *(arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}"))]

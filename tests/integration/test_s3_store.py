@@ -54,3 +54,55 @@ def test_pipeline_on_s3_produces_the_same_tables(s3: MotoS3, spark_connect: Spar
     assert sorted((e.task_id, e.epoch) for e in Ledger(trial_store).entries(DAG_ID)) == [
         ("aggregate", 1), ("ingest", 1), ("publish", 1)]
     assert canonical(table_rows(trial_store, "publish/output")) == canonical(expected_tables([1])["publish/output"])
+
+
+def test_twenty_races_of_two_attempts_committing_one_epoch_on_s3_double_nothing(s3: MotoS3) -> None:
+    """Two attempts of one task (two drivers, as when Airflow starts a second attempt while the
+    first still runs) commit the same epoch at the same instant, 20 times, on the S3-compatible
+    server: both have checked that the epoch is not committed and then commit together. S3's
+    conditional write lets one commit in; the other's lost race is checked again and skipped.
+    Each epoch holds exactly one attempt's rows, committed once."""
+    import threading
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from falkirk.policies.store.commits import CommitKey, commit_once, open_table, scan
+
+    s3.create_bucket("falkirk-races")
+    store = StoreConfig("s3://falkirk-races/store", "/nonexistent-scratch", s3.storage_options())
+    uri, options = "s3://falkirk-races/store/races/totals/output", s3.storage_options()
+    trials, applied = 20, []
+    for epoch in range(1, trials + 1):
+        both_checked = threading.Barrier(2, timeout=60)
+
+        def attempt(marker: int, epoch: int = epoch, both_checked: threading.Barrier = both_checked) -> None:
+            rows = pa.table({"customer": ["a", "b"], "amount": [marker, marker], "epoch": [epoch, epoch]})
+
+            first_try = [True]
+
+            def write(table, properties) -> None:  # noqa: ANN001 - as commit_epoch writes an epoch
+                if first_try.pop() if first_try else False:
+                    both_checked.wait()  # both have passed the check; neither has committed
+                write_deltalake(table if table is not None else uri, rows, mode="overwrite",
+                                predicate=f"epoch = {epoch}", partition_by=["epoch"], commit_properties=properties,
+                                storage_options=options)
+
+            result = commit_once(uri, CommitKey(dag_id="races", task_id="totals", epoch=epoch), write, 2, options)
+            applied.append((epoch, marker, result.applied))
+
+        racers = [threading.Thread(target=attempt, args=(marker,)) for marker in (1, 2)]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(120)
+    table = open_table(uri, options)
+    rows = scan(table).to_pylist()
+    per_epoch = {e: sorted((r["customer"], r["amount"]) for r in rows if r["epoch"] == e) for e in range(1, trials + 1)}
+    winners = {e: m for e, m, won in applied if won}
+    assert sorted(e for e, _, won in applied if won) == list(range(1, trials + 1))  # one winner each
+    assert len(applied) == 2 * trials
+    assert per_epoch == {e: [("a", winners[e]), ("b", winners[e])] for e in per_epoch}
+    assert len(rows) == 2 * trials
+    assert len(table.history()) == trials  # one commit per epoch, the losers' none
+    assert store.durable_uri.startswith("s3://")

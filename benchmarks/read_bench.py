@@ -1,0 +1,118 @@
+"""Reading a Falkirk input: the runtime's path against Spark's own Delta reader, in one run.
+
+A job reads one epoch of an upstream task's Delta table. The runtime's path
+(:func:`falkirk.spark_jobs.delta_sink.read_frame`) reads the Delta log with delta-rs in the job
+and then the epoch's files: with Spark's Parquet reader for a local table; on S3, with pyarrow
+in the job (an epoch under 16 MB) or in the executors (``mapInArrow``). Spark's Delta reader
+(``spark.read.format("delta").load(...).where(epoch = e)``, over ``s3a://`` on S3) reads both
+in the Spark server, pruning to the epoch's partition.
+
+The table is written as the runtime writes an output (one commit per epoch, partitioned by
+epoch) with ``--epochs`` epochs of ``rows`` rows each, at the size of ``make bench-regimes``'s
+per-epoch output (20,000 items) and at ten times it; the durable store on ``moto_server`` and
+on the local disk. Each path reads the last epoch into Spark's no-op sink (every column
+materialized), alternately, ``--repeats`` times after a warm-up; the table gives the medians
+and Spark's reader's time as a ratio to the runtime's path.
+
+    make bench-read
+    .venv/bin/python -m benchmarks.read_bench --sizes 20000,200000 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from devstack.s3 import MotoS3
+from devstack.spark import SparkConnectServer
+from falkirk.policies.store import StoreConfig
+from falkirk.policies.store.commits import CommitKey, commit_epoch
+from falkirk.policies.store.config import spark_uri
+from falkirk.spark_jobs.delta_sink import read_frame
+
+DAG, TASK = "bench", "aggregate"
+
+
+def epoch_rows(epoch: int, rows: int) -> pa.Table:
+    """An aggregate's output: one row per item, as ``make bench-regimes``'s jobs write them."""
+    items = pa.array([f"item-{i:08d}" for i in range(rows)])
+    return pa.table({"item": items, "total": pa.array(range(epoch, epoch + rows), pa.int64()),
+                     "clicks": pa.array([(i * 7 + epoch) % 1000 for i in range(rows)], pa.int64()),
+                     "share": pa.array([i / rows for i in range(rows)], pa.float64()),
+                     "epoch": pa.array([epoch] * rows, pa.int64())})
+
+
+def write_table(store: StoreConfig, rows: int, epochs: int) -> tuple[str, CommitKey]:
+    from falkirk.policies.regimes import Tier
+
+    uri = store.table_uri(Tier.DURABLE, DAG, f"{TASK}-{rows}", "output")
+    key = CommitKey(dag_id=DAG, task_id=f"{TASK}-{rows}", epoch=1)
+    for epoch in range(1, epochs + 1):
+        key = CommitKey(dag_id=DAG, task_id=f"{TASK}-{rows}", epoch=epoch)
+        commit_epoch(uri, epoch_rows(epoch, rows), key, store.options_for(uri))
+    return uri, key
+
+
+def _timed(read: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    read().write.format("noop").mode("overwrite").save()  # type: ignore[attr-defined]
+    return time.perf_counter() - started
+
+
+def measure(spark, store: StoreConfig, rows: int, epochs: int, repeats: int) -> dict[str, float]:  # noqa: ANN001
+    uri, key = write_table(store, rows, epochs)
+    options = store.options_for(uri)
+    paths = {
+        "runtime": lambda: read_frame(spark, uri, key, rows, options),
+        "spark delta": lambda: spark.read.format("delta").load(spark_uri(uri)).where(f"epoch = {key.epoch}")
+        .drop("epoch"),
+    }
+    for read in paths.values():  # warm-up: the JVM's classes, the S3 clients
+        _timed(read)
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(repeats):
+        for name, read in paths.items():
+            times[name].append(_timed(read))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="20000,200000", help="rows per epoch, comma-separated")
+    parser.add_argument("--epochs", type=int, default=8, help="epochs in the table (default 8)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed reads per path (default 5)")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    from pyspark.sql import SparkSession
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="falkirk-read-bench-") as tmp:
+        root = Path(tmp)
+        with MotoS3(root) as s3:
+            s3.create_bucket("falkirk-bench")
+            stores = {"s3 (moto_server)": StoreConfig("s3://falkirk-bench/store", str(root / "scratch"),
+                                                      s3.storage_options()),
+                      "local": StoreConfig(str(root / "durable"), str(root / "scratch"))}
+            with SparkConnectServer(root / "spark", conf=stores["s3 (moto_server)"].spark_conf()) as server:
+                spark = SparkSession.builder.remote(server.url).getOrCreate()
+                for where, store in stores.items():
+                    for rows in sizes:
+                        print(f"{where}, {rows:,} rows an epoch ...", flush=True)
+                        results.append((where, rows, measure(spark, store, rows, args.epochs, args.repeats)))
+    print()
+    print("| store | rows an epoch | runtime's path | Spark's Delta reader | Spark / runtime |")
+    print("|---|---|---|---|---|")
+    for where, rows, times in results:
+        print(f"| {where} | {rows:,} | {times['runtime']:.3f} s | {times['spark delta']:.3f} s | "
+              f"{times['spark delta'] / times['runtime']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
