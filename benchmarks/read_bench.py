@@ -101,10 +101,13 @@ def main(argv: list[str] | None = None) -> int:
                       "local": StoreConfig(str(root / "durable"), str(root / "scratch"))}
             with SparkConnectServer(root / "spark", conf=stores["s3 (moto_server)"].spark_conf()) as server:
                 spark = SparkSession.builder.remote(server.url).getOrCreate()
-                for where, store in stores.items():
-                    for rows in sizes:
-                        print(f"{where}, {rows:,} rows an epoch ...", flush=True)
-                        results.append((where, rows, measure(spark, store, rows, args.epochs, args.repeats)))
+                try:
+                    for where, store in stores.items():
+                        for rows in sizes:
+                            print(f"{where}, {rows:,} rows an epoch ...", flush=True)
+                            results.append((where, rows, measure(spark, store, rows, args.epochs, args.repeats)))
+                finally:
+                    spark.stop()
     print()
     print("| store | rows an epoch | runtime's path | Spark's Delta reader | Spark / runtime |")
     print("|---|---|---|---|---|")

@@ -64,10 +64,12 @@ from falkirk.policies.store.commits import (
     count_epoch,
     inputs_fingerprint,
 )
+from falkirk.policies.store.config import spark_uri
 from falkirk.policies.store.control import Completions, Deliveries, Invalidations
 from falkirk.policies.store.ledger import (
     EXTERNAL_TIER,
     AssetInput,
+    DeltaSource,
     InputRef,
     Ledger,
     LedgerEntry,
@@ -158,6 +160,8 @@ class EpochContext:
     asset_inputs: list[AssetInput] = field(default_factory=list)
     # Every committed table read, for lineage (printed after the commit: falkirk.policies.lineage).
     reads: set[TableRead] = field(default_factory=set)
+    # The Delta tables outside the store read (read_delta), at the versions read: the ledger row's.
+    sources: set[DeltaSource] = field(default_factory=set)
     producer_snapshots: dict[str, LedgerSnapshot] = field(default_factory=dict, repr=False)
     # Whether the job checkpoints inside its epochs (iterate, chunks): only then does the
     # commit look for step checkpoints to delete.
@@ -264,6 +268,30 @@ class EpochContext:
         for more in frames[1:]:
             frame = frame.unionByName(more)
         return self._slice(frame, routing) if isinstance(routing, Repartition) else frame
+
+    def read_delta(self, uri: str) -> DataFrame:
+        """A Delta table outside the store (a team's own source: a local path, ``s3://`` or
+        ``s3a://``), read with Spark's Delta reader at its version as of now. The epoch's ledger
+        row records the URI and that version, so that a later correction of the source (a newer
+        version) can be told from what the epoch read (:class:`~falkirk.policies.store.ledger.DeltaSource`).
+
+        The Spark server needs Delta's jars, and for S3 its ``s3a://`` settings (see the docs'
+        "Layout and dependencies"). A source the epoch has read already is read at the same
+        version again.
+        """
+        location = spark_uri(uri)
+        quoted = location.replace("`", "``")
+        known = {s.uri: s.version for s in self.sources}
+        version = known.get(uri)
+        if version is None:
+            try:
+                version = int(self.spark.sql(f"DESCRIBE HISTORY delta.`{quoted}` LIMIT 1").collect()[0]["version"])
+            except Exception as exc:
+                raise JobError(f"{self.args.processor}: cannot read the Delta table at {uri!r}: "
+                               f"{type(exc).__name__}: {str(exc)[:300]}. Name a Delta table the Spark server "
+                               f"reaches (with Delta's jars, and s3a:// settings for S3)") from exc
+            self.sources.add(DeltaSource(uri=uri, version=version))
+        return self.spark.read.format("delta").option("versionAsOf", version).load(location)
 
     def read_asset(self, asset: str, output: str = "output") -> DataFrame:
         """Rows of ``output`` of the producer epochs this run consumed through the Airflow Asset
@@ -704,6 +732,7 @@ def _commit(ctx: EpochContext, result: EpochResult, key: CommitKey) -> LedgerEnt
         notified_through=args.epoch,
         worker=worker_name(),
         asset_inputs=tuple(ctx.asset_inputs),
+        sources=tuple(sorted(ctx.sources)),
         channels=_own_channels(ctx, result.channels),
         partitions=args.partitions, replicas=args.replicas if args.partitions is not None else None,
     )

@@ -183,6 +183,20 @@ class AssetInput(OfCommit):
         return f"{self.dag_id}.{self.processor}"
 
 
+@dataclass(frozen=True, kw_only=True, order=True)
+class DeltaSource:
+    """A Delta table outside the store (a team's own source) that an epoch read, and the Delta
+    version it read: a later correction of the source shows as a newer version than the one the
+    epoch recorded (:meth:`falkirk.spark_jobs.runtime.EpochContext.read_delta`).
+
+    >>> DeltaSource(uri="s3://team/orders", version=12)
+    DeltaSource(uri='s3://team/orders', version=12)
+    """
+
+    uri: str
+    version: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class LedgerEntry(OfCommit):
     """One checkpoint of one task: the metadata of its (task, epoch) commit."""
@@ -217,6 +231,9 @@ class LedgerEntry(OfCommit):
     # will read); ``None`` for an unpartitioned task.
     partitions: int | None = None
     replicas: int | None = None
+    # The Delta tables outside the store this epoch read, at the versions read (kept in the
+    # ``inputs`` column, after the Asset inputs).
+    sources: tuple[DeltaSource, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("dag_id", "task_id", "run_id"):
@@ -254,7 +271,7 @@ class LedgerEntry(OfCommit):
         return state + tuple(o.uri for o in self.outputs if o.tier == "scratch")
 
     def to_row(self) -> dict[str, Any]:
-        row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "asset_inputs"}
+        row = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _PACKED}
         row["outputs"] = json.dumps([{k: v for k, v in asdict(o).items() if k != "product" or v}
                                      for o in self.outputs], sort_keys=True)
         # reads_back and map_index only when set: rows of tasks that read just their own epoch of
@@ -262,7 +279,8 @@ class LedgerEntry(OfCommit):
         row["inputs"] = json.dumps([{k: v for k, v in asdict(i).items() if _DEFAULT_INPUT.get(k, object()) != v}
                                     for i in self.inputs]
                                    + [{k: v for k, v in asdict(a).items() if _DEFAULT_ASSET_INPUT.get(k, object()) != v}
-                                      for a in self.asset_inputs], sort_keys=True)
+                                      for a in self.asset_inputs]
+                                   + [{"source": d.uri, "version": d.version} for d in self.sources], sort_keys=True)
         row["frontier"] = json.dumps(self.frontier)
         row["output_rows"] = self.output_rows
         row["channels"] = json.dumps(list(self.channels)) if self.channels else None
@@ -273,13 +291,16 @@ class LedgerEntry(OfCommit):
         values = {k: row[k] for k in _ENTRY_FIELDS if k in row}
         values["outputs"] = tuple(OutputRef(**o) for o in json.loads(row["outputs"]))
         inputs = json.loads(row.get("inputs") or "[]")
-        values["inputs"] = tuple(InputRef(**i) for i in inputs if "asset" not in i)
+        values["inputs"] = tuple(InputRef(**i) for i in inputs if "asset" not in i and "source" not in i)
         values["asset_inputs"] = tuple(AssetInput(**i) for i in inputs if "asset" in i)
+        values["sources"] = tuple(DeltaSource(uri=i["source"], version=i["version"]) for i in inputs if "source" in i)
         values["channels"] = tuple(json.loads(row.get("channels") or "[]"))
         return cls(**values)
 
 
-_ENTRY_FIELDS = tuple(f.name for f in fields(LedgerEntry) if f.name != "asset_inputs")
+# Kept in the ``inputs`` column with the inputs of the entry's own DAG.
+_PACKED = ("asset_inputs", "sources")
+_ENTRY_FIELDS = tuple(f.name for f in fields(LedgerEntry) if f.name not in _PACKED)
 _DEFAULT_INPUT = {"reads_back": 0, "map_index": -1}
 _DEFAULT_ASSET_INPUT = {"incarnation": 0, "map_index": -1}
 
