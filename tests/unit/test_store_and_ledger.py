@@ -280,3 +280,21 @@ def test_a_compaction_claim_left_by_a_dead_compactor_expires(tmp_path: Path, mon
     monkeypatch.setattr(commits, "COMPACTION_CLAIM_SECONDS", 0.0)
     assert ledger.compact() == 5  # expired: taken over
     assert len(open_table(ledger.uri).to_pyarrow_table()) == 5
+
+
+def test_a_rows_delta_sources_are_kept_beside_its_inputs_and_read_back(tmp_path: Path) -> None:
+    """The sources an epoch read (``read_delta``) go into the ``inputs`` column after the task's
+    own inputs and its Asset inputs, and come back as they were, none of them taken for another."""
+    from falkirk.policies.store.ledger import AssetInput, DeltaSource, InputRef
+
+    store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
+    entry = LedgerEntry(dag_id="crm", task_id="customers", epoch=3, regime="batch", run_id="r3", try_number=1,
+                        inputs=(InputRef(task_id="orders", output="output", through=3),),
+                        asset_inputs=(AssetInput(asset="a", dag_id="up", task_id="t", output="output", epoch=3),),
+                        sources=(DeltaSource(uri="s3://crm/customers", version=2),
+                                 DeltaSource(uri="/data/prices", version=7)))
+    Ledger(store).append(entry)
+    [back] = Ledger(store).entries("crm")
+    assert (back.inputs, back.asset_inputs, back.sources) == (entry.inputs, entry.asset_inputs, entry.sources)
+    assert '{"source": "s3://crm/customers", "version": 2}' in entry.to_row()["inputs"]
+    assert "sources" not in entry.to_row()
