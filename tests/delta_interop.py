@@ -10,9 +10,12 @@ S3 server's :func:`~falkirk.policies.store.config.s3a_conf`) for ``s3a://``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import boto3
 from deltalake import DeltaTable
@@ -20,6 +23,20 @@ from deltalake import DeltaTable
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import scan
 from falkirk.policies.store.config import spark_uri
+
+
+@contextmanager
+def connect_session(url: str) -> Iterator[Any]:
+    """A new Spark Connect session on the server at ``url``, stopped after: made by Connect's own
+    builder, which (unlike ``SparkSession.builder.remote``) does not refuse while a classic
+    session runs in the same process (the suite's in-process ``spark`` fixture)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    session = ConnectSession.builder.remote(url).create()
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 def tables_under(root: str, storage_options: dict[str, str] | None = None) -> list[str]:

@@ -152,15 +152,13 @@ def test_every_table_opens_in_sparks_delta_reader(job, spark_connect: SparkConne
     Spark's Delta reader over Spark Connect equals what delta-rs reads; each table a task commits
     epochs to travels back to its latest epoch commit with ``versionAsOf``, and ``DESCRIBE
     HISTORY`` names those epochs."""
-    from pyspark.sql import SparkSession
-
-    from tests.delta_interop import compare, tables_under
+    from tests.delta_interop import compare, connect_session, tables_under
 
     outcome, _ = job
     store = outcome.store
     uris = tables_under(store.durable_uri) + tables_under(store.scratch_uri)
-    spark = SparkSession.builder.remote(spark_connect.url).getOrCreate()
-    found = compare(spark, uris, store)
+    with connect_session(spark_connect.url) as spark:
+        found = compare(spark, uris, store)
     assert found.differing == {}
     assert len(uris) >= 20 and sum(found.rows.values()) > 0
     committed = {uri for uri, epochs in found.epochs_in_history.items() if epochs}

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from devstack.cluster import ClusterServers
-from devstack.spark import SparkConnectServer
 from devstack.soak.pipelines import SOAK_DAGS
 from devstack.soak.run import SoakReport, run_soak
 from devstack.soak.schedule import FaultSchedule, Mix
+from devstack.spark import SparkConnectServer
 
 pytestmark = pytest.mark.integration
 
@@ -71,9 +71,7 @@ def test_every_table_opens_in_sparks_delta_reader_durable_through_s3a(
     server through ``s3a://`` by the cluster's Spark Connect server, the worker disks' scratch
     tables by a local one (the cluster's Spark workers stand for other hosts and do not see them).
     Each table committed to by epoch travels back to its latest epoch commit."""
-    from pyspark.sql import SparkSession
-
-    from tests.delta_interop import compare, tables_under
+    from tests.delta_interop import compare, connect_session, tables_under
 
     store = report.store
     assert store is not None and cluster_servers.connect is not None
@@ -82,11 +80,8 @@ def test_every_table_opens_in_sparks_delta_reader_durable_through_s3a(
     assert all(uri.startswith("s3://") for uri in durable) and len(durable) >= 10 and scratch
     found = {}
     for server, uris in ((cluster_servers.connect, durable), (spark_connect, scratch)):
-        spark = SparkSession.builder.remote(server.url).getOrCreate()
-        try:
+        with connect_session(server.url) as spark:
             found[server.url] = compare(spark, uris, store)
-        finally:
-            spark.stop()
     assert {url: f.differing for url, f in found.items()} == {cluster_servers.connect.url: {}, spark_connect.url: {}}
     on_s3 = found[cluster_servers.connect.url]
     committed = {uri for uri, epochs in on_s3.epochs_in_history.items() if epochs}
