@@ -52,11 +52,10 @@ def write_table(store: StoreConfig, rows: int, epochs: int) -> tuple[str, Commit
     from falkirk.policies.regimes import Tier
 
     uri = store.table_uri(Tier.DURABLE, DAG, f"{TASK}-{rows}", "output")
-    key = CommitKey(dag_id=DAG, task_id=f"{TASK}-{rows}", epoch=1)
-    for epoch in range(1, epochs + 1):
-        key = CommitKey(dag_id=DAG, task_id=f"{TASK}-{rows}", epoch=epoch)
-        commit_epoch(uri, epoch_rows(epoch, rows), key, store.options_for(uri))
-    return uri, key
+    keys = [CommitKey(dag_id=DAG, task_id=f"{TASK}-{rows}", epoch=epoch) for epoch in range(1, epochs + 1)]
+    for key in keys:
+        commit_epoch(uri, epoch_rows(key.epoch, rows), key, store.options_for(uri))
+    return uri, keys[-1]
 
 
 def _timed(read: Callable[[], object]) -> float:
