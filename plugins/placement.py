@@ -7,6 +7,13 @@ to its group's home worker, whose Celery worker consumes a queue of its own name
 (``airflow celery worker --queues default,worker-a``). Tasks outside any group keep the
 queue the DAG gives them.
 
+Under the KubernetesExecutor there are no queues: the workers are the nodes (``FALKIRK_WORKERS``
+names them), a node's scratch tier is a directory on its own disk, and the hook gives a Falkirk
+task instance a ``pod_override`` instead (:func:`pod_placement`): the node affinity that
+pins its pod to its group's home, the node's scratch directory mounted where
+``FALKIRK_SCRATCH_URI`` says, and ``FALKIRK_WORKER`` set to the node the pod runs on, so the
+ledger names the node that holds each scratch table.
+
 Installed by the package's ``airflow.policy`` entry point: nothing to add to
 ``airflow_local_settings.py``. It acts only where ``FALKIRK_WORKERS`` names the workers (in
 the scheduler's and the API server's environment; a single machine has none to choose). A
@@ -49,6 +56,8 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None
     if task is None or not is_falkirk_task(task):
         return
     if not configured_workers(os.environ):  # one machine: nothing to choose, nothing to import or read
+        return
+    if runs_on_kubernetes(task_instance):  # no queues: its pod is placed when launched (pod_mutation_hook)
         return
     try:
         # The DAG's queue, not the instance's: Airflow calls the hook again on an instance it has
@@ -188,6 +197,99 @@ def replica_worker(store: Any, dag_id: str, task_id: str, partitions: int | None
     if replica.status is Status.DEAD:
         return next(r.worker for r in layout.pair(task_id, partition) if r.replica != name)
     return replica.worker
+
+
+SCRATCH_VOLUME = "falkirk-scratch"
+
+
+def pod_placement(home: str | None, scratch_root: str) -> Any:
+    """The part of a Falkirk task's pod that keeps it with its scratch data, as a ``V1Pod`` for
+    the KubernetesExecutor's ``pod_override``: pinned to node ``home`` (by node name, the name
+    ``FALKIRK_WORKER`` takes from the pod's ``spec.nodeName``; anywhere when ``home`` is None),
+    with the node's directory ``scratch_root`` mounted at the same path in the ``base``
+    container (none when the scratch tier is in the durable store).
+
+    >>> pod = pod_placement("node-a", "/var/lib/falkirk/scratch")
+    >>> pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms[0].match_fields[0].values
+    ['node-a']
+    >>> pod.spec.containers[0].name, pod.spec.containers[0].volume_mounts[0].mount_path
+    ('base', '/var/lib/falkirk/scratch')
+    >>> pod.spec.containers[0].env[0].value_from.field_ref.field_path
+    'spec.nodeName'
+    >>> pod_placement(None, "s3://bucket/scratch").spec.affinity is None
+    True
+    """
+    from kubernetes.client import models as k8s
+
+    from falkirk.policies.workers import WORKER_ENV
+
+    node = k8s.V1EnvVarSource(field_ref=k8s.V1ObjectFieldSelector(field_path="spec.nodeName"))
+    base = k8s.V1Container(name="base", env=[k8s.V1EnvVar(name=WORKER_ENV, value_from=node)])
+    spec = k8s.V1PodSpec(containers=[base])
+    if "://" not in scratch_root or scratch_root.startswith("file://"):
+        path = scratch_root.removeprefix("file://")
+        base.volume_mounts = [k8s.V1VolumeMount(name=SCRATCH_VOLUME, mount_path=path)]
+        spec.volumes = [k8s.V1Volume(name=SCRATCH_VOLUME,
+                                     host_path=k8s.V1HostPathVolumeSource(path=path, type="DirectoryOrCreate"))]
+    if home is not None:
+        on_home = k8s.V1NodeSelectorRequirement(key="metadata.name", operator="In", values=[home])
+        spec.affinity = k8s.V1Affinity(node_affinity=k8s.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(
+                node_selector_terms=[k8s.V1NodeSelectorTerm(match_fields=[on_home])])))
+    return k8s.V1Pod(spec=spec)
+
+
+@hookimpl
+def pod_mutation_hook(pod: Any) -> None:
+    """Pin a KubernetesExecutor pod of a Falkirk task instance to its scratch group's home node,
+    with that node's scratch directory and name (:func:`pod_placement`). The executor calls this
+    on every pod it is about to create, as ``airflow kubernetes generate-dag-yaml`` does on the
+    pods it renders: placed at launch, a pod follows the latest commit of its group."""
+    labels = (pod.metadata and pod.metadata.labels) or {}
+    if labels.get("kubernetes_executor") != "True":  # a KubernetesPodOperator's pod, say: not a task instance
+        return
+    if not configured_workers(os.environ):
+        return
+    annotations = pod.metadata.annotations or {}
+    dag_id, task_id = annotations.get("dag_id"), annotations.get("task_id")
+    try:
+        task = _scheduled_task(dag_id, task_id)
+        if task is None or not is_falkirk_task(task):
+            return
+        from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+
+        from falkirk.policies.store import StoreConfig
+
+        home = placement_of(task, getattr(task, "queue", None), int(annotations.get("map_index", -1)))
+        placed = PodGenerator.reconcile_pods(pod, pod_placement(home, StoreConfig.from_env().scratch_uri))
+    except Exception as exc:  # noqa: BLE001 - the pod starts unplaced; the task's runtime check names the problem
+        log.warning("Falkirk placement of the pod of %s.%s skipped: %s", dag_id, task_id, exc)
+        return
+    if home is not None:
+        log.info("Falkirk placement: %s.%s runs on node %s (its scratch group's)", dag_id, task_id, home)
+    pod.spec = placed.spec
+
+
+def runs_on_kubernetes(task_instance: Any) -> bool:
+    """Whether the executor that runs ``task_instance`` (its own, else Airflow's default) is
+    the KubernetesExecutor."""
+    from airflow.executors.executor_loader import ExecutorLoader
+
+    name = getattr(task_instance, "executor", None)
+    executor = (ExecutorLoader.lookup_executor_name_by_str(name) if name
+                else ExecutorLoader.get_default_executor_name())
+    return executor.module_path.endswith(".KubernetesExecutor")
+
+
+def _scheduled_task(dag_id: str | None, task_id: str | None) -> Any:
+    """Task ``task_id`` of DAG ``dag_id`` as the scheduler holds it (the latest serialized
+    version), or None when there is none."""
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    if not dag_id or not task_id:
+        return None
+    dag = SerializedDagModel.get_dag(dag_id)
+    return dag.task_dict.get(task_id) if dag is not None else None
 
 
 def is_falkirk_task(task: Any) -> bool:
