@@ -1,9 +1,10 @@
 """Reading a Falkirk input: the runtime's path against Spark's own Delta reader, in one run.
 
 A job reads one epoch of an upstream task's Delta table. The runtime's path
-(:func:`falkirk.spark_jobs.delta_sink.read_frame`) reads the Delta log with delta-rs in the job
-and then the epoch's files: with Spark's Parquet reader for a local table; on S3, with pyarrow
-in the job (an epoch under 16 MB) or in the executors (``mapInArrow``). Spark's Delta reader
+(:func:`falkirk.spark_jobs.delta_sink.read_frame` without ``spark_reads``) reads the Delta log
+with delta-rs in the job and then the epoch's files: with Spark's Parquet reader for a local
+table; on S3, with pyarrow in the job (an epoch under 16 MB) or in the executors
+(``mapInArrow``). Spark's Delta reader
 (``spark.read.format("delta").load(...).where(epoch = e)``, over ``s3a://`` on S3) reads both
 in the Spark server, pruning to the epoch's partition.
 
@@ -11,11 +12,14 @@ The table is written as the runtime writes an output (one commit per epoch, part
 epoch) with ``--epochs`` epochs of ``rows`` rows each, at the size of ``make bench-regimes``'s
 per-epoch output (20,000 items) and at ten times it; the durable store on ``moto_server`` and
 on the local disk. Each path reads the last epoch into Spark's no-op sink (every column
-materialized), alternately, ``--repeats`` times after a warm-up; the table gives the medians
-and Spark's reader's time as a ratio to the runtime's path.
+materialized), alternately, ``--repeats`` times after a warm-up; the table gives the medians,
+Spark's reader's time as a ratio to the runtime's path, and the default: ``read_frame`` as a job
+runs it where the Spark server reaches the store (``FALKIRK_SPARK_READS_STORE=true``, as here),
+which picks Spark's Delta reader for an epoch on S3 of ``SPARK_READ_MIN_BYTES`` or more
+(:func:`~falkirk.spark_jobs.delta_sink.read_path`), with its time as a ratio to the faster path's.
 
     make bench-read
-    .venv/bin/python -m benchmarks.read_bench --sizes 20000,200000 --repeats 5
+    .venv/bin/python -m benchmarks.read_bench --sizes 20000,50000,200000 --repeats 5
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from devstack.spark import SparkConnectServer
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, commit_epoch
 from falkirk.policies.store.config import spark_uri
-from falkirk.spark_jobs.delta_sink import read_frame
+from falkirk.spark_jobs.delta_sink import read_frame, read_path
 
 DAG, TASK = "bench", "aggregate"
 
@@ -64,13 +68,24 @@ def _timed(read: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def measure(spark, store: StoreConfig, rows: int, epochs: int, repeats: int) -> dict[str, float]:  # noqa: ANN001
+def epoch_bytes(uri: str, key: CommitKey, options: dict[str, str]) -> int:
+    """The size of the Parquet files of ``key``'s epoch, as the Delta log records them."""
+    from deltalake import DeltaTable
+
+    actions = pa.table(DeltaTable(uri, storage_options=options).get_add_actions(flatten=True)).to_pylist()
+    return sum(a["size_bytes"] for a in actions if int(a["partition.epoch"]) == key.epoch)
+
+
+def measure(spark, store: StoreConfig, rows: int, epochs: int, repeats: int) -> dict[str, float | str]:  # noqa: ANN001
     uri, key = write_table(store, rows, epochs)
     options = store.options_for(uri)
+    size = epoch_bytes(uri, key, options)
     paths = {
         "runtime": lambda: read_frame(spark, uri, key, rows, options),
         "spark delta": lambda: spark.read.format("delta").load(spark_uri(uri)).where(f"epoch = {key.epoch}")
         .drop("epoch"),
+        # read_frame as a job runs it where the Spark server reaches the store (FALKIRK_SPARK_READS_STORE)
+        "default": lambda: read_frame(spark, uri, key, rows, options, spark_reads=True),
     }
     for read in paths.values():  # warm-up: the JVM's classes, the S3 clients
         _timed(read)
@@ -78,12 +93,13 @@ def measure(spark, store: StoreConfig, rows: int, epochs: int, repeats: int) -> 
     for _ in range(repeats):
         for name, read in paths.items():
             times[name].append(_timed(read))
-    return {name: statistics.median(values) for name, values in times.items()}
+    chosen = read_path(uri, size, spark_reads=True)
+    return {"bytes": size, "chosen": chosen.value, **{name: statistics.median(values) for name, values in times.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="20000,200000", help="rows per epoch, comma-separated")
+    parser.add_argument("--sizes", default="20000,50000,200000", help="rows per epoch, comma-separated")
     parser.add_argument("--epochs", type=int, default=8, help="epochs in the table (default 8)")
     parser.add_argument("--repeats", type=int, default=5, help="timed reads per path (default 5)")
     args = parser.parse_args(argv)
@@ -108,11 +124,13 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     spark.stop()
     print()
-    print("| store | rows an epoch | runtime's path | Spark's Delta reader | Spark / runtime |")
-    print("|---|---|---|---|---|")
+    print("| store | rows an epoch | MB | runtime's path | Spark's Delta reader | Spark / runtime | default reads with "
+          "| default / faster |")
+    print("|---|---|---|---|---|---|---|---|")
     for where, rows, times in results:
-        print(f"| {where} | {rows:,} | {times['runtime']:.3f} s | {times['spark delta']:.3f} s | "
-              f"{times['spark delta'] / times['runtime']:.2f} |")
+        runtime, delta, default = (float(times[k]) for k in ("runtime", "spark delta", "default"))
+        print(f"| {where} | {rows:,} | {int(times['bytes']) / 1e6:.1f} | {runtime:.3f} s | {delta:.3f} s | "
+              f"{delta / runtime:.2f} | {times['chosen']} | {default / min(runtime, delta):.2f} |")
     return 0
 
 

@@ -160,8 +160,8 @@ class Cluster:
             self.query_db = self.postgres.url(f"queries{suffix}", driver="postgresql")
             extra = {"FALKIRK_QUERY_DB": self.query_db,
                      "FALKIRK_CLICKSTREAM_ACKS": str(self._dir("sources") / "{dag_id}.json"), **self.extra_env}
-            if self.connect is not None:
-                extra = {**self.connect.airflow_env(), **extra}
+            if self.connect is not None:  # a server with Delta's jars and the store's s3a settings
+                extra = {**self.connect.airflow_env(), "FALKIRK_SPARK_READS_STORE": "true", **extra}
             bucket = f"{BUCKET}-{n}" if n else BUCKET
             self.s3.create_bucket(bucket)
             # The store as the scheduler and the CLI see it; each worker keeps its scratch tables in

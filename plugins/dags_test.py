@@ -82,7 +82,7 @@ def dags_test_store(store: StoreConfig, dag_id: str, run_key: str = "",
     ``FALKIRK_DAGS_TEST_STORE=real`` uses ``store`` itself.
 
     >>> dags_test_store(StoreConfig("s3://b/store", "/tmp/s"), "orders", "r1-0", {"FALKIRK_DAGS_TEST_STORE": "/tmp/t"})
-    StoreConfig(durable_uri='/tmp/t/orders/durable', scratch_uri='/tmp/t/orders/scratch', storage_options={}, worker=None)
+    StoreConfig(durable_uri='/tmp/t/orders/durable', scratch_uri='/tmp/t/orders/scratch', storage_options={}, worker=None, spark_reads=False)
     >>> dags_test_store(StoreConfig("/s", "/sc"), "orders", "r1-0", {}).durable_uri.endswith("/orders/r1-0/durable")
     True
     """

@@ -24,6 +24,7 @@ writes new files and commits those.
 
 from __future__ import annotations
 
+import enum
 import json
 import time
 import uuid
@@ -53,6 +54,7 @@ from falkirk.policies.store.commits import (
     open_table,
     scan,
 )
+from falkirk.policies.store.config import spark_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -169,11 +171,47 @@ def publish(staged: StagedFiles, attempts: int | None = None) -> CommitResult:
 
 
 DRIVER_READ_MAX_BYTES = 16 * 1024 * 1024
+# An epoch on S3 from this size on is read faster by Spark's Delta reader (over s3a://, in the
+# Spark server) than by the job's pyarrow and a transfer to the server (`make bench-read`).
+SPARK_READ_MIN_BYTES = 1024 * 1024
+
+
+class ReadPath(enum.Enum):
+    """Who reads an epoch's files (:func:`read_path`)."""
+
+    SPARK_PARQUET = "Spark's Parquet reader"  # a local table: its files by path
+    DRIVER = "the job, in one request"  # pyarrow in the job's process, handed to Spark
+    EXECUTORS = "the executors, with pyarrow"  # mapInArrow over the epoch's files
+    SPARK_DELTA = "Spark's Delta reader"  # format("delta") over s3a://, pruned to the epoch
+
+
+def read_path(uri: str, size: int, *, on_driver: bool = False, spark_reads: bool = False,
+              driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES,
+              spark_read_min_bytes: int = SPARK_READ_MIN_BYTES) -> ReadPath:
+    """The faster way to read an epoch of ``size`` bytes of the table at ``uri``, given whether
+    it must be read in the job's own process (``on_driver``: the worker's scratch disk) and
+    whether the Spark server reads the store itself (``spark_reads``).
+
+    >>> read_path("/data/store/t", 50_000_000).name, read_path("/scratch/t", 10, on_driver=True).name
+    ('SPARK_PARQUET', 'DRIVER')
+    >>> [read_path("s3://b/t", n).name for n in (400_000, 4_000_000, 40_000_000)]
+    ['DRIVER', 'DRIVER', 'EXECUTORS']
+    >>> [read_path("s3://b/t", n, spark_reads=True).name for n in (400_000, 4_000_000, 40_000_000)]
+    ['DRIVER', 'SPARK_DELTA', 'SPARK_DELTA']
+    """
+    if on_driver:
+        return ReadPath.DRIVER
+    if not uri.startswith("s3://"):
+        return ReadPath.SPARK_PARQUET
+    if spark_reads and size >= spark_read_min_bytes:
+        return ReadPath.SPARK_DELTA
+    return ReadPath.DRIVER if size <= driver_read_max_bytes else ReadPath.EXECUTORS
 
 
 def read_frame(spark: SparkSession, uri: str, key: CommitKey, rows: int | None,
                storage_options: dict[str, str] | None = None,
-               driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES, on_driver: bool = False) -> DataFrame:
+               driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES, on_driver: bool = False,
+               spark_reads: bool = False) -> DataFrame:
     """The rows that commit ``key`` wrote to the Delta table at ``uri`` (its epoch ``key.epoch``),
     as a DataFrame without the ``epoch`` column.
 
@@ -183,13 +221,14 @@ def read_frame(spark: SparkSession, uri: str, key: CommitKey, rows: int | None,
     :class:`~falkirk.policies.store.commits.EpochTableError` naming the table and the epoch, never an
     empty DataFrame that a job would take for an epoch without data.
 
-    The driver reads only the Delta log: which files make up the epoch, their sizes, the
-    schema. The data is read in parallel by the executors: with Spark's own Parquet
-    reader for a local path, and with pyarrow for ``s3://`` (Spark's S3A connector needs
-    jars that are not installed). A remote epoch smaller than ``driver_read_max_bytes``
-    (a typical state table) is read on the driver in one request instead, which is
-    cheaper than a Spark job. ``on_driver`` reads on the driver whatever the size: a table on the
-    driver's own local disk (the scratch tier), which executors on other hosts cannot see.
+    The driver reads the Delta log with delta-rs: which files make up the epoch, their sizes,
+    the schema. Then :func:`read_path` chooses who reads the data: Spark's own Parquet reader
+    for a local path; for ``s3://``, Spark's Delta reader at the version just checked when the
+    Spark server reaches the store itself (``spark_reads``) and the epoch is large, else pyarrow,
+    on the driver in one request for an epoch under ``driver_read_max_bytes`` (a typical state
+    table), in the executors for a larger one. ``on_driver`` reads on the driver whatever the
+    size: a table on the driver's own local disk (the scratch tier), which executors on other
+    hosts cannot see.
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -207,16 +246,22 @@ def read_frame(spark: SparkSession, uri: str, key: CommitKey, rows: int | None,
     files = table.file_uris(file_pruning_predicate=[(EPOCH, "=", str(int(epoch)))])
     if not files:
         return spark.createDataFrame([], spark_schema)
-    if on_driver:
+    size = 0
+    if uri.startswith("s3://") and not on_driver:
+        actions = pa.table(table.get_add_actions(flatten=True))
+        size = pc.sum(actions.filter(pc.equal(actions.column(f"partition.{EPOCH}"), int(epoch)))
+                      .column("size_bytes")).as_py() or 0
+    path = read_path(uri, size, on_driver=on_driver, spark_reads=spark_reads,
+                     driver_read_max_bytes=driver_read_max_bytes)
+    if path is ReadPath.SPARK_PARQUET:
+        return spark.read.schema(spark_schema).parquet(*files)
+    if path is ReadPath.DRIVER:
         return spark.createDataFrame(scan(table, where={EPOCH: int(epoch)}).drop_columns([EPOCH]).cast(schema),
                                      spark_schema)
-    if not uri.startswith("s3://"):
-        return spark.read.schema(spark_schema).parquet(*files)
-    actions = pa.table(table.get_add_actions(flatten=True))
-    size = pc.sum(actions.filter(pc.equal(actions.column(f"partition.{EPOCH}"), int(epoch)))
-                  .column("size_bytes")).as_py() or 0
-    if size <= driver_read_max_bytes:
-        return spark.createDataFrame(scan(table, where={EPOCH: int(epoch)}).drop_columns([EPOCH]).cast(schema))
+    if path is ReadPath.SPARK_DELTA:  # the version checked above, whatever commits since
+        frame = spark.read.format("delta").option("versionAsOf", table.version()).load(spark_uri(uri))
+        return frame.where(f"`{EPOCH}` = {int(epoch)}").select(
+            *(frame[f.name].cast(f.dataType) for f in spark_schema.fields))
     # One partition per file, up to the shuffle width: no SparkContext, so it also runs on Spark Connect.
     n = min(len(files), int(spark.conf.get("spark.sql.shuffle.partitions") or 4))
     paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(n)

@@ -397,7 +397,8 @@ class EpochContext:
             + ")")
         try:
             return read_frame(self.spark, entry.state_uri, entry.key, entry.state_rows,
-                              self.store.options_for(entry.state_uri), on_driver=in_scratch)
+                              self.store.options_for(entry.state_uri), on_driver=in_scratch,
+                              spark_reads=self.store.spark_reads)
         except EpochTableError as exc:
             if in_scratch:
                 # This worker is alive (the job runs on it): only the task's, or the partition's,
@@ -459,7 +460,7 @@ class EpochContext:
         _check_inside(self.store, uri, entry, "outputs[].uri")
         try:
             return read_frame(self.spark, uri, entry.key, rows, self.store.options_for(uri),
-                              on_driver=self.store.is_scratch(uri))
+                              on_driver=self.store.is_scratch(uri), spark_reads=self.store.spark_reads)
         except EpochTableError as exc:
             raise JobError(f"{self.args.processor}: cannot read the {what} at epoch {entry.epoch}: {exc}. "
                            f"Plan a recovery that redoes it: falkirk plan --dag {entry.dag_id} "

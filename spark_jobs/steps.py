@@ -166,7 +166,8 @@ def _load(ctx: EpochContext, cp: StepCheckpoint) -> DataFrame:
     scratch = ctx.store.is_scratch(cp.uri)
     if scratch and cp.worker not in (None, worker_name()):
         raise EpochTableError(f"it is in scratch on {cp.worker}, and this attempt runs on {worker_name()}")
-    return read_frame(ctx.spark, cp.uri, cp.key, cp.rows, ctx.store.options_for(cp.uri), on_driver=scratch)
+    return read_frame(ctx.spark, cp.uri, cp.key, cp.rows, ctx.store.options_for(cp.uri), on_driver=scratch,
+                      spark_reads=ctx.store.spark_reads)
 
 
 def _checkpoint(ctx: EpochContext, kind: str, step: int, of: int, frame: DataFrame) -> DataFrame:
@@ -188,5 +189,6 @@ def _checkpoint(ctx: EpochContext, kind: str, step: int, of: int, frame: DataFra
     StepLog(store).append(cp)
     say(f"{a.processor} epoch {a.epoch}: checkpoint at {cp.progress} -> {uri} (v{written.version}, "
         f"{written.rows} rows)")
-    return read_frame(ctx.spark, uri, cp.key, written.rows, store.options_for(uri), on_driver=scratch)
+    return read_frame(ctx.spark, uri, cp.key, written.rows, store.options_for(uri), on_driver=scratch,
+                      spark_reads=store.spark_reads)
 

@@ -11,6 +11,10 @@ and tests agree on them:
 * ``FALKIRK_WORKER``: on a deployment of several workers, the name of this one. Its scratch
   tables then live under ``<scratch root>/<worker>/``, so that a ledger row names the worker's
   disk in its URIs and a lost worker is exactly the tables under that directory.
+* ``FALKIRK_SPARK_READS_STORE``: ``true`` when the jobs' Spark server has Delta's jars and
+  reaches the durable store itself (``s3a://`` settings, :meth:`StoreConfig.spark_conf`): large
+  epochs of inputs on S3 are then read by Spark's Delta reader
+  (:func:`falkirk.spark_jobs.delta_sink.read_path`).
 * for ``s3://``: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
   ``AWS_REGION`` and ``AWS_ALLOW_HTTP`` as delta-rs reads them.
 
@@ -38,6 +42,7 @@ STORE_RETRY_ENV = "FALKIRK_STORE_RETRY_SECONDS"
 
 STORE_ENV = "FALKIRK_STORE_URI"
 SCRATCH_ENV = "FALKIRK_SCRATCH_URI"
+SPARK_READS_ENV = "FALKIRK_SPARK_READS_STORE"
 _S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ALLOW_HTTP")
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
@@ -55,6 +60,8 @@ class StoreConfig:
     storage_options: Mapping[str, str] = field(default_factory=dict)
     # The worker this process runs on, when there are several (``FALKIRK_WORKER``); None: one machine.
     worker: str | None = None
+    # Whether the jobs' Spark server reads the durable store with Delta's own reader (``FALKIRK_SPARK_READS_STORE``).
+    spark_reads: bool = False
 
     def __post_init__(self) -> None:
         if self.worker is not None and not _NAME.fullmatch(self.worker):
@@ -83,13 +90,18 @@ class StoreConfig:
                 raise StoreError(f"{SCRATCH_ENV} is not set: with a remote {STORE_ENV}, name a local scratch directory")
             scratch = str(Path(durable).parent / "scratch")
         options = {k: env[k] for k in _S3_ENV if env.get(k)} if _is_remote(durable) else {}
+        reads = env.get(SPARK_READS_ENV, "").strip().lower()
+        if reads not in ("", "true", "false", "1", "0"):
+            raise StoreError(f"{SPARK_READS_ENV}={reads!r:.40}: say true (the jobs' Spark server reads the store with "
+                             f"Delta's jars and its own S3 settings) or false")
         return cls(durable_uri=durable, scratch_uri=scratch, storage_options=options,
-                   worker=env.get(WORKER_ENV, "").strip() or None)
+                   worker=env.get(WORKER_ENV, "").strip() or None, spark_reads=reads in ("true", "1"))
 
     def env(self) -> dict[str, str]:
         """The environment variables that reproduce this configuration in another process."""
         worker = {WORKER_ENV: self.worker} if self.worker else {}
-        return {STORE_ENV: self.durable_uri, SCRATCH_ENV: self.scratch_uri, **self.storage_options, **worker}
+        reads = {SPARK_READS_ENV: "true"} if self.spark_reads else {}
+        return {STORE_ENV: self.durable_uri, SCRATCH_ENV: self.scratch_uri, **self.storage_options, **worker, **reads}
 
     def root(self, tier: Tier) -> str:
         """A tier's root: for scratch, this worker's own directory when workers are named."""

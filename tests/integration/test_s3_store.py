@@ -106,3 +106,46 @@ def test_twenty_races_of_two_attempts_committing_one_epoch_on_s3_double_nothing(
     assert len(rows) == 2 * trials
     assert len(table.history()) == trials  # one commit per epoch, the losers' none
     assert store.durable_uri.startswith("s3://")
+
+
+def test_an_epoch_of_a_megabyte_or_more_on_s3_is_read_by_sparks_delta_reader_when_the_server_reaches_the_store(
+        s3: MotoS3, spark_connect: SparkConnectServer, tmp_path: Path) -> None:
+    """``read_frame`` with ``spark_reads`` (``FALKIRK_SPARK_READS_STORE``): a large epoch is read in
+    the Spark server over ``s3a://``, its partition alone, at the version checked; a small one and
+    the same large one without ``spark_reads`` are read by the job with pyarrow. The rows are the
+    same either way."""
+    import pyarrow as pa
+
+    from falkirk.policies.regimes import Tier
+    from falkirk.policies.store.commits import CommitKey, commit_epoch
+    from falkirk.spark_jobs.delta_sink import SPARK_READ_MIN_BYTES, read_frame
+    from tests.delta_interop import connect_session
+
+    s3.create_bucket("falkirk-reads")
+    store = StoreConfig("s3://falkirk-reads/store", str(tmp_path / "scratch"), s3.storage_options(), spark_reads=True)
+    uri = store.table_uri(Tier.DURABLE, "reads", "aggregate", "output")
+    sizes = {1: 2_000, 2: 60_000, 3: 2_000}  # epoch 2: about 1.3 MB of Parquet
+
+    def rows(epoch: int) -> pa.Table:
+        n = sizes[epoch]
+        return pa.table({"item": [f"item-{i:08d}" for i in range(n)], "total": pa.array(range(epoch, epoch + n)),
+                         "share": [i / n for i in range(n)], "epoch": pa.array([epoch] * n, pa.int64())})
+
+    keys = {e: CommitKey(dag_id="reads", task_id="aggregate", epoch=e) for e in sizes}
+    for epoch, key in keys.items():
+        commit_epoch(uri, rows(epoch), key, store.options_for(uri))
+    with connect_session(spark_connect.url) as spark:
+        for name, value in store.spark_conf().items():  # the Spark server reaching the store, per session
+            spark.conf.set(name.removeprefix("spark.hadoop."), value)
+
+        def read(epoch: int, spark_reads: bool = True) -> tuple[list[str], list[tuple]]:
+            frame = read_frame(spark, uri, keys[epoch], sizes[epoch], store.options_for(uri), spark_reads=spark_reads)
+            return frame.inputFiles(), sorted(tuple(r) for r in frame.collect())
+
+        expected = {e: sorted((r["item"], r["total"], r["share"]) for r in rows(e).to_pylist()) for e in sizes}
+        files, got = read(2)
+        assert files and all(f.startswith("s3a://falkirk-reads/store/") and "/epoch=2/" in f for f in files), files
+        assert got == expected[2]
+        assert read(2, spark_reads=False) == ([], expected[2])  # the job's pyarrow: a local relation
+        assert read(1) == ([], expected[1]) and read(3) == ([], expected[3])  # under SPARK_READ_MIN_BYTES
+    assert SPARK_READ_MIN_BYTES == 1024 * 1024
