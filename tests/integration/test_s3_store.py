@@ -65,9 +65,8 @@ def test_twenty_races_of_two_attempts_committing_one_epoch_on_s3_double_nothing(
     import threading
 
     import pyarrow as pa
-    from deltalake import write_deltalake
 
-    from falkirk.policies.store.commits import CommitKey, commit_once, open_table, scan
+    from falkirk.policies.store.commits import CommitKey, _write_rows, commit_once, open_table, scan
 
     s3.create_bucket("falkirk-races")
     store = StoreConfig("s3://falkirk-races/store", "/nonexistent-scratch", s3.storage_options())
@@ -81,12 +80,11 @@ def test_twenty_races_of_two_attempts_committing_one_epoch_on_s3_double_nothing(
 
             first_try = [True]
 
-            def write(table, properties) -> None:  # noqa: ANN001 - as commit_epoch writes an epoch
+            def write(table, properties) -> None:  # noqa: ANN001 - commit_epoch's own write, after a barrier
                 if first_try.pop() if first_try else False:
                     both_checked.wait()  # both have passed the check; neither has committed
-                write_deltalake(table if table is not None else uri, rows, mode="overwrite",
-                                predicate=f"epoch = {epoch}", partition_by=["epoch"], commit_properties=properties,
-                                storage_options=options)
+                _write_rows(uri, table, rows, properties, options, mode="overwrite", predicate=f"epoch = {epoch}",
+                            partition_by=["epoch"])
 
             result = commit_once(uri, CommitKey(dag_id="races", task_id="totals", epoch=epoch), write, 2, options)
             applied.append((epoch, marker, result.applied))
