@@ -36,9 +36,9 @@ import pyarrow as pa
 from devstack.s3 import MotoS3
 from devstack.spark import SparkConnectServer
 from falkirk.policies.store import StoreConfig
-from falkirk.policies.store.commits import CommitKey, commit_epoch
+from falkirk.policies.store.commits import CommitKey, commit_epoch, open_table
 from falkirk.policies.store.config import spark_uri
-from falkirk.spark_jobs.delta_sink import read_frame, read_path
+from falkirk.spark_jobs.delta_sink import epoch_bytes, read_frame, read_path
 
 DAG, TASK = "bench", "aggregate"
 
@@ -68,18 +68,10 @@ def _timed(read: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def epoch_bytes(uri: str, key: CommitKey, options: dict[str, str]) -> int:
-    """The size of the Parquet files of ``key``'s epoch, as the Delta log records them."""
-    from deltalake import DeltaTable
-
-    actions = pa.table(DeltaTable(uri, storage_options=options).get_add_actions(flatten=True)).to_pylist()
-    return sum(a["size_bytes"] for a in actions if int(a["partition.epoch"]) == key.epoch)
-
-
 def measure(spark, store: StoreConfig, rows: int, epochs: int, repeats: int) -> dict[str, float | str]:  # noqa: ANN001
     uri, key = write_table(store, rows, epochs)
     options = store.options_for(uri)
-    size = epoch_bytes(uri, key, options)
+    size = epoch_bytes(open_table(uri, options), key.epoch)
     paths = {
         "runtime": lambda: read_frame(spark, uri, key, rows, options),
         "spark delta": lambda: spark.read.format("delta").load(spark_uri(uri)).where(f"epoch = {key.epoch}")

@@ -8,9 +8,9 @@ to its group's home worker, whose Celery worker consumes a queue of its own name
 queue the DAG gives them.
 
 Under the KubernetesExecutor there are no queues: the workers are the nodes (``FALKIRK_WORKERS``
-names them), a node's scratch tier is a directory on its own disk, and the hook gives a Falkirk
-task instance a ``pod_override`` instead (:func:`pod_placement`): the node affinity that
-pins its pod to its group's home, the node's scratch directory mounted where
+names them), a node's scratch tier is a directory on its own disk, and ``pod_mutation_hook``
+merges :func:`pod_placement` into each Falkirk task instance's pod as the executor creates it:
+the node affinity that pins it to its group's home, the node's scratch directory mounted where
 ``FALKIRK_SCRATCH_URI`` says, and ``FALKIRK_WORKER`` set to the node the pod runs on, so the
 ledger names the node that holds each scratch table.
 
@@ -226,11 +226,10 @@ def pod_placement(home: str | None, scratch_root: str) -> Any:
     node = k8s.V1EnvVarSource(field_ref=k8s.V1ObjectFieldSelector(field_path="spec.nodeName"))
     base = k8s.V1Container(name="base", env=[k8s.V1EnvVar(name=WORKER_ENV, value_from=node)])
     spec = k8s.V1PodSpec(containers=[base])
-    if "://" not in scratch_root or scratch_root.startswith("file://"):
-        path = scratch_root.removeprefix("file://")
-        base.volume_mounts = [k8s.V1VolumeMount(name=SCRATCH_VOLUME, mount_path=path)]
-        spec.volumes = [k8s.V1Volume(name=SCRATCH_VOLUME,
-                                     host_path=k8s.V1HostPathVolumeSource(path=path, type="DirectoryOrCreate"))]
+    if not scratch_root.startswith("s3://"):  # StoreConfig's scratch_uri: a local path or s3://
+        base.volume_mounts = [k8s.V1VolumeMount(name=SCRATCH_VOLUME, mount_path=scratch_root)]
+        spec.volumes = [k8s.V1Volume(name=SCRATCH_VOLUME, host_path=k8s.V1HostPathVolumeSource(
+            path=scratch_root, type="DirectoryOrCreate"))]
     if home is not None:
         on_home = k8s.V1NodeSelectorRequirement(key="metadata.name", operator="In", values=[home])
         spec.affinity = k8s.V1Affinity(node_affinity=k8s.V1NodeAffinity(

@@ -208,6 +208,13 @@ def read_path(uri: str, size: int, *, on_driver: bool = False, spark_reads: bool
     return ReadPath.DRIVER if size <= driver_read_max_bytes else ReadPath.EXECUTORS
 
 
+def epoch_bytes(table: DeltaTable, epoch: int) -> int:
+    """The size of epoch ``epoch``'s files in ``table``, as its Delta log records them."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    return pc.sum(actions.filter(pc.equal(actions.column(f"partition.{EPOCH}"), int(epoch)))
+                  .column("size_bytes")).as_py() or 0
+
+
 def read_frame(spark: SparkSession, uri: str, key: CommitKey, rows: int | None,
                storage_options: dict[str, str] | None = None,
                driver_read_max_bytes: int = DRIVER_READ_MAX_BYTES, on_driver: bool = False,
@@ -246,11 +253,7 @@ def read_frame(spark: SparkSession, uri: str, key: CommitKey, rows: int | None,
     files = table.file_uris(file_pruning_predicate=[(EPOCH, "=", str(int(epoch)))])
     if not files:
         return spark.createDataFrame([], spark_schema)
-    size = 0
-    if uri.startswith("s3://") and not on_driver:
-        actions = pa.table(table.get_add_actions(flatten=True))
-        size = pc.sum(actions.filter(pc.equal(actions.column(f"partition.{EPOCH}"), int(epoch)))
-                      .column("size_bytes")).as_py() or 0
+    size = epoch_bytes(table, epoch) if uri.startswith("s3://") and not on_driver else 0
     path = read_path(uri, size, on_driver=on_driver, spark_reads=spark_reads,
                      driver_read_max_bytes=driver_read_max_bytes)
     if path is ReadPath.SPARK_PARQUET:
