@@ -135,6 +135,26 @@ def handoffs(tasks: list[dict[str, Any]], instances: dict[tuple[str, int], dict[
     return {stage: statistics.median(w) if w else 0.0 for stage, w in waits.items()}
 
 
+def timeline(instances: dict[tuple[str, int], dict[str, Any]], started: float,
+             ended: float) -> list[dict[str, Any]]:
+    """The task instances that ran inside [started, ended], in start order, with their
+    ``scheduled_when``, ``queued_when``, start and end in seconds from ``started`` and the worker
+    (Airflow's ``hostname``) that ran them.
+
+    >>> at = lambda s: f"2026-01-01T00:00:{s:02d}Z"
+    >>> ti = {"scheduled_when": at(1), "queued_when": at(2), "start_date": at(3), "end_date": at(5), "hostname": "w"}
+    >>> timeline({("a", 1): ti}, _when(at(0)), _when(at(9)))
+    [{'task': 'a', 'epoch': 1, 'scheduled': 1.0, 'queued': 2.0, 'start': 3.0, 'end': 5.0, 'worker': 'w'}]
+    """
+    rows = []
+    for (task, epoch), (start, end) in sorted(inside(instances, started, ended).items(), key=lambda kv: kv[1]):
+        ti = instances[task, epoch]
+        stamp = lambda key: round(_when(ti[key]) - started, 3) if ti.get(key) else None  # noqa: E731
+        rows.append({"task": task, "epoch": epoch, "scheduled": stamp("scheduled_when"), "queued": stamp("queued_when"),
+                     "start": round(start - started, 3), "end": round(end - started, 3), "worker": ti.get("hostname")})
+    return rows
+
+
 def _topological(upstream: dict[str, set[str]]) -> list[str]:
     done: list[str] = []
     while len(done) < len(upstream):
@@ -172,6 +192,8 @@ def _timed_replay(name: str, plan: Any, store: Any, client: Any, dag_id: str, sl
             "handoffs": handoffs(tasks, instances, started, ended),
             # the replay's own ends of the overhead: until the first re-run starts, after the last ends
             "first_start": min(s for s, _ in spans) - started, "after_last": ended - max(e for _, e in spans),
+            # each re-run's stamps, in seconds from the replay's call: where a reader finds the gaps
+            "timeline": timeline(instances, started, ended),
             **passes.totals()}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -85,34 +86,47 @@ class Interop:
     epochs_in_history: dict[str, set[int]] = field(default_factory=dict)
 
 
-def compare(spark, uris: list[str], store: StoreConfig) -> Interop:  # noqa: ANN001 (a Connect session)
+def compare(spark, uris: list[str], store: StoreConfig, threads: int = 4) -> Interop:  # noqa: ANN001 (a Connect session)
     """Read each table with ``spark`` and with delta-rs; for a table whose commits record Falkirk
     epochs, read the version of its latest epoch commit back with ``versionAsOf`` too. A
-    session's time zone is UTC, so instants compare as instants."""
+    session's time zone is UTC, so instants compare as instants. ``threads`` tables are read at
+    once: a Connect session takes queries from several threads, and each table's reads wait
+    mostly on the store and on the server's snapshot of its log."""
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     out = Interop(tables=list(uris))
-    for uri in uris:
-        table = DeltaTable(uri, storage_options=store.options_for(uri))
-        ours = _canonical(scan(table).to_pylist())
-        theirs = _canonical(spark.read.format("delta").load(spark_uri(uri)).toArrow().to_pylist())
-        out.rows[uri] = len(ours)
-        if ours != theirs:
-            out.differing[uri] = f"delta-rs reads {len(ours)} rows, Spark {len(theirs)}"
-            continue
-        history = spark.sql(f"DESCRIBE HISTORY delta.`{spark_uri(uri)}`").select("version", "userMetadata").collect()
-        epochs = {}
-        for row in history:
-            about = json.loads(row.userMetadata).get("falkirk", {}) if row.userMetadata else {}
-            if "epoch" in about:
-                epochs[row.version] = about["epoch"]
-        out.epochs_in_history[uri] = set(epochs.values())
-        if epochs:
-            version = max(epochs)
-            table.load_as_version(version)
-            past = _canonical(scan(table).to_pylist())
-            read = spark.read.format("delta").option("versionAsOf", version).load(spark_uri(uri))
-            if past != _canonical(read.toArrow().to_pylist()):
-                out.differing[uri] = f"version {version} differs"
-            else:
+    with ThreadPoolExecutor(threads) as pool:
+        for uri, (rows, differing, epochs, version) in zip(uris, pool.map(lambda u: _compare_one(spark, u, store), uris)):
+            out.rows[uri] = rows
+            if differing is not None:
+                out.differing[uri] = differing
+            if epochs is not None:
+                out.epochs_in_history[uri] = epochs
+            if version is not None:
                 out.time_travelled[uri] = version
     return out
+
+
+def _compare_one(spark, uri: str, store: StoreConfig  # noqa: ANN001 (a Connect session)
+                 ) -> tuple[int, str | None, set[int] | None, int | None]:
+    """One table for :func:`compare`: (rows, how it differs or None, the epochs its history
+    records, the version read back)."""
+    table = DeltaTable(uri, storage_options=store.options_for(uri))
+    ours = _canonical(scan(table).to_pylist())
+    theirs = _canonical(spark.read.format("delta").load(spark_uri(uri)).toArrow().to_pylist())
+    if ours != theirs:
+        return len(ours), f"delta-rs reads {len(ours)} rows, Spark {len(theirs)}", None, None
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{spark_uri(uri)}`").select("version", "userMetadata").collect()
+    epochs = {}
+    for row in history:
+        about = json.loads(row.userMetadata).get("falkirk", {}) if row.userMetadata else {}
+        if "epoch" in about:
+            epochs[row.version] = about["epoch"]
+    if not epochs:
+        return len(ours), None, set(), None
+    version = max(epochs)
+    table.load_as_version(version)
+    past = _canonical(scan(table).to_pylist())
+    read = spark.read.format("delta").option("versionAsOf", version).load(spark_uri(uri))
+    if past != _canonical(read.toArrow().to_pylist()):
+        return len(ours), f"version {version} differs", set(epochs.values()), None
+    return len(ours), None, set(epochs.values()), version
