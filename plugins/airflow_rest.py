@@ -98,6 +98,7 @@ class AirflowClient:
         # How long a call waits for an API server that refuses connections (restarting): 0, fail at once.
         self.refused_seconds = refused_seconds
         self.on_poll = on_poll or (lambda: None)
+        self._run_afters: dict[tuple[str, str], tuple[datetime, str] | None] = {}
         self.http = httpx.Client(base_url=self.base_url, timeout=30)
         if token is None:
             if not username or password is None:
@@ -278,24 +279,52 @@ class AirflowClient:
                             ) -> dict[str, tuple[dict[str, Any], dict[ProcessorId, dict[str, Any]]]]:
         """Of ``run_ids``, each DAG run Airflow holds with its task instances (keyed as
         :meth:`task_instances` keys them); a run it does not hold (deleted) is left out. Two
-        requests (one more per further page of :data:`PAGE`) for all the runs: the task instances
-        of every run at once, then the DAG's runs from the earliest one's ``run_after`` on, where
-        reading one run at a time takes two requests each."""
-        wanted = sorted(set(run_ids))
-        if not wanted:
+        requests (one more per further page of :data:`PAGE`) for all the runs, where reading one
+        run at a time takes two requests each: the DAG's task instances, then its runs, both from
+        the earliest wanted run's ``run_after`` on (read once per run, then kept).
+
+        Both are GET listings. Airflow's POST listing of task instances writes a row of its audit
+        log on every call, committed on the API server's event loop: on SQLite that commit waits
+        for the database's one write lock, which another request's transaction can hold while its
+        own commit waits for that same loop, and the API server (with the scheduler behind the
+        lock) stands still until SQLite's busy timeout gives up."""
+        wanted = set(run_ids)
+        known = [after for after in (self._run_after(dag_id, r) for r in sorted(wanted)) if after is not None]
+        if not known:
             return {}
+        since = min(known)
+        held = self._listed(dag_id, wanted, since[1])
+        # A wanted run listed nowhere is gone, or was made again with a run_after before ``since``.
+        again = [after for after in (self._run_after(dag_id, r, fresh=True) for r in sorted(wanted - set(held)))
+                 if after is not None]
+        if again and min(again) < since:
+            held = self._listed(dag_id, wanted, min(again)[1])
+        return held
+
+    def _listed(self, dag_id: str, wanted: set[str], since: str
+                ) -> dict[str, tuple[dict[str, Any], dict[ProcessorId, dict[str, Any]]]]:
         by_run: dict[str, list[dict[str, Any]]] = {}
-        for ti in self._pages("POST", api_path("dags", "~", "dagRuns", "~", "taskInstances", "list"), "task_instances",
-                              body={"dag_ids": [dag_id], "dag_run_ids": wanted, "order_by": "id"}):
-            by_run.setdefault(ti["dag_run_id"], []).append(ti)
+        for ti in self._pages("GET", api_path("dags", dag_id, "dagRuns", "~", "taskInstances"), "task_instances",
+                              params={"run_after_gte": since, "order_by": "id"}):
+            if ti["dag_run_id"] in wanted:
+                by_run.setdefault(ti["dag_run_id"], []).append(ti)
         if not by_run:
             return {}
-        since = min(ti["run_after"] for tis in by_run.values() for ti in tis)
         runs = {run["dag_run_id"]: run for run in self._pages(
             "GET", api_path("dags", dag_id, "dagRuns"), "dag_runs", params={"run_after_gte": since,
                                                                             "order_by": "run_after"})
             if run["dag_run_id"] in by_run}
         return {run_id: (runs[run_id], _by_processor(tis)) for run_id, tis in by_run.items() if run_id in runs}
+
+    def _run_after(self, dag_id: str, run_id: str, fresh: bool = False) -> tuple[datetime, str] | None:
+        """The run's ``run_after``, as a time and as Airflow wrote it, read once and kept
+        (``fresh``: read again); ``None`` for a run Airflow does not hold."""
+        key = (dag_id, run_id)
+        if fresh or key not in self._run_afters:
+            run = self.find_run(dag_id, run_id)
+            after = run.get("run_after") if run else None
+            self._run_afters[key] = (datetime.fromisoformat(after.replace("Z", "+00:00")), after) if after else None
+        return self._run_afters[key]
 
     def _pages(self, method: str, path: str, key: str, params: Mapping[str, Any] | None = None,
                body: Mapping[str, Any] | None = None) -> Iterable[dict[str, Any]]:

@@ -46,12 +46,18 @@ def test_report_gives_the_overhead_and_checks_the_targets() -> None:
     lines = [" ".join(line.split()) for line in text.splitlines()]
     assert "demo ea3a66b 9 100.0 200.0 100.0 2.0 1.0 2.00" in lines
     assert "lost worker this 9 110.0 150.0 40.0 2.0 1.0 1.36" in lines
-    assert "demo 0.40 <= 0.50 1.40 <= 1.50" in lines and "lost worker 0.20 <= 0.50 1.36 <= 1.50" in lines
+    assert "demo 1 0.40 <= 0.50 1.40 <= 1.50" in lines and "lost worker 1 0.20 <= 0.50 1.36 <= 1.50" in lines
     assert ok
     # one slot: 220 task-seconds bound the lost worker's replay, not its 110 s critical path
     assert "demo this 4 50.0 100.0 1.40" in lines and "lost worker this 1 220.0 220.0 0.68" in lines
     slow = [result("demo", 100.0, 160.0), after[1]]  # overhead 60 s of 100: 0.6
     assert report(before, slow, "ea3a66b")[1] is False
+    # replayed three times each: judged on the medians, one slow replay of three does not decide
+    thrice_before = before + [result("demo", 100.0, 210.0), result("demo", 100.0, 190.0)]
+    thrice_after = after + [result("demo", 100.0, 145.0), result("demo", 100.0, 190.0)]
+    text, ok = report(thrice_before, thrice_after, "ea3a66b")
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    assert "demo 3 0.45 <= 0.50 1.45 <= 1.50" in lines and ok
 
 
 def test_handoffs_wait_from_the_last_predecessor_that_ran_inside_the_window() -> None:

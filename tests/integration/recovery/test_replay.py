@@ -160,12 +160,28 @@ def test_a_pass_reads_every_watched_run_with_its_instances_in_one_listing_of_eac
     """The replay's observer reads the watched runs and their task instances through two
     listings (task instances by run, runs from the earliest one on), page by page: the same as
     reading each run and its task instances one at a time, and a run Airflow does not hold is
-    left out."""
+    left out. Both are reads that write nothing: Airflow's audit log gains no row (its POST
+    listing writes one per call, which on SQLite once held the API server and the scheduler for
+    the database's whole busy timeout)."""
+    import sqlalchemy
+
     import falkirk.plugins.airflow_rest as rest
+
+    def audited() -> int:  # Airflow's audit log, read in its database: its API hides the rows of DAG "~"
+        assert drill.stack.database_url is not None
+        engine = sqlalchemy.create_engine(drill.stack.database_url)
+        try:
+            with engine.connect() as db:
+                return db.execute(sqlalchemy.text("SELECT count(*) FROM log")).scalar_one()
+        finally:
+            engine.dispose()
 
     monkeypatch.setattr(rest, "PAGE", 5)  # several pages: the drill's DAG has 4 tasks a run
     run_ids = [run_id_of(e) for e in (2, 4, 5, 6)]
+    logged = audited()
     batched = drill.client.runs_with_instances(A, [*run_ids, "epoch-99"])
+    assert drill.client.runs_with_instances(A, run_ids).keys() == batched.keys()  # the run_after kept, read again
+    assert audited() == logged
     assert sorted(batched) == sorted(run_ids)
     for run_id in run_ids:
         run, tis = batched[run_id]
