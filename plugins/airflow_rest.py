@@ -280,8 +280,9 @@ class AirflowClient:
         """Of ``run_ids``, each DAG run Airflow holds with its task instances (keyed as
         :meth:`task_instances` keys them); a run it does not hold (deleted) is left out. Two
         requests (one more per further page of :data:`PAGE`) for all the runs, where reading one
-        run at a time takes two requests each: the DAG's task instances, then its runs, both from
-        the earliest wanted run's ``run_after`` on (read once per run, then kept).
+        run at a time takes two requests each: the DAG's task instances, then its runs, both
+        between the earliest and the latest wanted run's ``run_after`` (read once per run, then
+        kept).
 
         Both are GET listings. Airflow's POST listing of task instances writes a row of its audit
         log on every call, committed on the API server's event loop: on SQLite that commit waits
@@ -292,27 +293,27 @@ class AirflowClient:
         known = [after for after in (self._run_after(dag_id, r) for r in sorted(wanted)) if after is not None]
         if not known:
             return {}
-        since = min(known)
-        held = self._listed(dag_id, wanted, since[1])
-        # A wanted run listed nowhere is gone, or was made again with a run_after before ``since``.
+        span = (min(known), max(known))
+        held = self._listed(dag_id, wanted, span)
+        # A wanted run listed nowhere is gone, or was made again with another run_after.
         again = [after for after in (self._run_after(dag_id, r, fresh=True) for r in sorted(wanted - set(held)))
                  if after is not None]
-        if again and min(again) < since:
-            held = self._listed(dag_id, wanted, min(again)[1])
+        if any(after < span[0] or after > span[1] for after in again):
+            held = self._listed(dag_id, wanted, (min(span[0], *again), max(span[1], *again)))
         return held
 
-    def _listed(self, dag_id: str, wanted: set[str], since: str
+    def _listed(self, dag_id: str, wanted: set[str], span: tuple[tuple[datetime, str], tuple[datetime, str]]
                 ) -> dict[str, tuple[dict[str, Any], dict[ProcessorId, dict[str, Any]]]]:
+        between = {"run_after_gte": span[0][1], "run_after_lte": span[1][1]}
         by_run: dict[str, list[dict[str, Any]]] = {}
         for ti in self._pages("GET", api_path("dags", dag_id, "dagRuns", "~", "taskInstances"), "task_instances",
-                              params={"run_after_gte": since, "order_by": "id"}):
+                              params={**between, "order_by": "id"}):
             if ti["dag_run_id"] in wanted:
                 by_run.setdefault(ti["dag_run_id"], []).append(ti)
         if not by_run:
             return {}
         runs = {run["dag_run_id"]: run for run in self._pages(
-            "GET", api_path("dags", dag_id, "dagRuns"), "dag_runs", params={"run_after_gte": since,
-                                                                            "order_by": "run_after"})
+            "GET", api_path("dags", dag_id, "dagRuns"), "dag_runs", params={**between, "order_by": "run_after"})
             if run["dag_run_id"] in by_run}
         return {run_id: (runs[run_id], _by_processor(tis)) for run_id, tis in by_run.items() if run_id in runs}
 

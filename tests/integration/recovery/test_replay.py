@@ -182,6 +182,15 @@ def test_a_pass_reads_every_watched_run_with_its_instances_in_one_listing_of_eac
     batched = drill.client.runs_with_instances(A, [*run_ids, "epoch-99"])
     assert drill.client.runs_with_instances(A, run_ids).keys() == batched.keys()  # the run_after kept, read again
     assert audited() == logged
+    # Only the wanted runs' span is listed: one run's 4 task instances fit one page of 5, and the
+    # runs listing holds that run alone (its run_after already read above).
+    sent: list[str] = []
+    drill.client.http.event_hooks["request"].append(lambda request: sent.append(request.url.path))
+    try:
+        assert list(drill.client.runs_with_instances(A, [run_ids[0]])) == [run_ids[0]]
+    finally:
+        drill.client.http.event_hooks["request"].pop()
+    assert sent == [f"/api/v2/dags/{A}/dagRuns/~/taskInstances", f"/api/v2/dags/{A}/dagRuns"]
     assert sorted(batched) == sorted(run_ids)
     for run_id in run_ids:
         run, tis = batched[run_id]
