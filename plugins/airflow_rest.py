@@ -306,14 +306,14 @@ class AirflowClient:
                 ) -> dict[str, tuple[dict[str, Any], dict[ProcessorId, dict[str, Any]]]]:
         between = {"run_after_gte": span[0][1], "run_after_lte": span[1][1]}
         by_run: dict[str, list[dict[str, Any]]] = {}
-        for ti in self._pages("GET", api_path("dags", dag_id, "dagRuns", "~", "taskInstances"), "task_instances",
+        for ti in self._pages(api_path("dags", dag_id, "dagRuns", "~", "taskInstances"), "task_instances",
                               params={**between, "order_by": "id"}):
             if ti["dag_run_id"] in wanted:
                 by_run.setdefault(ti["dag_run_id"], []).append(ti)
         if not by_run:
             return {}
         runs = {run["dag_run_id"]: run for run in self._pages(
-            "GET", api_path("dags", dag_id, "dagRuns"), "dag_runs", params={**between, "order_by": "run_after"})
+            api_path("dags", dag_id, "dagRuns"), "dag_runs", params={**between, "order_by": "run_after"})
             if run["dag_run_id"] in by_run}
         return {run_id: (runs[run_id], _by_processor(tis)) for run_id, tis in by_run.items() if run_id in runs}
 
@@ -324,20 +324,14 @@ class AirflowClient:
         if fresh or key not in self._run_afters:
             run = self.find_run(dag_id, run_id)
             after = run.get("run_after") if run else None
-            self._run_afters[key] = (datetime.fromisoformat(after.replace("Z", "+00:00")), after) if after else None
+            self._run_afters[key] = (_instant(after), after) if after else None
         return self._run_afters[key]
 
-    def _pages(self, method: str, path: str, key: str, params: Mapping[str, Any] | None = None,
-               body: Mapping[str, Any] | None = None) -> Iterable[dict[str, Any]]:
-        """Every entry of a listing, a page of :data:`PAGE` at a time (a POST listing is a read:
-        retried as one)."""
+    def _pages(self, path: str, key: str, params: Mapping[str, Any] | None = None) -> Iterable[dict[str, Any]]:
+        """Every entry of a GET listing, a page of :data:`PAGE` at a time."""
         offset = 0
         while True:
-            if method == "GET":
-                data = self.request("GET", path, params={**(params or {}), "limit": PAGE, "offset": offset})
-            else:
-                data = self.request(method, path, idempotent=True,
-                                    json={**(body or {}), "page_limit": PAGE, "page_offset": offset})
+            data = self.request("GET", path, params={**(params or {}), "limit": PAGE, "offset": offset})
             yield from data[key]
             offset += len(data[key])
             if not data[key] or offset >= data["total_entries"]:
@@ -348,7 +342,7 @@ class AirflowClient:
         them: one request per page of :data:`PAGE` for all runs, where one per run would ask
         again for each."""
         by_run: dict[str, list[dict[str, Any]]] = {}
-        for ti in self._pages("GET", api_path("dags", dag_id, "dagRuns", "~", "taskInstances"), "task_instances",
+        for ti in self._pages(api_path("dags", dag_id, "dagRuns", "~", "taskInstances"), "task_instances",
                               params={"order_by": "id"}):
             by_run.setdefault(ti["dag_run_id"], []).append(ti)
         return {run: _by_processor(tis) for run, tis in by_run.items()}
@@ -447,7 +441,7 @@ class AirflowClient:
         from falkirk.plugins.dags_test import is_test_run
 
         runs = [r for r in data["dag_runs"] if r.get("logical_date") and not is_test_run(r)]
-        return datetime.fromisoformat(runs[0]["logical_date"].replace("Z", "+00:00")) if runs else None
+        return _instant(runs[0]["logical_date"]) if runs else None
 
     def run_dates(self, dag_id: str) -> list[tuple[str, datetime | None]]:
         """``dag_id``'s newest 1,000 runs, newest first, each with the date its epoch is read from
@@ -536,6 +530,15 @@ class AirflowClient:
         return self.http.get(api_path("dags", dag_id)).status_code == 200
 
 
+def _instant(stamp: str) -> datetime:
+    """An instant as Airflow's API writes it (ISO 8601, ``Z`` for UTC).
+
+    >>> _instant("2026-01-02T00:00:00.5Z").isoformat()
+    '2026-01-02T00:00:00.500000+00:00'
+    """
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
 def run_date_of(run: Mapping[str, Any]) -> datetime | None:
     """The date a run's epoch is read from: its logical date, else its partition's.
 
@@ -545,7 +548,7 @@ def run_date_of(run: Mapping[str, Any]) -> datetime | None:
     datetime.datetime(2026, 1, 3, 0, 0, tzinfo=datetime.timezone.utc)
     """
     logical = run.get("logical_date")
-    return datetime.fromisoformat(logical.replace("Z", "+00:00")) if logical else partition_date_of(run)
+    return _instant(logical) if logical else partition_date_of(run)
 
 
 def partition_date_of(run: Mapping[str, Any]) -> datetime | None:
@@ -557,7 +560,7 @@ def partition_date_of(run: Mapping[str, Any]) -> datetime | None:
     True
     """
     date = run.get("partition_date")
-    return run_date(None, datetime.fromisoformat(date.replace("Z", "+00:00")) if date else None,
+    return run_date(None, _instant(date) if date else None,
                     run.get("partition_key"))
 
 
