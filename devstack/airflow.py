@@ -241,6 +241,9 @@ class AirflowStack:
             env.update({
                 "AIRFLOW__CELERY__BROKER_URL": self.broker_url or "",
                 "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + self.database_url,
+                # Each worker loads Airflow's plugins once, before it forks its pool, rather than
+                # each task process on its own (falkirk.plugins.celery_worker).
+                "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "falkirk.plugins.celery_worker.CELERY_CONFIG",
                 # A task instance's hostname is its worker's name: two workers share this host.
                 "AIRFLOW__CORE__HOSTNAME_CALLABLE": "falkirk.policies.workers.worker_name",
                 # The workers placement may send a scratch group to (plugins/placement.py).
