@@ -81,7 +81,7 @@ from falkirk.plugins.task_metadata import (  # noqa: F401
 from falkirk.plugins.timetable import EpochTimetable
 from falkirk.policies.asset_events import CommittedEpoch, ConsumedEvent, epoch_partition_key, run_date
 from falkirk.policies.epochs import EpochClock
-from falkirk.policies.job_spec import REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec
+from falkirk.policies.job_spec import REFUSED_EXIT_CODE, TAKEN_OVER_EXIT_CODE, JobSpec, first_try
 from falkirk.policies.lineage import TableRead, parse_reads_line
 from falkirk.policies.partitions import check_count
 from falkirk.policies.regimes import Regime, RegimeError, Tier
@@ -291,6 +291,7 @@ class RegimeSparkSubmitOperator(SparkSubmitOperator):
             regime=self.regime,
             run_id=dag_run.run_id,
             try_number=ti.try_number,
+            first_try=first_try(ti.try_number, getattr(ti, "max_tries", None), self.retries),
             map_index=map_index,
             inputs=inputs,
             products=self.products,

@@ -48,6 +48,21 @@ TAKEN_OVER_EXIT_CODE = 4
 REFUSAL_PREFIX = "[falkirk] refused: "
 
 
+def first_try(try_number: int, max_tries: int | None, retries: int | None) -> int | None:
+    """The first attempt since Airflow created or last cleared a task instance: Airflow sets
+    ``max_tries`` to the task's ``retries`` as it creates the instance and to ``try_number +
+    retries`` as it clears it, so the first is ``max_tries - retries + 1`` (Airflow's own
+    ``first_try_number``); ``None`` when either is unknown or the result does not fit ``try_number``.
+
+    >>> first_try(1, 0, 0), first_try(2, 0, 0), first_try(2, 1, 0), first_try(2, 1, 1), first_try(3, 5, 1)
+    (1, 1, 2, 1, None)
+    """
+    if max_tries is None or retries is None:
+        return None
+    first = max_tries - retries + 1
+    return first if 1 <= first <= try_number else None
+
+
 def completed_epoch_refusal(spec: JobSpec, run_id: str, try_number: int, plan_size: str = "") -> str:
     """Why a re-run of a completed epoch is refused, and the plan that redoes it (with its size,
     ``plan_size``, where known): a few short lines, so that Airflow's log viewer shows the
@@ -135,6 +150,9 @@ class JobSpec(OfCommit):
     regime: Regime
     run_id: str
     try_number: int = 1
+    # The first attempt since Airflow created or last cleared the task instance (Airflow's own
+    # ``max_tries - retries + 1``); None: this one. See :meth:`retries_attempt`.
+    first_try: int | None = None
     map_index: int = -1
     incarnation: int = 0
     inputs: tuple[str, ...] = ()
@@ -164,6 +182,23 @@ class JobSpec(OfCommit):
         """The replica (``task[p].R``) of a paired task's instance (``None`` otherwise), as logs name it."""
         return ReplicaId.of(task=self.task_id, map_index=self.map_index) if self.replicas > 1 else None
 
+    def retries_attempt(self, try_number: int) -> bool:
+        """Whether this attempt is Airflow's retry of attempt ``try_number`` of the same run: an
+        earlier attempt since the task instance was created or last cleared. Airflow retries after
+        a failed attempt, and also after it reset an instance it took for orphaned (its scheduler
+        missed its heartbeats), which leaves ``max_tries`` as it was; a Clear starts again.
+
+        >>> import dataclasses
+        >>> from falkirk.policies.regimes import Batch
+        >>> spec = JobSpec(dag_id="d", task_id="t", epoch=2, regime=Batch(), run_id="r", try_number=2, first_try=1)
+        >>> spec.retries_attempt(1), dataclasses.replace(spec, first_try=2).retries_attempt(1)
+        (True, False)
+        >>> dataclasses.replace(spec, first_try=None).retries_attempt(1)  # no first try given: none is retried
+        False
+        """
+        first = self.try_number if self.first_try is None else self.first_try
+        return first <= try_number < self.try_number
+
     @classmethod
     def parse(cls, argv: Sequence[str] | None = None) -> JobSpec:
         parser = argparse.ArgumentParser(description="Run one epoch of a Falkirk task.")
@@ -173,6 +208,8 @@ class JobSpec(OfCommit):
         parser.add_argument("--regime", required=True, help="e.g. eager_checkpoint, batch(log_outputs=true)")
         parser.add_argument("--run-id", required=True)
         parser.add_argument("--try-number", type=int, default=1)
+        parser.add_argument("--first-try", type=int, default=None,
+                            help="the first attempt since the task instance was created or cleared (default: --try-number)")
         parser.add_argument("--map-index", type=int, default=-1)
         parser.add_argument("--incarnation", type=int, default=0)
         parser.add_argument("--input", action="append", default=[], dest="inputs",
@@ -216,7 +253,8 @@ class JobSpec(OfCommit):
         except RegimeError as exc:
             parser.error(f"--regime: {exc}")
         return cls(dag_id=ns.dag_id, task_id=ns.task_id, epoch=ns.epoch, regime=regime, run_id=ns.run_id,
-                   try_number=ns.try_number, map_index=ns.map_index, incarnation=ns.incarnation,
+                   try_number=ns.try_number, first_try=ns.first_try,
+                   map_index=ns.map_index, incarnation=ns.incarnation,
                    inputs=tuple(ns.inputs), products=tuple(ns.products), partitions=ns.partitions,
                    input_partitions=tuple(counts), deterministic=not ns.nondeterministic, task_instance=ns.task_instance,
                    replicas=ns.replicas, paired_inputs=tuple(ns.paired_inputs), consumed=tuple(consumed))
@@ -226,6 +264,8 @@ class JobSpec(OfCommit):
         out = ["--dag-id", self.dag_id, "--task-id", self.task_id, "--epoch", str(self.epoch),
                "--regime", self.regime.spec(), "--run-id", self.run_id, "--try-number", str(self.try_number),
                "--map-index", str(self.map_index), "--incarnation", str(self.incarnation)]
+        if self.first_try is not None:
+            out += ["--first-try", str(self.first_try)]
         for name in self.inputs:
             out += ["--input", name]
         for name in self.products:

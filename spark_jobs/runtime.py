@@ -565,16 +565,19 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
     the epoch has to run.
 
     Such a run changes nothing. A retry of an attempt that died after its commit is a no-op
-    (exit 0). An Airflow re-run of an epoch whose task instance went on to complete (a Clear, a
-    backfill that reprocesses it) is refused with :data:`REFUSED_EXIT_CODE`: it would leave the
-    epoch's result, and every result built on it, stale behind a green task instance; a planned
-    recovery redoes it (:class:`~falkirk.policies.store.control.Completions`).
+    (exit 0), also when that attempt had recorded its completion before Airflow heard of it (the
+    attempt was killed, or Airflow reset it as orphaned). An Airflow re-run of an epoch whose task
+    instance went on to complete (a Clear, a backfill that reprocesses it) is refused with
+    :data:`REFUSED_EXIT_CODE`: it would leave the epoch's result, and every result built on it,
+    stale behind a green task instance; a planned recovery redoes it
+    (:class:`~falkirk.policies.store.control.Completions`).
     """
     done = snapshot.find(args.task_id, args.epoch, args.map_index, read_again=False)
     if done is None or done.incarnation < args.incarnation:
         return None
     completions = Completions(store)
-    if args.task_instance and completions.completed(done):
+    retried = done.run_id == args.run_id and args.retries_attempt(done.try_number)
+    if args.task_instance and not retried and completions.completed(done):
         if done.run_id != args.run_id and _reads_reflected(args, done):
             say(f"{args.dag_id}.{args.processor} epoch {args.epoch}: run {done.run_id} already read every asset "
                 f"event of this run (at incarnation {done.incarnation}); nothing to do")
@@ -588,7 +591,7 @@ def already_committed(args: JobSpec, store: StoreConfig, snapshot: LedgerSnapsho
             print(REFUSAL_PREFIX + line, flush=True)  # a line each: the operator joins them
         return REFUSED_EXIT_CODE
     say(f"{args.dag_id}.{args.processor} epoch {args.epoch}: already committed (incarnation {done.incarnation}, "
-        f"run {done.run_id}); nothing to do")
+        f"run {done.run_id}, try {done.try_number}); nothing to do")
     if args.task_instance:
         completions.record(done)
     print(CommittedEpoch.from_entry(done).line(), flush=True)  # the retried task instance's asset events carry it

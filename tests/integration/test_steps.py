@@ -5,10 +5,13 @@ retry per task instance), its jobs clients of the session's Spark Connect server
 
 * ``rank`` (PageRank, 30 iterations per epoch, a checkpoint every 5) is killed (SIGKILL) as
   iteration 13 of epoch 2 starts, after its checkpoints at iterations 5 and 10;
-* ``tally`` (6 chunks per epoch) is killed in epoch 3 between chunk 4's data files and its commit.
+* ``tally`` (6 chunks per epoch) is killed in epoch 3 between chunk 4's data files and its commit;
+* ``links`` is killed in epoch 2 after its commit and its completion record, before Airflow
+  hears of its end.
 
 Airflow retries each; the retry resumes after the last committed checkpoint (the step log
-and the job's own log say where), and every table equals ``loops_ref``'s, the same jobs run
+and the job's own log say where), ``links``' retry finds its epoch committed by the attempt
+before it and changes nothing, and every table equals ``loops_ref``'s, the same jobs run
 without a failure and without Airflow (``python -m devstack.inprocess``).
 
 Then three recoveries, planned and replayed as a user would: ``rank`` fails epoch 4 on both
@@ -67,7 +70,8 @@ def loops(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectS
     dags.mkdir()
     (dags / "loops.py").write_text(DAG_FILE.format(path=str(DAG_PATH)))
     faults = root / "faults"
-    faults.write_text(f"{A}/rank:2:iteration-13:once\n{A}/tally:3:chunk-4-after-files:once\n")
+    faults.write_text(f"{A}/rank:2:iteration-13:once\n{A}/tally:3:chunk-4-after-files:once\n"
+                      f"{A}/links:2:after-completion:once\n")
     stack = AirflowStack(home=root / "airflow", store=store, dags_folder=dags, extra_env={
         **spark_connect.airflow_env(), "FALKIRK_CRASH_AT": f"@{faults}"})
     stack.init()
@@ -116,15 +120,29 @@ def assert_equals_reference(store: StoreConfig, epochs: int, remote: str) -> Non
 
 def test_airflow_retried_the_killed_attempts_once(loops) -> None:
     assert loops.states == {1: "success", 2: "success", 3: "success"}
-    assert (loops.tis[2]["rank"]["try_number"], loops.tis[3]["tally"]["try_number"]) == (2, 2)
+    assert (loops.tis[2]["rank"]["try_number"], loops.tis[3]["tally"]["try_number"],
+            loops.tis[2]["links"]["try_number"]) == (2, 2, 2)
     # Any other retry is the machine's (a busy scheduler), not the kills': shown, so that a
     # reader of the test log can tell
     for (t, e, n), log in loops.logs.items():
-        if (t, e) not in (("rank", 2), ("tally", 3)) and n < loops.tis[e][t]["try_number"]:
+        if (t, e) not in (("rank", 2), ("tally", 3), ("links", 2)) and n < loops.tis[e][t]["try_number"]:
             print(f"{t} epoch {e} try {n} of {loops.tis[e][t]['try_number']} ended:\n{log[-2000:]}")
     assert loops.faults_left.strip() == ""  # each crash entry fired once and was taken out
     assert "injected crash: rank epoch 2 at iteration-13" in loops.logs["rank", 2, 1]
     assert "injected crash: tally epoch 3 at chunk-4-after-files" in loops.logs["tally", 3, 1]
+    assert "injected crash: links epoch 2 at after-completion" in loops.logs["links", 2, 1]
+
+
+def test_the_retry_of_a_job_killed_after_its_completion_record_changes_nothing(loops) -> None:
+    """links' try 1 of epoch 2 committed and recorded its epoch completed, then died: Airflow's
+    retry is a retry of that attempt, not a re-run of a completed epoch, so it succeeds without
+    running the job, and the ledger keeps try 1's commit alone."""
+    assert loops.tis[2]["links"]["state"] == "success"
+    assert f"{A}.links epoch 2: already committed (incarnation 0, run {run_id_of(2)}, try 1); nothing to do" in \
+        loops.logs["links", 2, 2], loops.logs["links", 2, 2][-3000:]
+    assert "already completed" not in loops.logs["links", 2, 2]
+    assert [(e.incarnation, e.try_number) for e in Ledger(loops.store).entries(A, "links", include_invalidated=True)
+            if e.epoch == 2] == [(0, 1)]
 
 
 def test_the_retry_of_the_iterative_job_resumed_at_its_last_checkpoint(loops) -> None:

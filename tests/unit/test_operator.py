@@ -256,6 +256,42 @@ def test_an_airflow_rerun_of_a_completed_epoch_is_refused_and_a_retry_after_a_co
     assert already_committed(spec, store, ledger) == 0  # the redo's attempt died after its commit: a no-op
 
 
+def test_a_retry_of_an_attempt_that_completed_before_airflow_heard_of_it_is_a_no_op_and_a_clear_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Try 1 of epoch-2 committed and recorded its completion, then its end was lost: its process
+    was killed, or its scheduler missed its heartbeats and Airflow reset the instance as orphaned
+    (try 2 with ``max_tries`` unchanged). Try 2 is a retry of the same clearing
+    (:func:`~falkirk.policies.job_spec.first_try` 1): it changes nothing and exits 0 with the
+    commit's record, for its asset events. After a Clear (``max_tries`` = 1 + retries, first try 2),
+    or in another run of the same epoch, the same commit is refused."""
+    from falkirk.policies import EagerCheckpoint, Ledger, LedgerEntry, StoreConfig
+    from falkirk.policies.asset_events import CommittedEpoch
+    from falkirk.policies.job_spec import REFUSED_EXIT_CODE, JobSpec, first_try
+    from falkirk.policies.store.control import Completions
+    from falkirk.policies.store.ledger import LedgerSnapshot
+    from falkirk.spark_jobs.runtime import already_committed
+
+    store = StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch"))
+    ledger = Ledger(store)
+    row = LedgerEntry(dag_id="d", task_id="agg", epoch=2, regime="eager_checkpoint", run_id="epoch-2", try_number=1)
+    ledger.append(row)
+    Completions(store).record(row)
+
+    def decision(run_id: str, try_number: int, max_tries: int, retries: int) -> int | None:
+        spec = JobSpec(dag_id="d", task_id="agg", epoch=2, regime=EagerCheckpoint(), run_id=run_id,
+                       try_number=try_number, first_try=first_try(try_number, max_tries, retries), task_instance=True)
+        return already_committed(spec, store, LedgerSnapshot(ledger, "d"))
+
+    capsys.readouterr()
+    assert decision("epoch-2", 2, max_tries=0, retries=0) == 0  # reset as orphaned
+    assert CommittedEpoch.from_entry(row).line() in capsys.readouterr().out
+    assert decision("epoch-2", 2, max_tries=1, retries=1) == 0  # retried after its process was killed
+    assert decision("epoch-2", 3, max_tries=0, retries=0) == 0  # reset twice
+    assert decision("epoch-2", 2, max_tries=1, retries=0) == REFUSED_EXIT_CODE  # cleared after try 1
+    assert decision("epoch-2", 3, max_tries=3, retries=1) == REFUSED_EXIT_CODE  # cleared after try 2
+    assert decision("backfill-2", 2, max_tries=1, retries=1) == REFUSED_EXIT_CODE  # another run of the epoch
+
+
 def _context(epoch_day: int, triggering_user: str | None = None):
     from datetime import datetime, timezone
     from types import SimpleNamespace
