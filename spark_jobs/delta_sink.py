@@ -58,6 +58,7 @@ from falkirk.policies.store.config import spark_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 FILES_SCHEMA = "path string, size long, rows long"
 
@@ -259,8 +260,8 @@ def read_frame(spark: SparkSession, uri: str, key: CommitKey, rows: int | None,
     if path is ReadPath.SPARK_PARQUET:
         return spark.read.schema(spark_schema).parquet(*files)
     if path is ReadPath.DRIVER:
-        return spark.createDataFrame(scan(table, where={EPOCH: int(epoch)}).drop_columns([EPOCH]).cast(schema),
-                                     spark_schema)
+        return on_the_executors(spark, scan(table, where={EPOCH: int(epoch)}).drop_columns([EPOCH]).cast(schema),
+                                spark_schema)
     if path is ReadPath.SPARK_DELTA:  # the version checked above, whatever commits since
         frame = spark.read.format("delta").option("versionAsOf", table.version()).load(spark_uri(uri))
         return frame.where(f"`{EPOCH}` = {int(epoch)}").select(
@@ -269,6 +270,33 @@ def read_frame(spark: SparkSession, uri: str, key: CommitKey, rows: int | None,
     n = min(len(files), int(spark.conf.get("spark.sql.shuffle.partitions") or 4))
     paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(n)
     return paths.mapInArrow(_file_reader(uri, schema, storage_options), spark_schema)
+
+
+# From this many rows on, rows read on the driver are handed to the executors once
+# (:func:`on_the_executors`); fewer cost less inlined in each query than one more Spark job.
+INLINE_MAX_ROWS = 5_000
+
+
+def on_the_executors(spark: SparkSession, rows: pa.Table, schema: StructType, *,
+                     inline_max_rows: int = INLINE_MAX_ROWS) -> DataFrame:
+    """``rows``, which the driver read, as a DataFrame the executors hold.
+
+    Rows handed to Spark as they are (a local relation) are part of every plan built on
+    them: each later query and ``persist`` sends them to the Spark server again, which
+    converts them again, so an iterative job's epochs grew slower as its state grew. Held by
+    the executors (a local checkpoint, replicated to a second executor on a cluster), later
+    plans name them instead. Losing every copy fails
+    the job, whose retry reads the table again. At most ``inline_max_rows`` rows stay a local
+    relation: they cost less than the Spark job that hands them over.
+    """
+    from pyspark import StorageLevel
+
+    frame = spark.createDataFrame(rows, schema)
+    if rows.num_rows <= inline_max_rows:
+        return frame
+    local = str(spark.conf.get("spark.master", "local") or "local").startswith("local")
+    return frame.localCheckpoint(eager=True,
+                                 storageLevel=StorageLevel.MEMORY_AND_DISK if local else StorageLevel.MEMORY_AND_DISK_2)
 
 
 def _file_reader(uri: str, schema: pa.Schema, storage_options: dict[str, str] | None):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from falkirk.policies.store.commits import CommitKey, open_table, scan
-from falkirk.spark_jobs.delta_sink import commit_frame
+from falkirk.spark_jobs.delta_sink import INLINE_MAX_ROWS, commit_frame
 
 ROWS = 50
 
@@ -102,3 +102,24 @@ def test_an_epoch_whose_table_changed_metadata_under_it_commits_on_a_second_look
     assert sorted((r["item"], r["epoch"]) for r in scan(table).to_pylist()) == [(0, 1), (1, 1), (20, 2), (21, 2)]
     monkeypatch.undo()
     assert not sink.publish(sink.stage(spark.range(2).selectExpr("id as item"), uri, CommitKey(dag_id="sink", task_id="t", epoch=2))).applied
+
+
+@pytest.mark.parametrize("rows, held", [(INLINE_MAX_ROWS + 1, True), (INLINE_MAX_ROWS, False)])
+def test_rows_read_on_the_driver_are_handed_to_the_executors_once_above_the_limit(
+        spark, tmp_path: Path, rows: int, held: bool, capsys) -> None:
+    """A relation inlined in every later plan is sent and converted again by each query and
+    persist; above the limit the executors hold it and plans name it (Scan ExistingRDD)."""
+    from falkirk.spark_jobs.delta_sink import read_frame
+
+    uri = str(tmp_path / "state")
+    key = CommitKey(dag_id="sink", task_id="t", epoch=2, map_index=-1, incarnation=0)
+    commit_frame(spark.range(rows).selectExpr("id as src", "id % 7 as rank"), uri, key)
+    frame = read_frame(spark, uri, key, rows, on_driver=True)
+    joined = frame.join(frame.selectExpr("src", "rank as again"), "src").persist()
+    assert sorted((r["src"], r["rank"], r["again"]) for r in joined.collect()) == \
+        [(i, i % 7, i % 7) for i in range(rows)]
+    joined.unpersist()
+    capsys.readouterr()
+    frame.explain()
+    plan = capsys.readouterr().out
+    assert ("Scan ExistingRDD" in plan, "LocalTableScan" in plan) == (held, not held), plan
