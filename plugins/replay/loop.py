@@ -21,10 +21,23 @@ Progress = Callable[[str], None]
 
 _log = logging.getLogger(__name__)
 
-# Seconds between passes: a pass is a handful of REST reads and the ledger's new commits, and the
-# replay's ends (from the call to the first re-run, from the last re-run's end to the return) are
-# about one poll each.
+# The longest wait between passes. A pass is a handful of REST reads and the ledger's new commits;
+# the replay notices a re-run's end, and its last one, about half a wait late.
 POLL_SECONDS = 1.0
+# The shortest wait, and the share of its time the loop may spend in its passes: they run on the
+# machines of the re-runs they watch, so a costly pass (a store on S3) waits longer.
+MIN_POLL_SECONDS = 0.25
+BUSY_SHARE = 0.2
+
+
+def pause(poll: float, spent: float) -> float:
+    """The wait after a pass that took ``spent`` seconds: the passes take at most
+    :data:`BUSY_SHARE` of the loop's time, within [:data:`MIN_POLL_SECONDS`, ``poll``].
+
+    >>> pause(1.0, 0.01), pause(1.0, 0.1), pause(1.0, 0.5), pause(0.1, 0.01)
+    (0.25, 0.4, 1.0, 0.1)
+    """
+    return min(poll, max(MIN_POLL_SECONDS, spent * (1 / BUSY_SHARE - 1)))
 
 
 class Observes(Protocol):
@@ -76,4 +89,4 @@ def reconcile(plan: Any, observer: Observes, applier: Applies, memory: Memory, p
             raise AirflowError(f"timed out after {timeout:.0f}s with {status.done}/{status.total} task instances "
                                f"done; resume with: falkirk replay {plan.plan_id}")
         if not status.again:
-            sleep(poll)
+            sleep(pause(poll, time.perf_counter() - began))
