@@ -18,6 +18,12 @@ runs it where the Spark server reaches the store (``FALKIRK_SPARK_READS_STORE=tr
 which picks Spark's Delta reader for an epoch on S3 of ``SPARK_READ_MIN_BYTES`` or more
 (:func:`~falkirk.spark_jobs.delta_sink.read_path`), with its time as a ratio to the faster path's.
 
+A second table follows an epoch read in the job's process (the scratch tier, a small epoch on
+S3) into the queries after the read: an iterative job (``rank``) joins its state into each
+iteration and persists the result. ``on_the_executors`` hands such rows to the executors once
+(above ``INLINE_MAX_ROWS``); the table times the read and ``--queries`` such iterations both ways,
+handed over and left inline in each query, alternately, with the ratio.
+
     make bench-read
     .venv/bin/python -m benchmarks.read_bench --sizes 20000,50000,200000 --repeats 5
 """
@@ -38,7 +44,7 @@ from devstack.spark import SparkConnectServer
 from falkirk.policies.store import StoreConfig
 from falkirk.policies.store.commits import CommitKey, commit_epoch, open_table
 from falkirk.policies.store.config import spark_uri
-from falkirk.spark_jobs.delta_sink import epoch_bytes, read_frame, read_path
+from falkirk.spark_jobs.delta_sink import epoch_bytes, on_the_executors, read_frame, read_path
 
 DAG, TASK = "bench", "aggregate"
 
@@ -89,16 +95,50 @@ def measure(spark, store: StoreConfig, rows: int, epochs: int, repeats: int) -> 
     return {"bytes": size, "chosen": chosen.value, **{name: statistics.median(values) for name, values in times.items()}}
 
 
+def measure_reuse(spark, rows: int, queries: int, repeats: int) -> dict[str, float]:  # noqa: ANN001
+    """Seconds to take ``rows`` read on the driver into Spark and run ``queries`` iterations
+    over them (a join with the rows, persisted, counted): handed to the executors, and inline."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    table = epoch_rows(1, rows).drop_columns(["epoch"])
+    schema = from_arrow_schema(table.schema)
+
+    def run(inline_max_rows: int) -> float:
+        started = time.perf_counter()
+        state = on_the_executors(spark, table, schema, inline_max_rows=inline_max_rows)
+        frame, kept = state.select("item", "total"), []
+        for i in range(queries):
+            step = state.select("item", F.col("clicks").alias("c"))
+            frame = frame.join(step, "item").select("item", (F.col("total") + F.col("c")).alias("total")).persist()
+            kept.append(frame)
+            frame.count()
+        elapsed = time.perf_counter() - started
+        for frame in kept:
+            frame.unpersist()
+        return elapsed
+
+    modes = {"handed over": 0, "inline": rows + 1}
+    for limit in modes.values():
+        run(limit)  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    for _ in range(repeats):
+        for name, limit in modes.items():
+            times[name].append(run(limit))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="20000,50000,200000", help="rows per epoch, comma-separated")
     parser.add_argument("--epochs", type=int, default=8, help="epochs in the table (default 8)")
     parser.add_argument("--repeats", type=int, default=5, help="timed reads per path (default 5)")
+    parser.add_argument("--queries", default="1,4", help="iterations after a read on the driver, comma-separated")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     from pyspark.sql import SparkSession
 
-    results = []
+    results, reuse = [], []
     with tempfile.TemporaryDirectory(prefix="falkirk-read-bench-") as tmp:
         root = Path(tmp)
         with MotoS3(root) as s3:
@@ -113,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                         for rows in sizes:
                             print(f"{where}, {rows:,} rows an epoch ...", flush=True)
                             results.append((where, rows, measure(spark, store, rows, args.epochs, args.repeats)))
+                    for rows in sizes:
+                        for queries in (int(q) for q in args.queries.split(",")):
+                            print(f"read on the driver, {rows:,} rows, {queries} queries after ...", flush=True)
+                            reuse.append((rows, queries, measure_reuse(spark, rows, queries, args.repeats)))
                 finally:
                     spark.stop()
     print()
@@ -123,6 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         runtime, delta, default = (float(times[k]) for k in ("runtime", "spark delta", "default"))
         print(f"| {where} | {rows:,} | {int(times['bytes']) / 1e6:.1f} | {runtime:.3f} s | {delta:.3f} s | "
               f"{delta / runtime:.2f} | {times['chosen']} | {default / min(runtime, delta):.2f} |")
+    print()
+    print("| rows read on the driver | queries after | handed to the executors | inline in each query "
+          "| handed over / inline |")
+    print("|---|---|---|---|---|")
+    for rows, queries, times in reuse:
+        print(f"| {rows:,} | {queries} | {times['handed over']:.3f} s | {times['inline']:.3f} s | "
+              f"{times['handed over'] / times['inline']:.2f} |")
     return 0
 
 
