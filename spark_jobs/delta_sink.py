@@ -272,8 +272,8 @@ def read_frame(spark: SparkSession, uri: str, key: CommitKey, rows: int | None,
     return paths.mapInArrow(_file_reader(uri, schema, storage_options), spark_schema)
 
 
-# From this many rows on, rows read on the driver are handed to the executors once
-# (:func:`on_the_executors`); fewer cost less inlined in each query than one more Spark job.
+# Rows read on the driver beyond this many are handed to the executors (:func:`on_the_executors`);
+# a small relation (a table of a few rows) stays inline, where it costs no Spark job of its own.
 INLINE_MAX_ROWS = 5_000
 
 
@@ -285,9 +285,9 @@ def on_the_executors(spark: SparkSession, rows: pa.Table, schema: StructType, *,
     them: each later query and ``persist`` sends them to the Spark server again, which
     converts them again, so an iterative job's epochs grew slower as its state grew. Held by
     the executors (a local checkpoint, replicated to a second executor on a cluster), later
-    plans name them instead. Losing every copy fails
-    the job, whose retry reads the table again. At most ``inline_max_rows`` rows stay a local
-    relation: they cost less than the Spark job that hands them over.
+    plans name them instead. Losing every copy fails the job, whose retry reads the table
+    again. At most ``inline_max_rows`` rows stay a local relation (``make bench-read``
+    compares both ways).
     """
     from pyspark import StorageLevel
 

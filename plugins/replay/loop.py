@@ -66,7 +66,7 @@ def reconcile(plan: Any, observer: Observes, applier: Applies, memory: Memory, p
     stall = stall_seconds()
     passes = 0
     while True:
-        passes, began = passes + 1, time.perf_counter()
+        passes, began, pass_began = passes + 1, time.perf_counter(), clock()
         store, airflow = observer.observe(memory)
         observed = time.perf_counter()
         decision = decide(plan, store, airflow, memory, clock(), stall)
@@ -89,4 +89,4 @@ def reconcile(plan: Any, observer: Observes, applier: Applies, memory: Memory, p
             raise AirflowError(f"timed out after {timeout:.0f}s with {status.done}/{status.total} task instances "
                                f"done; resume with: falkirk replay {plan.plan_id}")
         if not status.again:
-            sleep(pause(poll, time.perf_counter() - began))
+            sleep(pause(poll, clock() - pass_began))

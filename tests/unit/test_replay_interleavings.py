@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -183,26 +182,30 @@ def test_a_replay_interleaved_with_the_scheduler_ends_in_the_failure_free_state(
     assert resumes <= 2 * injected
 
 
-@pytest.mark.parametrize("observing, waits", [(0.0, MIN_POLL_SECONDS), (0.3, 1.0)])
+@pytest.mark.parametrize("observing, waits", [(0.0, MIN_POLL_SECONDS), (0.1, 0.4), (0.3, 1.0)])
 def test_the_loop_waits_between_passes_by_what_its_passes_cost(observing: float, waits: float) -> None:
     """A cheap pass is followed by a short wait (the replay notices a re-run's end sooner); a
-    costly one by up to ``poll``, so that observing takes at most a fifth of the loop's time."""
+    costly one by up to ``poll``, so that observing takes at most a fifth of the loop's time.
+    The loop's clock advances by ``observing`` in each observation and by each wait."""
     world = World(random.Random(7))
     world.clears_left, world.kills = NEVER, set()
     rerun = {("model", 4), ("sink", 4), ("model", 5), ("sink", 5)}
     plan = SimpleNamespace(dag_id=DAG, plan_id="p", failures=(), tasks=(), last_epoch=max(EPOCHS),
                            rerun_set=lambda: frozenset(rerun))
     world.rows -= rerun
-    observe, sleeps = world.observe, []
+    observe, sleeps, now = world.observe, [], [0.0]
 
     def slow_observe(memory: Memory):
-        time.sleep(observing)
+        now[0] += observing
         return observe(memory)
 
+    def wait(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+        world.step()
+
     world.observe = slow_observe  # type: ignore[method-assign]
-    ticks = itertools.count()
     reconcile(plan, world, world, Memory.fresh(frozenset(rerun), {e: f"epoch-{e}" for e in EPOCHS}, 0.0,
                                                plan.last_epoch),
-              progress=lambda *_: None, timeout=5000, poll=1.0, clock=lambda: float(next(ticks)),
-              sleep=lambda s: (sleeps.append(s), world.step()))
-    assert sleeps and set(sleeps) == {waits}
+              progress=lambda *_: None, timeout=5000, poll=1.0, clock=lambda: now[0], sleep=wait)
+    assert sleeps and [round(s, 9) for s in sleeps] == [waits] * len(sleeps)
