@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -23,6 +24,8 @@ import httpx
 
 from falkirk.policies.asset_events import run_date
 from falkirk.policies.ids import ProcessorId
+
+log = logging.getLogger(__name__)
 
 TERMINAL_RUN_STATES = {"success", "failed"}
 FALKIRK_API = "/falkirk/api/v1"  # the plugin's own routes (falkirk.plugins.api)
@@ -87,6 +90,23 @@ def _wait_until(what: str, check: Callable[[], bool], timeout: float, interval: 
         if time.monotonic() > deadline:
             raise AirflowError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def _same_backfill(backfill: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """Whether ``backfill`` (as Airflow's API gives it) covers the dates ``body`` asked for, with its behaviour.
+
+    >>> b = {"from_date": "2026-01-05T00:00:00Z", "to_date": "2026-01-06T00:00:00Z", "reprocess_behavior": "completed"}
+    >>> _same_backfill(b, {"from_date": "2026-01-05T00:00:00+00:00", "to_date": "2026-01-06T00:00:00+00:00",
+    ...                     "reprocess_behavior": "completed"})
+    True
+    >>> _same_backfill(b, {**b, "reprocess_behavior": "failed"})
+    False
+    """
+    def when(value: str) -> datetime:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+    return (when(backfill["from_date"]) == when(body["from_date"]) and when(backfill["to_date"]) == when(body["to_date"])
+            and backfill["reprocess_behavior"] == body["reprocess_behavior"])
 
 
 class AirflowClient:
@@ -222,9 +242,10 @@ class AirflowClient:
         On SQLite, Airflow can commit the backfill row and then refuse (503) when creating its
         runs is blocked by a lock; if its own clean-up meets the lock too, the row stays behind
         as a running backfill with no runs, and every retry answers 409 until the scheduler
-        withdraws it (after two minutes). A 409 that follows this call's own refusal is that
-        orphan: wait for it to be marked complete, then create the backfill again. A 409 with
-        no refusal before it is another user's backfill, and is raised.
+        withdraws it (two minutes later). A 409 that follows this call's own refusal, with an
+        active backfill of this call's dates and behaviour, is that orphan: it is cancelled (it
+        has no runs to fail) and the backfill created again. Any other 409 is another user's
+        backfill, and is raised.
         """
         body = {"dag_id": dag_id, "from_date": from_date.isoformat(), "to_date": to_date.isoformat(),
                 "reprocess_behavior": reprocess_behavior}
@@ -243,12 +264,17 @@ class AirflowClient:
                 time.sleep(min(2 * attempt, 10))
                 continue
             if response.status_code == 409 and refused and not out_of_time:
-                active = [b for b in self.request("GET", "/api/v2/backfills", params={"dag_id": dag_id})["backfills"]
-                          if b["completed_at"] is None]
-                _wait_until(f"the backfill {[b['id'] for b in active]} left by a refused creation to be withdrawn",
-                            lambda: all(self.request("GET", api_path("backfills", b["id"]))["completed_at"]
-                                        for b in active), max(deadline - time.monotonic(), 1), interval=3)
-                continue
+                orphans = [b for b in self.request("GET", "/api/v2/backfills", params={"dag_id": dag_id})["backfills"]
+                           if b["completed_at"] is None and _same_backfill(b, body)]
+                for orphan in orphans:
+                    log.info("Backfill %s of %s was left by a refused creation; cancelling it", orphan["id"], dag_id)
+                    cancelled = self.http.put(api_path("backfills", orphan["id"], "cancel"),
+                                              timeout=httpx.Timeout(30, read=WRITE_TIMEOUT))
+                    if cancelled.status_code not in (200, 409):  # 409: already completed
+                        raise AirflowError(f"PUT /api/v2/backfills/{orphan['id']}/cancel -> "
+                                           f"{cancelled.status_code}: {cancelled.text[:2000]}")
+                if orphans:
+                    continue
             raise AirflowError(f"POST /api/v2/backfills -> {response.status_code}: {response.text[:2000]}")
 
     def run_exists(self, dag_id: str, run_id: str) -> bool:

@@ -39,7 +39,7 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = _answer
+            do_GET = do_POST = do_PUT = _answer
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -87,20 +87,34 @@ def test_a_read_is_sent_again_after_a_server_error(server: ScriptedServer) -> No
     assert len(server.seen) == 2
 
 
-def test_a_backfill_left_behind_by_its_own_refused_creation_is_waited_out_and_created_again(
+def test_a_backfill_left_behind_by_its_own_refused_creation_is_cancelled_and_created_again(
         server: ScriptedServer) -> None:
     """Airflow committed the backfill, refused (503) when its runs met a lock, and could not
-    remove it: the retry meets 409 until the scheduler withdraws the orphan."""
-    orphan = {"id": 5, "completed_at": None}
+    remove it: the retry meets 409, and the orphan (this call's dates and behaviour, no runs)
+    would hold every retry off until the scheduler withdraws it two minutes later."""
+    dates = {"from_date": "2026-01-06T00:00:00Z", "to_date": "2026-01-06T00:00:00Z", "reprocess_behavior": "failed"}
+    orphan = {"id": 5, "completed_at": None, **dates}
     server.script = [(503, LOCKED), (409, {"detail": "There is already a running backfill for dag d"}),
-                     (200, {"backfills": [{"id": 4, "completed_at": "2026-01-01T00:00:00Z"}, orphan]}),
-                     (200, orphan), (200, {**orphan, "completed_at": "2026-01-02T00:00:00Z"}),
+                     (200, {"backfills": [{"id": 4, "completed_at": "2026-01-01T00:00:00Z", **dates}, orphan]}),
+                     (200, {**orphan, "completed_at": "2026-01-06T00:01:00Z"}),
                      (200, {"id": 6, "completed_at": None})]
     client = AirflowClient(server.url, token="t")
     day = datetime(2026, 1, 6, tzinfo=timezone.utc)
     assert client.create_backfill("d", day, day, "failed")["id"] == 6
     assert server.seen == ["POST /api/v2/backfills", "POST /api/v2/backfills", "GET /api/v2/backfills?dag_id=d",
-                           "GET /api/v2/backfills/5", "GET /api/v2/backfills/5", "POST /api/v2/backfills"]
+                           "PUT /api/v2/backfills/5/cancel", "POST /api/v2/backfills"]
+
+
+def test_a_running_backfill_of_other_dates_after_a_refusal_is_someone_elses_and_raised(server: ScriptedServer) -> None:
+    other = {"id": 5, "completed_at": None, "from_date": "2026-01-02T00:00:00Z", "to_date": "2026-01-03T00:00:00Z",
+             "reprocess_behavior": "failed"}
+    server.script = [(503, LOCKED), (409, {"detail": "There is already a running backfill for dag d"}),
+                     (200, {"backfills": [other]})]
+    client = AirflowClient(server.url, token="t")
+    day = datetime(2026, 1, 6, tzinfo=timezone.utc)
+    with pytest.raises(AirflowError, match="409: .*already a running backfill"):
+        client.create_backfill("d", day, day, "failed")
+    assert server.seen == ["POST /api/v2/backfills", "POST /api/v2/backfills", "GET /api/v2/backfills?dag_id=d"]
 
 
 def test_a_backfill_already_running_without_a_refusal_first_is_someone_elses_and_raised(
