@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.airflow import AirflowStack
+from devstack.airflow import AirflowStack, migrated_database
 from devstack.demo import DAG_ID, dag_epoch_clock, run_epochs
 from devstack.spark import SMALL_EPOCHS_SQL_CONF, SparkConnectServer
 from falkirk.policies.store import StoreConfig
@@ -32,11 +32,13 @@ def local_store(tmp_path_factory: pytest.TempPathFactory) -> StoreConfig:
 
 @pytest.fixture(scope="module")
 def airflow_stack(tmp_path_factory: pytest.TempPathFactory, local_store: StoreConfig,
-                  spark_connect: "SparkConnectServer"):
-    """Its tasks run as clients of the session's Spark Connect server, on the job host."""
+                  spark_connect: "SparkConnectServer", postgres):  # noqa: ANN001
+    """Its tasks run as clients of the session's Spark Connect server, on the job host; its
+    metadata is on the session's PostgreSQL server: the module backfills through Airflow's CLI
+    while the scheduler runs, which on SQLite can outwait the write lock's timeout."""
     home = tmp_path_factory.mktemp("airflow")  # faults: crash points a test arms while Airflow runs
-    stack = AirflowStack(home=home, store=local_store, extra_env={
-        **spark_connect.airflow_env(), "FALKIRK_CRASH_AT": f"@{home / 'faults'}"})
+    stack = AirflowStack(home=home, store=local_store, database_url=migrated_database(postgres, "pipeline"),
+                         extra_env={**spark_connect.airflow_env(), "FALKIRK_CRASH_AT": f"@{home / 'faults'}"})
     stack.init()
     stack.start()
     yield stack
