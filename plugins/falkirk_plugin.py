@@ -19,6 +19,7 @@ from airflow.plugins_manager import AirflowPlugin
 # imported later, inside a database transaction that creates a run's task instances, a cold
 # import held SQLite's write lock for a minute.
 import falkirk.plugins.operators  # noqa: F401
+from falkirk.plugins.task_exit import watch_task_exits
 from falkirk.plugins.timetable import EpochTimetable
 
 
@@ -39,6 +40,11 @@ def _celery_worker(argv: list[str]) -> bool:
 # and the import added 3.5 s to each task instance's start.
 if not _celery_worker(sys.argv):
     import falkirk.plugins.api  # noqa: F401,E402
+
+# The executors' task supervisors in this process and those it forks (a LocalExecutor's workers,
+# a Celery worker's pool, the DAG processor's parsers) free their slot when their process exits,
+# not up to a heartbeat interval later (falkirk.plugins.task_exit).
+watch_task_exits()
 
 BUNDLE = "falkirk/ui/falkirk.js"
 
