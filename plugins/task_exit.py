@@ -17,22 +17,27 @@ from __future__ import annotations
 
 import os
 import selectors
+import weakref
 from typing import Any
 
 _INSTALLED = "_falkirk_watches_exit"
 
 
 class ExitWatch:
-    """A pidfd as the selector's file object: readable once the process ``pid`` has exited."""
+    """A pidfd as the selector's file object: readable once its process has exited. Its fd is
+    closed once, by :meth:`close` or when the watch is collected: a supervisor that found the
+    exit at its timeout drops its selector with the watch still in it, and a worker's process
+    supervises task after task."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self._close = weakref.finalize(self, os.close, fd)
 
     def fileno(self) -> int:
         return self.fd
 
     def close(self) -> None:
-        os.close(self.fd)
+        self._close()
 
 
 def watch_exit(selector: selectors.BaseSelector, pid: int) -> ExitWatch | None:

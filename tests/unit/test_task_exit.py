@@ -70,3 +70,26 @@ def test_without_the_plugins_the_supervisor_notices_it_only_when_its_select_time
     seen = supervise(tmp_path, "bare")
     assert seen["exit code"] == 0
     assert seen["noticed after"] >= INTERVAL - 0.1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfds are Linux's")
+def test_a_watch_dropped_with_its_selector_unread_leaves_no_descriptor_open() -> None:
+    import gc
+    import os
+    import selectors
+
+    from falkirk.plugins.task_exit import watch_exit
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    for _ in range(20):  # a worker's process supervises task after task
+        child = subprocess.Popen([sys.executable, "-c", "pass"])
+        selector = selectors.DefaultSelector()
+        assert watch_exit(selector, child.pid) is not None
+        child.wait()
+        selector.close()
+        del selector
+    gc.collect()
+    assert open_fds() == before
