@@ -9,12 +9,17 @@ exits 0.3 s later, the order in which a task process that ends can close them.
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import selectors
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from falkirk.plugins.task_exit import watch_exit
 
 INTERVAL = 4
 
@@ -74,12 +79,6 @@ def test_without_the_plugins_the_supervisor_notices_it_only_when_its_select_time
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfds are Linux's")
 def test_a_watch_dropped_with_its_selector_unread_leaves_no_descriptor_open() -> None:
-    import gc
-    import os
-    import selectors
-
-    from falkirk.plugins.task_exit import watch_exit
-
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 
