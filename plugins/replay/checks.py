@@ -18,11 +18,12 @@ from falkirk.policies.store.ledger import LedgerEntry, LedgerSnapshot, entries_o
 from falkirk.policies.store.readability import StoreReadability
 
 
-def check_still_current(recovery: RecoveryPlan, store: StoreConfig, snapshot: LedgerSnapshot, resuming: bool) -> None:
+def check_still_current(recovery: RecoveryPlan, store: StoreConfig, snapshot: LedgerSnapshot, resuming: bool,
+                        replan: bool = True) -> None:
     """Refuse a plan the store can no longer execute: the ledger changed since it was computed
     (unless the replay resumes: its own invalidations changed it), a checkpoint it restores or an
-    output it re-reads is gone, or it would now be another plan. ``snapshot``: the DAG's ledger
-    as the replay read it; the plan is computed again from it, not from another read."""
+    output it re-reads is gone, or (``replan``) it would now be another plan. ``snapshot``: the
+    DAG's ledger as the replay read it; the plan is computed again from it, not from another read."""
     if not resuming and snapshot.dag_version != recovery.ledger_version:
         raise PlanError(f"plan {recovery.plan_id}: the ledger changed since the plan was computed (DAG "
                         f"{recovery.dag_id}'s ledger version {recovery.ledger_version} then, {snapshot.dag_version} "
@@ -33,7 +34,7 @@ def check_still_current(recovery: RecoveryPlan, store: StoreConfig, snapshot: Le
         raise PlanError(f"plan {recovery.plan_id} can no longer run: it restores or re-reads "
                         f"{'; '.join(problems)}, which the store no longer holds (garbage-collected or lost "
                         f"since the plan was computed); compute a new plan with `falkirk plan`")
-    if not resuming:
+    if replan and not resuming:
         regimes = {t.task_id: Regime.parse(t.regime) for t in recovery.tasks}
         again = compute_plan(recovery.dag_id, store, recovery.failures, regimes, last_epoch=recovery.last_epoch,
                              record=False, snapshot=snapshot)

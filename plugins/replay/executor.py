@@ -32,10 +32,12 @@ from falkirk.policies.faults import crash_point
 from falkirk.policies.planning.recovery import DiscardedEpochs, PlanError, RecoveryPlan
 from falkirk.policies.planning.recovery_log import (
     AlreadyReplayed,
+    Lease,
     RecoveryLog,
     check_lease_free,
     check_not_finished,
     invalidations_made,
+    open_lease,
 )
 from falkirk.policies.replay import Memory
 from falkirk.policies.store import StoreConfig
@@ -126,12 +128,24 @@ class RunningReplay:
 @dataclass(frozen=True)
 class Checked:
     """A plan that passed :func:`check_replay`, with what the checks read: whether it resumes, the
-    DAG's ledger snapshot, and the DAG run of each epoch it re-runs."""
+    DAG's ledger snapshot, the DAG run of each epoch it re-runs, and what the checks found
+    unchanged since the plan (``log_rows``, the DAG's rows in the recovery log, ``None`` when a
+    lease was open; ``dag_version``, the ledger's as checked)."""
 
     plan: RecoveryPlan
     resuming: bool
     snapshot: LedgerSnapshot
     runs: dict[int, str]
+    log_rows: int | None
+    dag_version: int
+
+    def unchanged_under(self, lease: Lease) -> bool:
+        """Whether nothing the lease excludes happened between these checks and ``lease``: no
+        commit to the DAG's ledger (the snapshot, brought forward, is at the checked version), and
+        no recovery, collection or plan of the DAG recorded in its log (no lease was open when
+        checked, expired or not)."""
+        return (self.log_rows is not None and lease.log_rows == self.log_rows
+                and self.snapshot.dag_version == self.dag_version)
 
 
 def check_replay(plan_id: str, store: StoreConfig, client: AirflowClient) -> Checked:
@@ -155,7 +169,8 @@ def check_replay(plan_id: str, store: StoreConfig, client: AirflowClient) -> Che
     runs = run_ids(recovery, [*current, *rolled], client)
     check_missing_runs(recovery, runs, client)
     check_may_clear(recovery, runs, client)
-    return Checked(recovery, resuming, snapshot, runs)
+    log_rows = len(events) if open_lease(events, recovery.dag_id) is None else None
+    return Checked(recovery, resuming, snapshot, runs, log_rows, snapshot.dag_version)
 
 
 def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder: str | None = None,
@@ -182,7 +197,9 @@ def start_replay(plan_id: str, store: StoreConfig, client: AirflowClient, holder
             progress(f"plan {plan_id}: resuming (the lease was {'taken over' if not checked.resuming else 'taken again'})")
         crash_point("replay", 0, "after-lease", dag_id=recovery.dag_id)
         snapshot.refresh()
-        check_still_current(recovery, store, snapshot, checked.resuming)  # again under the lease: nothing changes it now
+        # Again under the lease, which nothing changes now; the plan is computed again only if
+        # the ledger or the log changed since the checks (a collection deletes under its lease).
+        check_still_current(recovery, store, snapshot, checked.resuming, replan=not checked.unchanged_under(lease))
         rerun = recovery.rerun_set()
         # Once per plan: a resumed replay must not roll back what the plan's re-runs committed since
         # (with nothing to roll back, the plan's invalidations leave no rollback row to find).

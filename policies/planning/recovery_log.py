@@ -47,7 +47,7 @@ import json
 import os
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -119,7 +119,9 @@ class Lease:
 
     ``token`` tells this holder's rows from another's; ``resumed`` is set when the plan was
     started before by a holder that did not finish it; ``last_seen`` is the holder's latest
-    row (taken or renewed).
+    row (taken or renewed); ``log_rows``: how many rows of the DAG the log held when the lease
+    was taken, its own not counted (what a holder compares with an earlier read of the log: no
+    other recovery, collection or plan of the DAG was recorded in between if they are equal).
     """
 
     dag_id: str
@@ -129,6 +131,7 @@ class Lease:
     token: str = ""
     resumed: bool = False
     last_seen: datetime | None = None
+    log_rows: int = 0
 
     def expires_at(self, seconds: int | None = None) -> datetime:
         return (self.last_seen or self.since) + timedelta(seconds=seconds or lease_seconds())
@@ -207,7 +210,7 @@ class RecoveryLog:
         self._append([_row(lease.dag_id, lease.plan_id, "heartbeat", lease.holder, _lease_detail(lease.token), now)],
                      table=open_table(self.uri, self._options), retries=None)
         self._check_held(lease)
-        return Lease(lease.dag_id, lease.plan_id, lease.holder, lease.since, lease.token, lease.resumed, now)
+        return replace(lease, last_seen=now)
 
     def rolled_back(self, lease: Lease, rows: int) -> Lease:
         """Record that ``lease``'s plan has made its invalidations (``rows`` of them, perhaps none):
@@ -218,7 +221,7 @@ class RecoveryLog:
         detail = json.dumps({"token": lease.token, "invalidated": rows})
         self._append([_row(lease.dag_id, lease.plan_id, "heartbeat", lease.holder, detail, now)],
                      table=open_table(self.uri, self._options), retries=None)
-        return Lease(lease.dag_id, lease.plan_id, lease.holder, lease.since, lease.token, lease.resumed, now)
+        return replace(lease, last_seen=now)
 
     def end(self, lease: Lease, event: str, detail: str = "") -> bool:
         """Give the lease back: ``finished`` (the plan is done) or ``failed``. Returns ``False``
@@ -286,7 +289,7 @@ class RecoveryLog:
             note = "resumes the plan where its last executor stopped"
         rows.append(_row(dag_id, plan_id, "resumed" if resumed else "started", holder,
                          _lease_detail(token, note), now))
-        lease = Lease(dag_id, plan_id, holder, now, token, resumed, now)
+        lease = Lease(dag_id, plan_id, holder, now, token, resumed, now, log_rows=len(events))
         try:
             self._append(rows, table=table, retries=0)
         except CommitFailedError:

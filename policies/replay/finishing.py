@@ -13,9 +13,14 @@ from falkirk.policies.replay.waiting import free_slots
 
 def look_at_later_runs(p: Pass, m: Memory) -> Outcome:
     """Once the re-runs are done, watch every DAG run after the plan's last epoch that the ledger
-    names (runs that arrived during the recovery) from the next pass on."""
+    names (runs that arrived during the recovery) from the next pass on. When the ledger names
+    none, the DAG runs are settled in this pass: the ``later`` stage would sweep and clear nothing
+    (a later run's row committed after this pass has seen the plan's rollback, as it would after
+    the ``later`` pass)."""
     runs = {**{e: r for e, r in p.store.run_ids.items() if e not in m.run_ids}, **m.run_ids}
     later = {e for e in runs if e > p.plan.last_epoch}
+    if not later:
+        return Outcome(m.but(run_ids=runs, stage="settle"), status=Working(again=True))
     return Outcome(m.but(run_ids=runs, watch=m.watch | later, stage="later"), status=Working(again=True))
 
 

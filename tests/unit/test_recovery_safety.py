@@ -748,3 +748,49 @@ def test_a_plan_rebuilding_a_lost_sender_log_state_runs_while_the_blocks_it_need
     with pytest.raises(PlanError, match=f"can no longer run: it restores or re-reads total's state of epoch 3 at "
                                         f"{state}, which the store no longer holds"):
         check_still_current(plan, store, LedgerSnapshot(ledger, "s"), resuming=True)
+
+
+def test_a_replay_computes_its_plan_again_under_the_lease_only_when_the_ledger_or_the_log_changed(
+        store: StoreConfig, monkeypatch) -> None:
+    """The checks before the lease compute the plan again from the snapshot they read. Under the
+    lease it is computed again only if something the lease excludes happened in between: a
+    commit to the DAG's ledger, or a collection (or another recovery, or a plan) of the DAG in
+    the recovery log. The ledger (``batch`` source and model, model's epoch 4 failed) and the log
+    are real tables; the Airflow client answers the dry-run clears only (a stand-in, named so)."""
+    from falkirk.plugins.recovery import compute_plan
+    from falkirk.plugins.replay import checks
+    from falkirk.plugins.replay.executor import check_replay
+    from falkirk.policies.regimes import Regime
+
+    class DryRunsOnly:
+        """A stand-in for Airflow's REST API: every dry-run clear allowed."""
+
+        def clear(self, dag_id, run_id, tasks, dry_run=False):
+            assert dry_run
+            return []
+
+    regimes = {"source": Regime.parse("batch"), "model": Regime.parse("batch")}
+    ledger = Ledger(store)
+    for e in range(1, 5):
+        for task in ("source", "model")[:1 if e == 4 else 2]:  # epoch 4's run is known by source's row
+            ledger.append(LedgerEntry(dag_id="d", task_id=task, epoch=e, regime="batch", run_id=f"epoch-{e}",
+                                      try_number=1))
+    plan = compute_plan("d", store, [FailedTask("model", 4)], regimes, last_epoch=4)
+    replans = []
+    real = checks.compute_plan
+    monkeypatch.setattr(checks, "compute_plan", lambda *a, **k: replans.append(1) or real(*a, **k))
+    log = RecoveryLog(store)
+
+    def leased_after(between) -> bool:
+        checked = check_replay(plan.plan_id, store, DryRunsOnly())
+        between()
+        lease = log.begin(plan, "replay")
+        checked.snapshot.refresh()
+        log.end(lease, "failed", "not carried out: this test only takes the lease")
+        return checked.unchanged_under(lease)
+
+    assert leased_after(lambda: None) and len(replans) == 1  # the checks' own computation only
+    gc = lambda: log.end(log.begin_collection("d", "gc"), "finished", "0 tables")  # noqa: E731
+    assert not leased_after(gc)
+    assert not leased_after(lambda: ledger.append(LedgerEntry(dag_id="d", task_id="model", epoch=5, regime="batch",
+                                                              run_id="epoch-5", try_number=1)))

@@ -91,9 +91,9 @@ def test_a_replay_reads_the_ledger_once_and_then_only_the_commits_made_since(tmp
     assert [(e.epoch, e.incarnation) for e in ledger.entries("d") if e.task_id == "model"] == [
         (1, 0), (2, 0), (3, 1), (4, 1)]
     passes = airflow.polls
-    # the clears; the re-runs running; done (the later runs watched); no later run to clear, so
-    # settling, handing back and the second runs over that same observation
-    assert passes == 4
+    # the clears; the re-runs running; done, and with no later run in the ledger, settling,
+    # handing back and the second runs over that same observation
+    assert passes == 3
     assert snapshot.scans == 2 and snapshot.refreshes == passes  # one whole read of each table, then tails
     assert reads == 1  # the snapshot's first read: no pass read the whole ledger again
     assert replans == []

@@ -299,7 +299,9 @@ def test_decide_runs_a_replay_from_its_first_pass_to_done():
 def test_a_pass_that_moves_on_without_acting_goes_on_over_the_same_views_until_it_acts():
     """No later run to clear: the same pass settles (epoch 4's failed run set to success) and
     ends there, as that changes what the next stage reads; the next pass hands back (nothing)
-    and settles the second runs, done. ``later`` itself is always observed afresh."""
+    and settles the second runs, done. ``later`` itself is always observed afresh, and only
+    entered when the ledger names a later run: without one, the pass that sees the last re-run
+    done settles, hands back and ends the replay."""
     p = plan({("model", 4)})
     m = memory(p, range(1, 5), stage="later", cleared={"epoch-4": ("model",)})
     airflow = AirflowView(runs={4: run({"source": "success", "model": "success"}, "failed")})
@@ -309,9 +311,13 @@ def test_a_pass_that_moves_on_without_acting_goes_on_over_the_same_views_until_i
     settled = AirflowView(runs={4: run({"source": "success", "model": "success"}, "success")})
     second = decide(p, StoreView(rows={}), settled, first.memory, now=1.0)
     assert second.actions == (SettleSecondRuns(),) and second.status == Done(1)
-    looked = decide(p, StoreView(rows={}), settled, memory(p, range(1, 5), stage="rerun",
-                                                            cleared={"epoch-4": ("model",)}), now=0.0)
-    assert looked.memory.stage == "later" and looked.actions == () and looked.status.again
+    waited = memory(p, range(1, 5), stage="rerun", cleared={"epoch-4": ("model",)})
+    ended = decide(p, StoreView(rows={}), settled, waited, now=0.0)
+    assert ended.actions == (SettleSecondRuns(),) and ended.status == Done(1)
+    later = StoreView(rows={}, run_ids={5: "epoch-5"})
+    looked = decide(p, later, settled, waited, now=0.0)
+    assert looked.memory.stage == "later" and 5 in looked.memory.watch
+    assert looked.actions == () and looked.status.again
 
 
 def test_the_rules_import_nothing_from_plugins_and_open_no_connection(monkeypatch):
