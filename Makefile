@@ -18,7 +18,7 @@ BENCH_ARGS ?=
 # not a failure; a `-m` in PYTEST_ARGS replaces the passes' own.
 TEST_WORKERS ?= 2
 
-.PHONY: jars demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-read bench-recovery bench-replay bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools lock clean
+.PHONY: jars demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-read bench-recovery bench-replay bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools all-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -32,7 +32,7 @@ cluster-demo: install cluster-tools
 
 ## test: the whole suite (unit, property, integration against real components): the tests that
 ## must run alone first, then the rest on TEST_WORKERS workers (see above)
-test: install test-tools cluster-tools
+test: all-tools install test-tools cluster-tools
 	$(PY) -m pytest -m alone $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not alone" $(PYTEST_ARGS) \
 	  || [ $$? -eq 5 ]
@@ -184,33 +184,30 @@ $(WHEELHOUSE)/.built: requirements.lock
 	  $$(grep -E '^pyspark(-client)?==' requirements.lock)
 	@touch $@
 
-java:
-	@command -v java >/dev/null 2>&1 || { \
-	  echo "Java not found: installing openjdk-17-jre-headless"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless; }
-	@command -v mvn >/dev/null 2>&1 || { \
-	  echo "Maven not found: installing Debian's maven"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends maven; }
-
+# Debian's packages, each installed when its tool is missing (devstack/debian_tools.sh: one
+# apt-get update and one install for all that are missing; `make test` asks for every one at once).
+# Java runs Spark, Maven fetches its JVM packages.
+JAVA_TOOLS := java=openjdk-17-jre-headless mvn=maven
 # Debian's docker-compose validates docker-compose.yml in the tests (no Docker engine needed);
 # Debian's chromium runs the browser test of the Falkirk view (Playwright drives it).
-test-tools:
-	@command -v docker-compose >/dev/null 2>&1 || { \
-	  echo "docker-compose not found: installing Debian's docker-compose"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends docker-compose; }
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "chromium not found: installing Debian's chromium"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
-
+TEST_TOOLS := docker-compose=docker-compose chromium=chromium
 # The distributed shape (devstack.cluster): Debian's PostgreSQL (Airflow's metadata, the query
 # statistics) and Redis (the CeleryExecutor's broker), started by the project's own code.
+CLUSTER_TOOLS := '/usr/lib/postgresql/*/bin/postgres=postgresql' redis-server=redis-server
+DEBIAN_TOOLS = @SUDO="$(SUDO)" bash devstack/debian_tools.sh
+
+java:
+	$(DEBIAN_TOOLS) $(JAVA_TOOLS)
+
+test-tools:
+	$(DEBIAN_TOOLS) $(TEST_TOOLS)
+
 cluster-tools:
-	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
-	  echo "PostgreSQL not found: installing Debian's postgresql"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends postgresql; }
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "redis-server not found: installing Debian's redis-server"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends redis-server; }
+	$(DEBIAN_TOOLS) $(CLUSTER_TOOLS)
+
+# Every tool `make test` needs, in one apt-get install
+all-tools:
+	$(DEBIAN_TOOLS) $(JAVA_TOOLS) $(TEST_TOOLS) $(CLUSTER_TOOLS)
 
 ## lock: regenerate requirements.lock from requirements.txt
 lock:
