@@ -144,7 +144,7 @@ class AirflowClient:
         return response.json()["access_token"]
 
     def request(self, method: str, path: str, attempts: int = 4, idempotent: bool = False, missing_ok: bool = False,
-                **kwargs: Any) -> Any:
+                already_ok: bool = False, **kwargs: Any) -> Any:
         """One REST call. A read (GET), or a write the caller marks ``idempotent``, that meets a
         server error is retried: on a loaded machine the API server can give up on a locked SQLite
         file and roll back. A read that times out is retried too. A write waits up to
@@ -153,7 +153,8 @@ class AirflowClient:
         task-instance history. Any call that meets 503 is retried: Airflow answers 503 when it
         refused the call before carrying it out (a backfill on a locked SQLite file). A refused
         connection (nothing sent: the API server restarting) is tried again for up to the client's
-        ``refused_seconds``. ``missing_ok``: a 404 answers ``None``."""
+        ``refused_seconds``. ``missing_ok``: a 404 answers ``None``; ``already_ok``: a 409 answers
+        ``None``, for a call whose only conflict is that the resource is already as it asks."""
         if method != "GET":
             kwargs.setdefault("timeout", httpx.Timeout(30, read=WRITE_TIMEOUT))
         refused_until = time.monotonic() + self.refused_seconds
@@ -185,7 +186,7 @@ class AirflowClient:
                 time.sleep(2 * attempt)
                 continue
             break
-        if response.status_code == 404 and missing_ok:
+        if (response.status_code == 404 and missing_ok) or (response.status_code == 409 and already_ok):
             return None
         if response.status_code >= 400:
             raise AirflowError(f"{method} {path} -> {response.status_code}: {response.text[:2000]}")
@@ -413,13 +414,16 @@ class AirflowClient:
                             idempotent=True)["task_instances"]
 
     def set_state(self, dag_id: str, run_id: str, task_id: str, state: str, note: str | None = None) -> None:
-        """Set one task instance's state (not its upstream or downstream), with an optional note."""
+        """Set one task instance's state (not its upstream or downstream), with an optional note.
+        An instance already in ``state`` is left as it is: Airflow answers 409 when it changed no
+        instance (this call sent again after an answer it lost, or another caller's change)."""
         body: dict[str, Any] = {"new_state": state}
         if note:
             body["note"] = note[:1000]
         p = ProcessorId.parse(task_id)
         self.request("PATCH", api_path("dags", dag_id, "dagRuns", run_id, "taskInstances", p.task,
-                                       *([p.map_index] if p.partitioned else [])), json=body, idempotent=True)
+                                       *([p.map_index] if p.partitioned else [])), json=body, idempotent=True,
+                     already_ok=True)
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
         """The log of one try of a task instance (``map_index``: one of a mapped task's), as text

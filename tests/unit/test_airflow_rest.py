@@ -39,7 +39,7 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = do_PUT = _answer
+            do_GET = do_POST = do_PUT = do_PATCH = _answer
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -78,6 +78,21 @@ def test_a_write_that_failed_after_it_was_taken_is_not_sent_again(server: Script
     with pytest.raises(AirflowError, match="-> 500"):
         client.request("POST", "/api/v2/backfills", json={})
     assert server.seen == ["POST /api/v2/backfills"]
+
+
+def test_setting_a_state_an_instance_already_has_is_done_and_other_refusals_are_raised(server: ScriptedServer) -> None:
+    """Airflow answers 409 when a PATCH changed no instance: the pairs' takeover, sent again after
+    a lost answer or beside another takeover, found ``sessions[5]`` skipped already."""
+    server.script = [(409, {"detail": "Task id sessions is already in skipped state"}),
+                     (400, {"detail": "Invalid state"})]
+    client = AirflowClient(server.url, token="t")
+    assert client.set_state("falkirk_pairs", "epoch-3", "sessions[5]", "skipped", note="taken over") is None
+    with pytest.raises(AirflowError, match="-> 400"):
+        client.set_state("falkirk_pairs", "epoch-3", "sessions[5]", "bogus")
+    assert server.seen == ["PATCH /api/v2/dags/falkirk_pairs/dagRuns/epoch-3/taskInstances/sessions/5"] * 2
+    with pytest.raises(AirflowError, match="-> 409"):  # elsewhere a conflict is still one
+        server.script = [(409, {"detail": "already exists"})]
+        client.request("POST", "/api/v2/dags/d/dagRuns", json={})
 
 
 def test_a_read_is_sent_again_after_a_server_error(server: ScriptedServer) -> None:
