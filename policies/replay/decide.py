@@ -86,8 +86,10 @@ def decide(plan: Any, store: StoreView, airflow: AirflowView, memory: Memory, no
     >>> [a.line for a in d.actions], d.memory.stage
     (['plan p1: cleared epoch 4 (epoch-4): model'], 'rerun')
     >>> done = AirflowView(runs={4: AirflowRun({"model": "success"}, state="success")})
-    >>> decide(plan, StoreView(rows={}), done, d.memory, now=5.0).memory.stage
+    >>> decide(plan, StoreView(rows={}, run_ids={5: "epoch-5"}), done, d.memory, now=5.0).memory.stage
     'later'
+    >>> decide(plan, StoreView(rows={}), done, d.memory, now=5.0).status   # no later run: done in this pass
+    Done(reran=1)
     """
     p = Pass(plan, store, airflow, now, stall_seconds)
     if memory.stage == "done":
