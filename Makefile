@@ -14,13 +14,9 @@ BENCH_ARGS ?=
 # each starts a whole distributed shape, which beside another test's load once lost a Spark
 # executor with rank's local checkpoint), one process; then the rest on TEST_WORKERS pytest-xdist
 # workers (tests/conftest.py keeps what shares a started component on one worker). TEST_WORKERS=0
-# runs the second pass in one process too. A shape leaves about a fifth of the machine idle: the
-# unit tests (no Airflow, Spark or S3 process) run beside the first pass at the lowest CPU priority
-# (`nice`), on what it leaves, their report printed after it. A pass that PYTEST_ARGS leaves empty
-# (exit code 5) is not a failure; a `-m` in PYTEST_ARGS replaces the passes' own (and the unit
-# tests then run in the second pass, as it selects).
+# runs the second pass in one process too. A pass that PYTEST_ARGS leaves empty (exit code 5) is
+# not a failure; a `-m` in PYTEST_ARGS replaces the passes' own.
 TEST_WORKERS ?= 2
-UNIT_LOG := .falkirk/unit-tests.log
 
 .PHONY: jars demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-read bench-recovery bench-replay bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools all-tools lock clean
 
@@ -36,22 +32,10 @@ cluster-demo: install cluster-tools
 
 ## test: the whole suite (unit, property, integration against real components): the tests that
 ## must run alone first, then the rest on TEST_WORKERS workers (see above)
-ifeq ($(findstring -m ,$(PYTEST_ARGS) ),)
-test: all-tools install test-tools cluster-tools
-	@mkdir -p $(dir $(UNIT_LOG))
-	@echo "unit tests beside the first pass (nice 19): their report follows it ($(UNIT_LOG))"
-	@nice -n 19 $(PY) -m pytest -n 2 -m "not integration" $(PYTEST_ARGS) >$(UNIT_LOG) 2>&1 & units=$$!; \
-	  $(PY) -m pytest -m alone $(PYTEST_ARGS); alone=$$?; \
-	  wait $$units; unit=$$?; cat $(UNIT_LOG); \
-	  { [ $$alone -eq 0 ] || [ $$alone -eq 5 ]; } && { [ $$unit -eq 0 ] || [ $$unit -eq 5 ]; }
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "integration and not alone" \
-	  $(PYTEST_ARGS) || [ $$? -eq 5 ]
-else
 test: all-tools install test-tools cluster-tools
 	$(PY) -m pytest -m alone $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not alone" $(PYTEST_ARGS) \
 	  || [ $$? -eq 5 ]
-endif
 
 ## soak: continuous epochs on the distributed shape while a seeded schedule of faults lands, each
 ## recovered as a user would, then every table against a failure-free run (devstack/soak/run.py):

@@ -694,13 +694,17 @@ def compact(uri: str, storage_options: dict[str, str] | None = None) -> int:
     >>> compact(uri), DeltaTable(uri).to_pyarrow_table().num_rows
     (5, 5)
     """
-    table = open_table(uri, storage_options)
-    if table is None:
+    if open_table(uri, storage_options) is None:
         return 0
     token = _claim_compaction(uri, storage_options)
     if token is None:
         return 0
     try:
+        # Read under the claim: a handle read before it may predate a compaction that ended
+        # since, and rewriting its files again would add their rows a second time.
+        table = open_table(uri, storage_options)
+        if table is None:
+            return 0
         metrics = table.optimize.compact()
     except CommitFailedError:
         return 0

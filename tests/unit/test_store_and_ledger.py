@@ -269,6 +269,28 @@ def test_compactions_racing_on_one_table_never_duplicate_its_rows(tmp_path: Path
         assert sum(h["operation"] == "OPTIMIZE" for h in table.history()) >= race + 1
 
 
+def test_a_compaction_that_claims_the_table_after_another_one_ended_reads_it_under_its_claim(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One compactor looks at the table; before it claims it, another compacts the table to its
+    end and releases it. The first then claims it and must rewrite the table as it is now: the
+    five files it saw are gone, and rewriting them again would add their rows twice."""
+    from falkirk.policies.store import commits
+
+    ledger = Ledger(StoreConfig(str(tmp_path / "durable"), str(tmp_path / "scratch")))
+    for epoch in range(1, 6):
+        ledger.append(LedgerEntry(dag_id="d", task_id="t", epoch=epoch, regime="ephemeral", run_id=f"r{epoch}", try_number=1))
+    claim = commits._claim_compaction
+
+    def after_another_compaction(uri: str, options: dict | None) -> str | None:
+        monkeypatch.setattr(commits, "_claim_compaction", claim)
+        assert commits.compact(uri, options) == 5  # the other compactor, start to end
+        return claim(uri, options)
+
+    monkeypatch.setattr(commits, "_claim_compaction", after_another_compaction)
+    commits.compact(ledger.uri)
+    assert sorted(r["epoch"] for r in scan(open_table(ledger.uri)).to_pylist()) == [1, 2, 3, 4, 5]
+
+
 def test_a_compaction_claim_left_by_a_dead_compactor_expires(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from falkirk.policies.store import commits
 

@@ -80,8 +80,15 @@ def test_without_the_plugins_the_supervisor_notices_it_only_when_its_select_time
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pidfds are Linux's")
 def test_a_watch_dropped_with_its_selector_unread_leaves_no_descriptor_open() -> None:
     def open_fds() -> int:
-        return len(os.listdir("/proc/self/fd"))
+        """This process's open pidfds (other tests' garbage may hold or close other descriptors)."""
+        def target(fd: str) -> str:
+            try:
+                return os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:  # closed while listed
+                return ""
+        return sum(target(fd) == "anon_inode:[pidfd]" for fd in os.listdir("/proc/self/fd"))
 
+    gc.collect()
     before = open_fds()
     for _ in range(20):  # a worker's process supervises task after task
         child = subprocess.Popen([sys.executable, "-c", "pass"])
