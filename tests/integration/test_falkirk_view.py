@@ -1,5 +1,8 @@
 """The Falkirk view in Airflow's UI and the API behind it, with real Airflow, Spark (Connect),
-Delta and headless Chromium (Debian's package, driven by Playwright).
+Delta and headless Chromium (Debian's package, driven by Playwright). Airflow's metadata is on
+the session's PostgreSQL server: the replay the view starts clears task instances over REST while
+tasks report their state, and on SQLite that clear (its audit-log row committed on the API
+server's event loop) can stop the API server for SQLite's minute-long busy timeout.
 
 ``clicks_ui`` (a copy of falkirk_clicks: source Ephemeral -> clean Batch(log) -> model
 LazyCheckpoint(every=3) -> sink EagerCheckpoint) runs epochs 1-4; clean's epoch 3 is
@@ -34,7 +37,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from devstack.airflow import USERS, AirflowStack
+from devstack.airflow import USERS, AirflowStack, migrated_database
 from devstack.demo import run_id_of
 from devstack.spark import SparkConnectServer
 from falkirk.plugins.airflow_rest import AirflowClient
@@ -96,7 +99,7 @@ def write_wide_history(store: StoreConfig, epochs: int = 500) -> int:
 
 
 @pytest.fixture(scope="module")
-def view_stack(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer):
+def view_stack(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkConnectServer, postgres):  # noqa: ANN001
     root = tmp_path_factory.mktemp("view")
     store = StoreConfig(str(root / "durable"), str(root / "scratch"))
     inbox, faults = root / "inbox", root / "faults"
@@ -104,7 +107,8 @@ def view_stack(tmp_path_factory: pytest.TempPathFactory, spark_connect: SparkCon
         deliver(inbox, DAG, e, clicks_for_epoch(e))
     faults.write_text(f"{DAG}/clean:3:before-commit\n")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=HERE / "view_dags", extra_env={
+    stack = AirflowStack(home=root / "airflow", store=store, dags_folder=HERE / "view_dags",
+                         database_url=migrated_database(postgres, "view"), extra_env={
         **spark_connect.airflow_env(),
         "FALKIRK_INBOX": str(inbox), "FALKIRK_CRASH_AT": f"@{faults}"})
     stack.init()
