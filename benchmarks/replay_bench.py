@@ -339,9 +339,11 @@ PLANS = {"demo": measure_demo, "lost-worker": measure_lost_worker}
 
 
 def measure(out: Path, root: Path, plans: list[str], airflow_env: dict[str, str] | None = None) -> None:
-    shutil.rmtree(root, ignore_errors=True)
+    # Only each plan's own directory starts afresh: ``root`` also keeps the other checkout and
+    # the compared runs' results.
     results = []
     for name in plans:
+        shutil.rmtree(root / name, ignore_errors=True)
         (root / name).mkdir(parents=True)
         results.append(PLANS[name](root / name, airflow_env or {}))
     out.write_text(json.dumps(results, indent=1))

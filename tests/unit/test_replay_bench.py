@@ -80,3 +80,22 @@ def test_an_airflow_setting_not_named_as_airflow_reads_it_is_refused_before_anyt
             main(["--measure", "/nonexistent/out.json", "--airflow", bad])
         assert exit.value.code == 2
         assert f"--airflow {bad!r}: give AIRFLOW__SECTION__KEY=VALUE" in capsys.readouterr().err
+
+
+def test_measuring_one_checkout_starts_its_plans_afresh_and_keeps_the_other_checkout_and_the_runs(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from benchmarks import replay_bench
+
+    root = tmp_path / "bench-replay"
+    for kept in ("checkout-ea3a66b/README.md", "runs/0/this.json", "demo/stale"):
+        (root / kept).parent.mkdir(parents=True, exist_ok=True)
+        (root / kept).write_text("x")
+    seen = []
+    monkeypatch.setitem(replay_bench.PLANS, "demo", lambda where, env: seen.append(sorted(where.iterdir())) or
+                        {"plan": "demo"})
+    replay_bench.measure(tmp_path / "out.json", root, ["demo"])
+    assert seen == [[]]  # the plan's own directory, emptied
+    assert (root / "checkout-ea3a66b/README.md").exists() and (root / "runs/0/this.json").exists()
+    assert json.loads((tmp_path / "out.json").read_text()) == [{"plan": "demo"}]
