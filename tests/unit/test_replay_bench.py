@@ -3,8 +3,11 @@ path of the re-runs, the window it counts, and the targets it reports."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from benchmarks import replay_bench
 from benchmarks.replay_bench import _when, critical_path, handoffs, main, report
 
 TASKS = [{"task_id": "events", "downstream_task_ids": ["rank", "popularity"], "depends_on_past": False},
@@ -84,10 +87,6 @@ def test_an_airflow_setting_not_named_as_airflow_reads_it_is_refused_before_anyt
 
 def test_measuring_one_checkout_starts_its_plans_afresh_and_keeps_the_other_checkout_and_the_runs(
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import json
-
-    from benchmarks import replay_bench
-
     root = tmp_path / "bench-replay"
     for kept in ("checkout-ea3a66b/README.md", "runs/0/this.json", "demo/stale"):
         (root / kept).parent.mkdir(parents=True, exist_ok=True)
