@@ -18,7 +18,7 @@ BENCH_ARGS ?=
 # not a failure; a `-m` in PYTEST_ARGS replaces the passes' own.
 TEST_WORKERS ?= 2
 
-.PHONY: jars demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-read bench-recovery bench-replay bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools all-tools lock clean
+.PHONY: jars demo cluster-demo soak docs lint test test-faults test-unit bench bench-overhead bench-ledger bench-delta-log bench-regimes bench-read bench-spark-packages bench-recovery bench-replay bench-pairs bench-senderlog bench-steps bench-travellers install java test-tools cluster-tools all-tools lock clean
 
 ## demo: install everything (Java too, if missing), then run the reference application through real
 ## Airflow and Spark: 8 epochs, a lost scratch tier, the frontier recovery, checks and a report
@@ -121,6 +121,11 @@ bench-regimes: install
 ## moto_server and the local disk, at make bench-regimes's output size and ten times it (ratios)
 bench-read: install
 	$(PY) -m benchmarks.read_bench $(BENCH_ARGS)
+
+## bench-spark-packages: one epoch of the reference application's rank on a Spark Connect server with Delta's
+## JVM packages and extension (as devstack starts it), with the packages only, and with neither, rounds alternating (ratios)
+bench-spark-packages: install
+	$(PY) -m benchmarks.spark_packages_bench $(BENCH_ARGS)
 
 ## bench-steps: an iterative job killed at 80% of an epoch, resumed from its checkpoint inside the epoch vs
 ## redoing the epoch; and the steady-state cost of those checkpoints, as ratios

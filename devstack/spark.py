@@ -144,12 +144,14 @@ class SparkConnectServer:
     """
 
     def __init__(self, work_dir: Path, cores: int = 2, venv_bin: Path = VENV_BIN, master: str | None = None,
-                 conf: Mapping[str, str] | None = None) -> None:
+                 conf: Mapping[str, str] | None = None, packages: bool = True, delta_extension: bool = True) -> None:
         self.work_dir = work_dir
         self.cores = cores
         self.master = master
         self.venv_bin = venv_bin
         self.conf = dict(conf or {})
+        # Without them (``make bench-spark-packages``): no JVM packages, or no Delta SQL extension and catalog.
+        self.packages, self.delta_extension = packages, delta_extension
         self._new_service()
 
     def _new_service(self) -> None:
@@ -176,7 +178,8 @@ class SparkConnectServer:
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false", *SMALL_EPOCHS_CONF, *executors,
-             *submit_args(self.conf), str(Path(__file__).resolve().parent / "connect_server.py")],
+             *(submit_args(self.conf, self.delta_extension) if self.packages else []),
+             str(Path(__file__).resolve().parent / "connect_server.py")],
             env, self.work_dir / "spark-connect.log",
         )
 

@@ -42,10 +42,11 @@ def jars(venv_bin: Path = VENV_BIN) -> list[Path]:
     return found
 
 
-def submit_args(conf: Mapping[str, str] | None = None) -> list[str]:
+def submit_args(conf: Mapping[str, str] | None = None, extension: bool = True) -> list[str]:
     """``spark-submit`` arguments that load the JVM packages of this environment (whatever
     interpreter the Spark processes run: the jars are the JVM's) and Delta's extension and
-    catalog, then ``conf`` (a store's :meth:`~falkirk.policies.store.config.StoreConfig.spark_conf`, say)."""
-    settings = {**DELTA_SQL_CONF, **(conf or {})}
+    catalog (unless ``extension`` is False), then ``conf`` (a store's
+    :meth:`~falkirk.policies.store.config.StoreConfig.spark_conf`, say)."""
+    settings = {**(DELTA_SQL_CONF if extension else {}), **(conf or {})}
     return ["--jars", ",".join(str(path) for path in jars()),
             *(arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}"))]

@@ -59,6 +59,11 @@ def test_submit_args_load_every_jar_with_deltas_extension_and_catalog_then_the_c
                         "--conf", "spark.hadoop.fs.s3a.endpoint=http://127.0.0.1:9000"]
 
 
+def test_submit_args_without_the_extension_load_the_jars_and_the_conf_given_only() -> None:
+    args = submit_args(conf={"spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000"}, extension=False)
+    assert args == ["--jars", ",".join(str(p) for p in jars()), "--conf", "spark.hadoop.fs.s3a.endpoint=http://127.0.0.1:9000"]
+
+
 def test_an_environment_without_the_jars_is_told_how_to_fetch_them(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     with pytest.raises(MissingJars, match=r"run `make install` \(or `make jars`\)"):
