@@ -74,11 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=16, help="measured epochs per server (default 16)")
     parser.add_argument("--warm", type=int, default=3, help="unmeasured epochs per server first (default 3)")
     args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="falkirk-bench-packages-") as scratch:
+        return _run(Path(scratch), args.rounds, args.warm)
+
+
+def _run(root: Path, rounds: int, warm: int) -> int:
+    """The bench in ``root``, which holds its files and the servers' directories."""
     from pyspark.sql import SparkSession
 
     from falkirk.spark_jobs.figure1.data import ITEMS
 
-    root = Path(tempfile.mkdtemp(prefix="falkirk-bench-packages-"))
     rng = np.random.default_rng(7)
     events = root / "events.parquet"
     pq.write_table(pa.table({"user": rng.integers(0, USERS, EVENTS), "item": rng.integers(0, ITEMS, EVENTS),
@@ -98,11 +103,11 @@ def main(argv: list[str] | None = None) -> int:
             _, table = one_epoch(first, events, state if epoch else None)
             pq.write_table(table, state)
         for session in sessions.values():
-            for _ in range(args.warm):
+            for _ in range(warm):
                 one_epoch(session, events, state)
         seconds: dict[str, list[float]] = {label: [] for label in sessions}
         labels = list(sessions)
-        for r in range(args.rounds):
+        for r in range(rounds):
             for label in labels[r % len(labels):] + labels[:r % len(labels)]:  # each server first in turn
                 seconds[label].append(one_epoch(sessions[label], events, state)[0])
                 print(".", end="", file=sys.stderr, flush=True)
@@ -112,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     width = max(len(label) for label in seconds)
     print(f"rank, one epoch ({pq.read_metadata(state).num_rows:,} state rows, {EVENTS:,} events), "
-          f"{args.rounds} rounds alternating")
+          f"{rounds} rounds alternating")
     print(f"{'server':<{width}}  median (s)  mean (s)")
     for label, values in seconds.items():
         print(f"{label:<{width}}  {statistics.median(values):10.3f}  {statistics.mean(values):8.3f}")
